@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks: tokworker and the reference libraries measured in the same run, as ratios."""

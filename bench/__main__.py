@@ -1,0 +1,56 @@
+"""`python -m bench [--quick] [--model-dir DIR ...] [--only NAME ...] [--out DIR]`
+
+Runs every benchmark section (each a module here with `run(quick, model_dirs) -> list[dict]`), then writes
+what they measured as JSON lines, a markdown table and, if matplotlib is installed, a PNG of the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from bench.report import write_markdown, write_plot
+
+SECTIONS = ["encode", "chat", "stream", "pool", "constrain"]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small inputs and few repeats (about a minute)")
+    parser.add_argument("--model-dir", action="append", default=[], help="a Hugging Face model folder to add")
+    parser.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
+    parser.add_argument("--out", default="bench/out", help="where results.jsonl, results.md and results.png go")
+    args = parser.parse_args(argv)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+               "quick": args.quick, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    print(json.dumps({"machine": machine}), flush=True)
+    results: dict[str, list[dict]] = {}
+    for name in args.only or SECTIONS:
+        module = importlib.import_module(f"bench.{name}")
+        started = time.perf_counter()
+        rows = module.run(quick=args.quick, model_dirs=[Path(d) for d in args.model_dir])
+        for row in rows:
+            print(json.dumps({"section": name, **row}, ensure_ascii=False), flush=True)
+        results[name] = rows
+        print(json.dumps({"section": name, "seconds": round(time.perf_counter() - started, 1)}), file=sys.stderr)
+
+    with open(out / "results.jsonl", "w") as f:
+        f.write(json.dumps({"machine": machine}) + "\n")
+        for name, rows in results.items():
+            for row in rows:
+                f.write(json.dumps({"section": name, **row}, ensure_ascii=False) + "\n")
+    write_markdown(out / "results.md", machine, results, command=" ".join(["python -m bench", *(argv or sys.argv[1:])]))
+    write_plot(out / "results.png", results)
+
+
+if __name__ == "__main__":
+    main()
