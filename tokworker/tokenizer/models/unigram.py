@@ -1,0 +1,121 @@
+"""Unigram: the best-scoring segmentation of a word by Viterbi over piece log-probabilities.
+
+Reproduces `tokenizers`' optimized Viterbi exactly: a position no one-character piece covers gets the
+unknown piece with score (lowest piece score - 10); a later candidate replaces an end position's best only
+when strictly better, so ties keep the earliest start; runs of unknown pieces are fused into one string,
+which becomes its own id if the vocabulary has it, else its UTF-8 bytes as <0xNN> pieces (byte_fallback),
+else the unknown id.
+
+Per vocabulary we keep piece -> (id, score) and, per first character, the longest piece starting with it,
+so a position tries only lengths that can match: linear in the word for a bounded piece length.
+"""
+
+from __future__ import annotations
+
+_UNK_PENALTY = 10.0
+_CACHE_LIMIT = 50_000     # words remembered; cleared when full
+
+
+class Unigram:
+    def __init__(self, pieces: list[tuple[str, float]], unk_id: int | None = None, byte_fallback: bool = False):
+        if unk_id is not None and not 0 <= unk_id < len(pieces):
+            raise ValueError(f"Unigram: unk_id {unk_id} is outside the vocabulary of {len(pieces)} pieces")
+        self.unk_id = unk_id
+        self.byte_fallback = byte_fallback
+        self.vocab: dict[str, int] = {}
+        self._pieces: dict[str, tuple[int, float]] = {}
+        self._longest: dict[str, int] = {}     # first character -> longest piece length starting with it
+        for id_, (piece, score) in enumerate(pieces):
+            self.vocab[piece] = id_
+            self._pieces[piece] = (id_, float(score))
+            if piece and len(piece) > self._longest.get(piece[0], 0):
+                self._longest[piece[0]] = len(piece)
+        lowest = min((float(score) for _, score in pieces), default=float("inf"))
+        self._unk_score = lowest - _UNK_PENALTY
+        self._byte_ids = [self.vocab.get(f"<0x{byte:02X}>") for byte in range(256)] if byte_fallback else None
+        self._cache: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "Unigram":
+        vocab = spec.get("vocab")
+        if not isinstance(vocab, list):
+            raise ValueError("Unigram model needs a vocab list of [piece, score]")
+        try:
+            pieces = [(str(piece), float(score)) for piece, score in vocab]
+        except (TypeError, ValueError):
+            raise ValueError("Unigram vocab entries must be [piece, score]") from None
+        unk_id = spec.get("unk_id")
+        return cls(pieces, None if unk_id is None else int(unk_id), bool(spec.get("byte_fallback", False)))
+
+    def tokenize(self, word: str) -> list[int]:
+        cached = self._cache.get(word)
+        if cached is not None:
+            return cached[:]
+        ids = self._encode(word) if word else []
+        cache = self._cache
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[word] = ids
+        return ids[:]
+
+    def _best_path(self, word: str) -> tuple[list[int], list[int]]:
+        """For each end position: where its best piece starts, and that piece's id."""
+        size = len(word)
+        pieces, longest, unk_id, unk_score = self._pieces, self._longest, self.unk_id, self._unk_score
+        score = [0.0] * (size + 1)
+        start_at = [-1] * (size + 1)
+        id_at = [0] * (size + 1)
+        for start in range(size):
+            reached = score[start]
+            last = min(size, start + longest.get(word[start], 0))
+            single = False
+            for end in range(start + 1, last + 1):
+                entry = pieces.get(word[start:end])
+                if entry is not None:
+                    candidate = entry[1] + reached
+                    if start_at[end] < 0 or candidate > score[end]:
+                        score[end], start_at[end], id_at[end] = candidate, start, entry[0]
+                    if end == start + 1:
+                        single = True
+            if not single:
+                end = start + 1
+                candidate = unk_score + reached
+                if start_at[end] < 0 or candidate > score[end]:
+                    if unk_id is None:
+                        raise ValueError(f"Unigram: {word[start]!r} is not in the vocabulary and there is no unk_id")
+                    score[end], start_at[end], id_at[end] = candidate, start, unk_id
+        return start_at, id_at
+
+    def _encode(self, word: str) -> list[int]:
+        start_at, id_at = self._best_path(word)
+        unk_id = self.unk_id
+        ids: list[int] = []          # built backwards
+        end, unknown_end = len(word), -1
+        while end > 0:
+            start, id_ = start_at[end], id_at[end]
+            if id_ == unk_id:
+                if unknown_end < 0:
+                    unknown_end = end
+            else:
+                if unknown_end >= 0:
+                    ids.extend(reversed(self._unknown(word[end:unknown_end])))
+                    unknown_end = -1
+                ids.append(id_)
+            end = start
+        if unknown_end >= 0:
+            ids.extend(reversed(self._unknown(word[:unknown_end])))
+        ids.reverse()
+        return ids
+
+    def _unknown(self, text: str) -> list[int]:
+        """A fused run of unknown pieces: its own id, its bytes (byte_fallback), or the unknown id."""
+        id_ = self.vocab.get(text)
+        if id_ is not None:
+            return [id_]
+        if self._byte_ids is not None:
+            byte_ids = [self._byte_ids[byte] for byte in text.encode("utf-8", "surrogatepass")]
+            if None not in byte_ids:
+                return byte_ids
+        if self.unk_id is None:
+            raise ValueError(f"Unigram: {text!r} is not in the vocabulary and there is no unk_id")
+        return [self.unk_id]
