@@ -1,0 +1,114 @@
+"""StopChecker: the streamed text never contains any part of a stop string, whatever the split."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tokworker.stream.stop import StopChecker
+
+PIECES = ["a", "b", "c", "ab", "abc", "</", "ans", "wer>", "</answer>", "\n", "é", "日本", "🧑‍🚀", "STOP", "ST", "OP"]
+STOPS = ["</answer>", "abc", "bca", "b", "STOP", "\n\n", "日本", "🧑‍🚀x", "aaaa"]
+
+
+def reference(text: str, stops: list[str], include: bool, armed_from: int = 0):
+    """Token-by-token truth: the first position where some stop string is complete (ending after
+    armed_from) ends the text; on a tie the longer stop (earlier start) is the match."""
+    stops = [s for s in stops if s]
+    for end in range(armed_from + 1, len(text) + 1):
+        done = [s for s in stops if text.endswith(s, 0, end)]
+        if done:
+            stop = max(done, key=len)
+            return (text[:end] if include else text[:end - len(stop)]), stop
+    return text, None
+
+
+def split(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
+    return [text[a:b] for a, b in zip(points, points[1:])]
+
+
+def run(stops, include, deltas, armed_from_delta=0):
+    checker = StopChecker(stops, include_stop=include)
+    out, emitted = [], []
+    for i, delta in enumerate(deltas):
+        out.append(checker.add(delta, can_stop=i >= armed_from_delta))
+        emitted.append("".join(out))
+    out.append(checker.finish())
+    return "".join(out), checker, emitted
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=25), st.lists(st.sampled_from(STOPS), min_size=1, max_size=3),
+       st.booleans(), st.lists(st.integers(0, 1000), max_size=12))
+def test_split_anywhere_equals_whole_and_reference(pieces, stops, include, cuts):
+    text = "".join(pieces)
+    expected, matched = reference(text, stops, include)
+    whole, checker_whole, _ = run(stops, include, [text])
+    streamed, checker, emitted = run(stops, include, split(text, cuts))
+    assert whole == streamed == expected
+    assert checker.matched == checker_whole.matched == matched
+    assert checker.stopped == (matched is not None)
+    longest = max(len(s) for s in stops)
+    for prefix in emitted:
+        # Nothing shown is ever taken back, so no part of a stop string was ever shown ...
+        assert expected.startswith(prefix)
+    # ... and nothing is held back longer than a possible stop prefix needs.
+    assert len(checker._held) < longest
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=20), st.lists(st.sampled_from(STOPS), min_size=1, max_size=3),
+       st.lists(st.integers(0, 1000), min_size=1, max_size=10), st.integers(0, 12))
+def test_disarmed_deltas_never_stop(pieces, stops, cuts, armed_from_delta):
+    """The first min_tokens tokens cannot stop: a stop string must end in text that came after them."""
+    deltas = split("".join(pieces), cuts)
+    armed_from = len("".join(deltas[:armed_from_delta]))
+    expected, matched = reference("".join(deltas), stops, False, armed_from)
+    streamed, checker, _ = run(stops, False, deltas, armed_from_delta)
+    assert streamed == expected
+    assert checker.matched == matched
+
+
+def test_spec_example_holds_then_releases_or_stops():
+    checker = StopChecker(["</answer>"])
+    assert checker.add("2.</ans") == "2."
+    assert checker.add("ia") == "</ansia"
+    assert checker.add("</ans") == ""
+    assert checker.add("wer> more") == ""
+    assert checker.stopped and checker.matched == "</answer>"
+    assert checker.add("anything") == "" and checker.finish() == ""
+
+
+def test_include_stop_ends_exactly_after_the_stop():
+    checker = StopChecker(["STOP"], include_stop=True)
+    assert checker.add("go ST") == "go "
+    assert checker.add("OP and more") == "STOP"
+
+
+def test_first_stop_to_complete_wins_over_an_earlier_start():
+    checker = StopChecker(["abcd", "bc"])
+    assert checker.add("xabcd") == "xa"
+    assert checker.matched == "bc"
+
+
+def test_unicode_stops_and_no_stops():
+    checker = StopChecker(["🧑‍🚀"])
+    assert checker.add("hi 🧑") == "hi "
+    assert checker.add("\u200d🚀!") == ""
+    assert StopChecker([]).add("text") == "text"
+    assert StopChecker(["", "x"]).add("axb") == "a"
+
+
+def test_long_stream_holds_little():
+    checker = StopChecker(["</answer>", "\n\nUser:"])
+    total = []
+    for _ in range(20000):
+        total.append(checker.add("word </ans\n"))
+        assert len(checker._held) <= len("\n\nUser:") - 1
+    assert "".join(total) + checker.finish() == "word </ans\n" * 20000
+
+
+def test_bad_stop_type_is_a_value_error():
+    with pytest.raises(ValueError):
+        StopChecker([b"bytes"])

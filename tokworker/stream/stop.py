@@ -1,0 +1,91 @@
+"""Stop strings on streamed text.
+
+A stop string can arrive split over several deltas ("</ans" + "wer>"), and the client must never see any
+part of it. Two rules do it with work bounded by the delta and the longest stop, not by the text so far:
+
+1. Only the held-back tail plus the new delta is searched: every earlier match was already found, and a
+   match that ends in the delta can only start inside the held tail (rule 2 guarantees that).
+2. The longest tail of the text that is a proper prefix of some stop string is held back until the next
+   delta proves it is or is not a stop.
+
+When several stops could match, the one that completes first (smallest end, then earliest start) wins:
+that is where generation, checked token by token, would have stopped, so the answer does not depend on
+how the text was split into deltas.
+"""
+
+from __future__ import annotations
+
+
+class StopChecker:
+    """`add(delta) -> str` returns the text that may be streamed now; `finish() -> str` releases the
+    held tail when the stream ended without a stop. After a match `stopped` is True, `matched` is the stop
+    string, the returned text ends just before it (or just after it with include_stop), and everything
+    later is dropped."""
+
+    __slots__ = ("_stops", "_prefixes", "_prefix_ends", "_max_hold", "_include", "_held", "stopped", "matched")
+
+    def __init__(self, stops, include_stop: bool = False):
+        if isinstance(stops, str):
+            stops = [stops]
+        for stop in stops:
+            if not isinstance(stop, str):
+                raise ValueError(f"stop strings must be str, not {type(stop).__name__}")
+        self._stops = tuple(dict.fromkeys(s for s in stops if s))
+        # Every proper prefix of every stop: the tails worth holding back, and their last characters
+        # (a tail ending in any other character is released without looking further).
+        self._prefixes = frozenset(s[:k] for s in self._stops for k in range(1, len(s)))
+        self._prefix_ends = frozenset(p[-1] for p in self._prefixes)
+        self._max_hold = max((len(s) - 1 for s in self._stops), default=0)
+        self._include = include_stop
+        self._held = ""
+        self.stopped = False
+        self.matched: str | None = None
+
+    def add(self, delta: str, can_stop: bool = True) -> str:
+        """Append `delta`. With can_stop=False (the first min_tokens tokens) a stop string completed in
+        this delta does not count, but the tail is still held so that a stop beginning here and ending
+        later is caught."""
+        if self.stopped:
+            return ""
+        held = self._held
+        text = held + delta if held else delta
+        if not self._stops:
+            return text
+        if can_stop:
+            found = self._earliest_match(text, len(held))
+            if found is not None:
+                end, start, stop = found
+                self.stopped, self.matched, self._held = True, stop, ""
+                return text[:end] if self._include else text[:start]
+        hold = self._tail_to_hold(text)
+        if hold:
+            self._held = text[-hold:]
+            return text[:-hold]
+        self._held = ""
+        return text
+
+    def finish(self) -> str:
+        """The stream ended: the held tail was not a stop after all."""
+        held, self._held = self._held, ""
+        return "" if self.stopped else held
+
+    def _earliest_match(self, text: str, old: int):
+        """(end, start, stop) of the first stop to complete in text[old:], or None. A match must end
+        after `old`: text before it was already searched (or could not stop)."""
+        best = None
+        for stop in self._stops:
+            start = text.find(stop, max(0, old - len(stop) + 1))
+            if start >= 0:
+                candidate = (start + len(stop), start, stop)
+                if best is None or candidate[:2] < best[:2]:
+                    best = candidate
+        return best
+
+    def _tail_to_hold(self, text: str) -> int:
+        if not text or text[-1] not in self._prefix_ends:
+            return 0
+        prefixes = self._prefixes
+        for k in range(min(self._max_hold, len(text)), 0, -1):
+            if text[-k:] in prefixes:
+                return k
+        return 0
