@@ -1,0 +1,191 @@
+"""Byte-pair encoding on integer symbol ids, exactly as `tokenizers` merges.
+
+Everything is precomputed once per vocabulary: a table from a pair of adjacent symbol ids, packed into one
+int, to one int that packs (merge rank, merged id), and the symbol id of every byte for byte-level words.
+A word then merges lowest rank first (leftmost on ties, as `tokenizers`' heap does). Short words use a list
+of pair values scanned with `min` in C; long ones (a minified file, a document with no pre-tokenizer split)
+use a heap and a linked list, so merging stays O(n log n) instead of quadratic.
+
+The same table reproduces tiktoken when every valid split (left, right) of a token is listed as a merge
+ranked by the token's rank (see `loaders.py`).
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+
+_LONG_WORD = 48           # symbols above which the heap merge beats rescanning a list
+
+
+class BPE:
+    """A BPE model: `vocab` (token -> id), `tokenize(word) -> ids`, and a fast `tokenize_bytes` for byte-level
+    words. It keeps no per-word cache: the Tokenizer caches whole words in front of every model."""
+
+    def __init__(self, vocab: dict[str, int], merges, *, unk_token=None, continuing_subword_prefix=None,
+                 end_of_word_suffix=None, fuse_unk=False, byte_fallback=False, ignore_merges=False,
+                 pair_table: dict[int, int] | None = None):
+        self.vocab = vocab
+        self.unk_token = unk_token
+        self.prefix = continuing_subword_prefix or ""
+        self.suffix = end_of_word_suffix or ""
+        self.fuse_unk = fuse_unk
+        self.byte_fallback = byte_fallback
+        self.ignore_merges = ignore_merges
+        size = max(vocab.values(), default=0) + 1
+        self.shift = max(size.bit_length(), 1)
+        self.id_mask = (1 << self.shift) - 1
+        self.pairs = pair_table if pair_table is not None else self._pair_table(merges)
+        self.byte_ids = None        # byte value -> id of its byte-level symbol, when all 256 exist
+        self._latin1_to_symbols = None   # str.translate table: chr(byte) -> byte-level symbol
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "BPE":
+        merges = spec.get("merges") or []
+        return cls(dict(spec["vocab"]), merges, unk_token=spec.get("unk_token"),
+                   continuing_subword_prefix=spec.get("continuing_subword_prefix"),
+                   end_of_word_suffix=spec.get("end_of_word_suffix"), fuse_unk=bool(spec.get("fuse_unk")),
+                   byte_fallback=bool(spec.get("byte_fallback")), ignore_merges=bool(spec.get("ignore_merges")))
+
+    def _pair_table(self, merges) -> dict[int, int]:
+        vocab, shift, prefix_len = self.vocab, self.shift, len(self.prefix)
+        table = {}
+        for rank, merge in enumerate(merges):
+            left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+            try:
+                left_id, right_id = vocab[left], vocab[right]
+                merged_id = vocab[left + right[prefix_len:]]
+            except KeyError as missing:
+                raise ValueError(f"BPE merge {left!r} {right!r} uses {missing.args[0]!r}, not in the vocabulary") from None
+            table[left_id << shift | right_id] = rank << shift | merged_id
+        return table
+
+    def use_byte_alphabet(self, byte_symbols: list[str]) -> bool:
+        """Enable `tokenize_bytes` when every byte's symbol is in the vocabulary (byte-level BPE)."""
+        vocab = self.vocab
+        if self.prefix or self.suffix or not all(symbol in vocab for symbol in byte_symbols):
+            return False
+        self.byte_ids = [vocab[symbol] for symbol in byte_symbols]
+        self._latin1_to_symbols = {byte: symbol for byte, symbol in enumerate(byte_symbols)}
+        return True
+
+    # ------------------------------------------------------------------ tokenizing
+    def tokenize(self, word: str) -> list[int]:
+        """Ids of one pre-tokenized word written in the model's alphabet."""
+        if not word:
+            return []
+        if self.ignore_merges:
+            whole = self.vocab.get(word)
+            if whole is not None:
+                return [whole]
+        return self.merge(self._initial_symbols(word))
+
+    def tokenize_bytes(self, data: bytes) -> list[int]:
+        """Ids of a byte-level word given as raw bytes (`use_byte_alphabet` must have succeeded)."""
+        if self.ignore_merges:
+            whole = self.vocab.get(data.decode("latin-1").translate(self._latin1_to_symbols))
+            if whole is not None:
+                return [whole]
+        byte_ids = self.byte_ids
+        return self.merge([byte_ids[b] for b in data])
+
+    def _initial_symbols(self, word: str) -> list[int]:
+        """Characters to ids the way `tokenizers` does: prefix/suffix, then byte fallback, then (fused) unk.
+        A character with none of those is dropped, as `tokenizers` drops it."""
+        vocab, prefix, suffix = self.vocab, self.prefix, self.suffix
+        symbols: list[int] = []
+        pending_unk = None       # (id, fused) held back exactly like tokenizers' `unk`
+        last = len(word) - 1
+        for index, char in enumerate(word):
+            piece = char
+            if index and prefix:
+                piece = prefix + piece
+            if index == last and suffix:
+                piece = piece + suffix
+            token_id = vocab.get(piece)
+            if token_id is not None:
+                if pending_unk is not None:
+                    symbols.append(pending_unk)
+                    pending_unk = None
+                symbols.append(token_id)
+                continue
+            if self.byte_fallback:
+                fallback = [vocab.get(f"<0x{b:02X}>") for b in piece.encode("utf-8")]
+                if None not in fallback:
+                    symbols.extend(fallback)
+                    continue
+            if self.unk_token is not None:
+                unk_id = vocab.get(self.unk_token)
+                if unk_id is None:
+                    raise ValueError(f"unk_token {self.unk_token!r} is not in the vocabulary")
+                if pending_unk is not None and not self.fuse_unk:
+                    symbols.append(pending_unk)
+                pending_unk = unk_id
+        if pending_unk is not None:
+            symbols.append(pending_unk)
+        return symbols
+
+    def merge(self, symbols: list[int]) -> list[int]:
+        """Apply merges to a list of symbol ids, lowest rank first, leftmost on ties."""
+        if len(symbols) < 2:
+            return symbols
+        if len(symbols) > _LONG_WORD:
+            return self._merge_long(symbols)
+        get, shift, mask = self.pairs.get, self.shift, self.id_mask
+        none = 1 << 62
+        values = [get(left << shift | right, none) for left, right in zip(symbols, symbols[1:])]
+        best = min(values)
+        while best != none:
+            i = values.index(best)
+            merged = best & mask
+            symbols[i] = merged
+            del symbols[i + 1]
+            del values[i]
+            if i:
+                values[i - 1] = get(symbols[i - 1] << shift | merged, none)
+            if i < len(values):
+                values[i] = get(merged << shift | symbols[i + 1], none)
+            if not values:
+                break
+            best = min(values)
+        return symbols
+
+    def _merge_long(self, symbols: list[int]) -> list[int]:
+        """Heap of candidate merges over a doubly linked list of symbols: near-linear on any word length."""
+        get, shift, mask = self.pairs.get, self.shift, self.id_mask
+        n = len(symbols)
+        pos_bits = n.bit_length()
+        pos_mask = (1 << pos_bits) - 1
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        prv = list(range(-1, n - 1))
+        heap = []
+        for i in range(n - 1):
+            value = get(symbols[i] << shift | symbols[i + 1])
+            if value is not None:
+                heap.append(value << pos_bits | i)
+        heapify(heap)
+        while heap:
+            entry = heappop(heap)
+            i = entry & pos_mask
+            j = nxt[i]
+            if j < 0 or symbols[i] < 0:
+                continue
+            value = entry >> pos_bits
+            if get(symbols[i] << shift | symbols[j]) != value:
+                continue                      # stale: one side merged since this entry was pushed
+            merged = value & mask
+            symbols[i] = merged
+            symbols[j] = -1
+            k = nxt[j]
+            nxt[i] = k
+            if k >= 0:
+                prv[k] = i
+                value = get(merged << shift | symbols[k])
+                if value is not None:
+                    heappush(heap, value << pos_bits | i)
+            h = prv[i]
+            if h >= 0:
+                value = get(symbols[h] << shift | merged)
+                if value is not None:
+                    heappush(heap, value << pos_bits | h)
+        return [s for s in symbols if s >= 0]

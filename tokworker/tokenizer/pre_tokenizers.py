@@ -1,0 +1,250 @@
+"""Pre-tokenizers: split normalized text into the words the model merges, as tokenizer.json describes them.
+
+Each stage has `split(pieces, at_start) -> pieces`, where `at_start` says the first piece begins the
+original input (Metaspace's prepend_scheme "first" needs it). Empty pieces are dropped, as `tokenizers` does.
+
+ByteLevel maps every byte to a printable character. When it is the last stage, that mapping is left to the
+model (`byte_level` is True and the pieces stay raw text), so the hot path can go straight from a piece's
+UTF-8 bytes to symbol ids and cache by the raw piece.
+"""
+
+from __future__ import annotations
+
+import regex
+
+from . import unicode
+from .errors import UnsupportedComponent
+
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+BEHAVIORS = ("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
+
+
+def bytes_to_unicode() -> list[str]:
+    """GPT-2's reversible byte -> printable character map ("Ġ" is a space, byte 0x20), indexed by byte."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    symbols, extra = [], 0
+    for byte in range(256):
+        if byte in keep:
+            symbols.append(chr(byte))
+        else:
+            symbols.append(chr(256 + extra))
+            extra += 1
+    return symbols
+
+
+BYTE_SYMBOLS = bytes_to_unicode()
+_LATIN1_TO_SYMBOLS = {byte: symbol for byte, symbol in enumerate(BYTE_SYMBOLS)}
+
+
+def to_byte_symbols(text: str) -> str:
+    return text.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_SYMBOLS)
+
+
+def _compile(pattern: str) -> regex.Pattern:
+    return regex.compile(unicode.translate_pattern(pattern))
+
+
+def split_with_behavior(text: str, spans, behavior: str, invert: bool = False) -> list[str]:
+    """tokenizers' NormalizedString.split: `spans` are the (start, end) of the pattern's matches in `text`."""
+    marked, previous = [], 0
+    for start, end in spans:
+        if start != previous:
+            marked.append((previous, start, invert))
+        marked.append((start, end, not invert))
+        previous = end
+    if previous != len(text):
+        marked.append((previous, len(text), invert))
+    if behavior == "Isolated":
+        pieces = [(start, end) for start, end, _ in marked]
+    elif behavior == "Removed":
+        pieces = [(start, end) for start, end, is_match in marked if not is_match]
+    elif behavior == "Contiguous":
+        pieces, last_match = [], False
+        for start, end, is_match in marked:
+            if pieces and is_match == last_match:
+                pieces[-1] = (pieces[-1][0], end)
+            else:
+                pieces.append((start, end))
+            last_match = is_match
+    elif behavior == "MergedWithPrevious":
+        pieces, last_match = [], False
+        for start, end, is_match in marked:
+            if pieces and is_match and not last_match:
+                pieces[-1] = (pieces[-1][0], end)
+            else:
+                pieces.append((start, end))
+            last_match = is_match
+    elif behavior == "MergedWithNext":
+        pieces, last_match = [], False
+        for start, end, is_match in reversed(marked):
+            if pieces and is_match and not last_match:
+                pieces[-1] = (start, pieces[-1][1])
+            else:
+                pieces.append((start, end))
+            last_match = is_match
+        pieces.reverse()
+    else:
+        raise UnsupportedComponent("Split behavior", behavior)
+    return [text[start:end] for start, end in pieces if end > start]
+
+
+class Split:
+    """A regex or literal split with one of tokenizers' five behaviours, optionally inverted."""
+
+    byte_level = False
+
+    def __init__(self, pattern: regex.Pattern, behavior: str = "Isolated", invert: bool = False):
+        if behavior not in BEHAVIORS:
+            raise UnsupportedComponent("Split behavior", behavior)
+        self.pattern, self.behavior, self.invert = pattern, behavior, invert
+        # Isolated without groups keeps every match and every gap: findall is enough when nothing is lost.
+        self._findall = pattern.findall if behavior == "Isolated" and not invert and not pattern.groups else None
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "Split":
+        pattern = spec["pattern"]
+        if "Regex" in pattern:
+            compiled = _compile(pattern["Regex"])
+        else:
+            compiled = regex.compile(regex.escape(pattern["String"]))
+        return cls(compiled, spec.get("behavior", "Isolated"), bool(spec.get("invert", False)))
+
+    def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
+        out: list[str] = []
+        findall = self._findall
+        for piece in pieces:
+            if findall is not None:
+                found = findall(piece)
+                if sum(map(len, found)) == len(piece):
+                    out.extend(found if all(found) else filter(None, found))
+                    continue
+            spans = [match.span() for match in self.pattern.finditer(piece)]
+            out.extend(split_with_behavior(piece, spans, self.behavior, self.invert))
+        return out
+
+
+class ByteLevel:
+    """GPT-2's pre-tokenizer: optional prefix space, optional GPT-2 regex, then bytes -> printable symbols.
+    The byte mapping itself happens in `map_bytes` (called by Sequence, or by the model when last)."""
+
+    byte_level = True
+
+    def __init__(self, add_prefix_space: bool = True, use_regex: bool = True):
+        self.add_prefix_space = add_prefix_space
+        self.splitter = Split(_compile(GPT2_PATTERN)) if use_regex else None
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "ByteLevel":
+        return cls(bool(spec.get("add_prefix_space", True)), bool(spec.get("use_regex", True)))
+
+    def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
+        if self.add_prefix_space:
+            pieces = [piece if piece.startswith(" ") else " " + piece for piece in pieces]
+        if self.splitter is not None:
+            pieces = self.splitter.split(pieces)
+        return pieces
+
+    @staticmethod
+    def map_bytes(pieces: list[str]) -> list[str]:
+        return [to_byte_symbols(piece) for piece in pieces]
+
+
+class Metaspace:
+    """SentencePiece's space handling: spaces become `replacement`, one is prepended, words start at it."""
+
+    byte_level = False
+
+    def __init__(self, replacement: str = "▁", prepend_scheme: str = "always", split: bool = True):
+        if prepend_scheme not in ("always", "first", "never"):
+            raise UnsupportedComponent("Metaspace prepend_scheme", prepend_scheme)
+        self.replacement, self.prepend_scheme, self.split_words = replacement, prepend_scheme, split
+        self.pattern = regex.compile(regex.escape(replacement))
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "Metaspace":
+        scheme = spec.get("prepend_scheme")
+        if scheme is None:
+            scheme = "always" if spec.get("add_prefix_space", True) else "never"
+        return cls(spec.get("replacement", "▁"), scheme, bool(spec.get("split", True)))
+
+    def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
+        out: list[str] = []
+        replacement = self.replacement
+        for index, piece in enumerate(pieces):
+            piece = piece.replace(" ", replacement)
+            if not piece.startswith(replacement) and (
+                    self.prepend_scheme == "always" or (self.prepend_scheme == "first" and at_start and index == 0)):
+                piece = replacement + piece
+            if self.split_words:
+                spans = [match.span() for match in self.pattern.finditer(piece)]
+                out.extend(split_with_behavior(piece, spans, "MergedWithNext"))
+            elif piece:
+                out.append(piece)
+        return out
+
+
+class CharClassSplit(Split):
+    """Split on single characters of a class (whitespace, punctuation, digits) with a behaviour."""
+
+    def __init__(self, char_class: str, behavior: str, one_per_char: bool = True):
+        super().__init__(regex.compile(f"[{char_class}]" if one_per_char else f"[{char_class}]+"), behavior)
+
+
+def _whitespace_class() -> str:
+    return getattr(unicode, "WHITESPACE_CLASS", r"\s")
+
+
+def _punctuation_class() -> str:
+    # tokenizers: ASCII punctuation or a Unicode P* character
+    return getattr(unicode, "PUNCTUATION_CLASS", r"\p{P}") + r"!-/:-@\[-`{-~"
+
+
+def _digits_class() -> str:
+    return getattr(unicode, "NUMERIC_CLASS", r"\p{N}")
+
+
+class Sequence:
+    """Stages in order. A ByteLevel stage that is not last maps bytes eagerly, so later stages see symbols."""
+
+    def __init__(self, stages: list):
+        self.stages = stages
+        self.byte_level = bool(stages) and stages[-1].byte_level
+
+    def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
+        last = len(self.stages) - 1
+        for index, stage in enumerate(self.stages):
+            pieces = stage.split(pieces, at_start)
+            if stage.byte_level and index != last:
+                pieces = ByteLevel.map_bytes(pieces)
+        return pieces
+
+
+def from_spec(spec: dict | None):
+    """The pre-tokenizer a tokenizer.json "pre_tokenizer" object describes (None when absent)."""
+    if not spec:
+        return None
+    kind = spec.get("type")
+    if kind == "Sequence":
+        stages = [stage for stage in map(from_spec, spec.get("pretokenizers", [])) if stage is not None]
+        return Sequence(stages)
+    if kind == "Split":
+        return Split.from_spec(spec)
+    if kind == "ByteLevel":
+        return ByteLevel.from_spec(spec)
+    if kind == "Metaspace":
+        return Metaspace.from_spec(spec)
+    if kind == "Whitespace":
+        # tokenizers: \w+|[^\w\s]+ kept, everything else removed
+        return Split(_compile(r"\w+|[^\w\s]+"), "Removed", invert=True)
+    if kind == "WhitespaceSplit":
+        return CharClassSplit(_whitespace_class(), "Removed", one_per_char=False)
+    if kind == "BertPreTokenizer":
+        return Sequence([CharClassSplit(_whitespace_class(), "Removed", one_per_char=False),
+                         CharClassSplit(_punctuation_class(), "Isolated")])
+    if kind == "Punctuation":
+        return CharClassSplit(_punctuation_class(), spec.get("behavior", "Isolated"))
+    if kind == "Digits":
+        if spec.get("individual_digits", False):
+            return CharClassSplit(_digits_class(), "Isolated")
+        return CharClassSplit(_digits_class(), "Contiguous")
+    raise UnsupportedComponent("pre_tokenizer", kind)

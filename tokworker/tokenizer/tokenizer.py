@@ -1,0 +1,306 @@
+"""Tokenizer: tokenizer.json as a pipeline (added tokens, normalizer, pre-tokenizer, model, post-processor,
+decoder) giving exactly `tokenizers`' ids and text.
+
+The hot path caches whole words: a byte-level word is looked up by its raw text, so a repeated word costs one
+dict lookup and no byte mapping. The cache is bounded (cleared when full) and skips very long words.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import decoders, models, pre_tokenizers, processors, unicode
+from .added_tokens import AddedVocabulary
+from .config import TokenizerConfig
+from .errors import UnsupportedComponent
+
+_CACHE_LIMIT = 100_000       # words
+_CACHEABLE_WORD = 256        # characters; longer words are merged every time
+_SUPPORTED_VERSIONS = ("1.0",)
+
+
+class Tokenizer:
+    """Encode text to ids and decode ids to text, identically to Hugging Face `tokenizers`."""
+
+    def __init__(self, model, *, normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None,
+                 added_tokens: list[dict] | None = None, config: TokenizerConfig | None = None):
+        self.model = model
+        self.normalizer = normalizer
+        self.pre_tokenizer = pre_tokenizer
+        self.post_processor = post_processor
+        self.decoder = decoder
+        self.config = config or TokenizerConfig()
+        specs = list(added_tokens or [])
+        known = {spec.get("content") for spec in specs}
+        for token_id, spec in sorted(self.config.added_tokens_decoder.items()):
+            if spec["content"] not in known:            # transformers adds these on top of tokenizer.json
+                specs.append(spec)
+        normalize = normalizer.normalize if normalizer is not None else None
+        self._normalize = normalize
+        self.added = AddedVocabulary(specs, model.vocab, normalize)
+        self.added_tokens: dict[str, int] = dict(self.added.ids)
+        self.special_ids: frozenset[int] = self.added.special_ids
+
+        self._id_to_token: list[str | None] = [None] * (max(
+            max(model.vocab.values(), default=-1), max(self.added.ids.values(), default=-1)) + 1)
+        for token, token_id in model.vocab.items():
+            self._id_to_token[token_id] = token
+        for content, token_id in self.added.ids.items():
+            self._id_to_token[token_id] = content
+        self.vocab_size = len(self._id_to_token)
+
+        self._byte_words = bool(pre_tokenizer is not None and pre_tokenizer.byte_level
+                                and hasattr(model, "use_byte_alphabet")
+                                and model.use_byte_alphabet(pre_tokenizers.BYTE_SYMBOLS))
+        self._byte_level_words = bool(pre_tokenizer is not None and pre_tokenizer.byte_level)
+        self._cache: dict[str, tuple] = {}
+        self._token_bytes: list[bytes] | None = None
+        form = decoders.bytewise_form(decoder)
+        self._bytes_of_token = form[0] if form else None
+        self.decode_is_bytewise: bool = form is not None
+        self.strip_leading_space: bool = bool(form and form[1])
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_spec(cls, spec: dict, config: TokenizerConfig | dict | None = None) -> "Tokenizer":
+        """A parsed tokenizer.json; unknown component types raise UnsupportedComponent here, at load time."""
+        if not isinstance(spec, dict) or not isinstance(spec.get("model"), dict):
+            raise ValueError("a tokenizer.json object with a \"model\" is required")
+        version = spec.get("version", "1.0")
+        if version not in _SUPPORTED_VERSIONS:
+            raise UnsupportedComponent("tokenizer.json version", version)
+        if isinstance(config, dict):
+            config = TokenizerConfig.from_dict(config)
+        return cls(models.from_spec(spec["model"]),
+                   normalizer=_normalizer_from_spec(spec.get("normalizer")),
+                   pre_tokenizer=pre_tokenizers.from_spec(spec.get("pre_tokenizer")),
+                   post_processor=processors.from_spec(spec.get("post_processor")),
+                   decoder=decoders.from_spec(spec.get("decoder")),
+                   added_tokens=spec.get("added_tokens") or [], config=config)
+
+    @classmethod
+    def from_file(cls, path: str | Path, config: TokenizerConfig | dict | None = None) -> "Tokenizer":
+        path = Path(path)
+        try:
+            spec = json.loads(path.read_bytes())
+        except ValueError as error:
+            raise ValueError(f"{path} is not valid JSON: {error}") from None
+        return cls.from_spec(spec, config)
+
+    @classmethod
+    def from_dir(cls, directory: str | Path) -> "Tokenizer":
+        """A Hugging Face model folder: tokenizer.json plus the config files beside it."""
+        directory = Path(directory)
+        if not (directory / "tokenizer.json").is_file():
+            raise ValueError(f"{directory} has no tokenizer.json")
+        return cls.from_file(directory / "tokenizer.json", TokenizerConfig.from_dir(directory))
+
+    @classmethod
+    def from_tiktoken(cls, path, pattern: str, special_tokens: dict[str, int], **options) -> "Tokenizer":
+        """A tiktoken rank file (.tiktoken, Llama 3's tokenizer.model); see loaders.tiktoken_tokenizer."""
+        from .loaders import tiktoken_tokenizer
+        return tiktoken_tokenizer(cls, path, pattern, special_tokens, **options)
+
+    @classmethod
+    def from_vocab_merges(cls, vocab_json, merges_txt, **options) -> "Tokenizer":
+        """GPT-2 style vocab.json + merges.txt; see loaders.vocab_merges_tokenizer."""
+        from .loaders import vocab_merges_tokenizer
+        return vocab_merges_tokenizer(cls, vocab_json, merges_txt, **options)
+
+    # ------------------------------------------------------------------ encoding
+    def encode(self, text: str, add_special_tokens: bool = False, split_special_tokens: bool = False) -> list[int]:
+        """Text -> ids. split_special_tokens=True encodes special added tokens as ordinary text."""
+        return self._encode(text, add_special_tokens, split_special_tokens, ())
+
+    def encode_batch(self, texts, add_special_tokens: bool = False, split_special_tokens: bool = False) -> list[list[int]]:
+        return [self._encode(text, add_special_tokens, split_special_tokens, ()) for text in texts]
+
+    def encode_with_literal_spans(self, text: str, spans, add_special_tokens: bool = False) -> list[int]:
+        """Like encode, but no added token whose text overlaps a (start, end) span of `text` is matched:
+        that text is encoded exactly as if the added token did not exist (message content cannot forge
+        control tokens). Whitespace absorbed by a neighbouring token's lstrip/rstrip behaves as in encode."""
+        checked = []
+        for span in spans:
+            start, end = span
+            if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= len(text)):
+                raise ValueError(f"literal span {span!r} is not a (start, end) range of the text")
+            if start < end:
+                checked.append((start, end))
+        return self._encode(text, add_special_tokens, False, tuple(checked))
+
+    def _encode(self, text, add_special_tokens, split_special_tokens, spans) -> list[int]:
+        _check_text(text)
+        ids: list[int] = []
+        for piece, token_id, at_start in self.added.split(text, self._normalize, split_special_tokens, spans):
+            if token_id is None:
+                self._encode_normalized(piece, at_start, ids)
+            else:
+                ids.append(token_id)
+        if add_special_tokens and self.post_processor is not None:
+            ids = self.post_processor.process(ids)
+        return ids
+
+    def _encode_normalized(self, text: str, at_start: bool, out: list[int]) -> None:
+        words = self.pre_tokenizer.split([text], at_start) if self.pre_tokenizer is not None else [text]
+        cache = self._cache
+        get = cache.get
+        for word in words:
+            ids = get(word)
+            if ids is None:
+                ids = self._word_ids(word)
+                if len(word) <= _CACHEABLE_WORD:
+                    if len(cache) >= _CACHE_LIMIT:
+                        cache.clear()
+                    cache[word] = ids
+            out += ids
+
+    def _word_ids(self, word: str) -> tuple:
+        if self._byte_words:
+            return tuple(self.model.tokenize_bytes(word.encode("utf-8")))
+        if self._byte_level_words:
+            word = pre_tokenizers.to_byte_symbols(word)
+        return tuple(self.model.tokenize(word))
+
+    # ------------------------------------------------------------------ decoding
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """Ids -> text, identical to `tokenizers`' decode. ValueError names an id out of range."""
+        if self.decode_is_bytewise and type(self.decoder) is decoders.ByteLevel:
+            return b"".join(self._bytes_for(ids, skip_special_tokens)).decode("utf-8", errors="replace")
+        table, special, size = self._id_to_token, self.special_ids, self.vocab_size
+        tokens = []
+        for token_id in ids:
+            _check_id(token_id, size)
+            token = table[token_id]
+            if token is None or (skip_special_tokens and token_id in special):
+                continue
+            tokens.append(token)
+        return decoders.decode_tokens(self.decoder, tokens)
+
+    def _bytes_for(self, ids, skip_special_tokens: bool) -> list[bytes]:
+        table, special, size = self._all_token_bytes(), self.special_ids, self.vocab_size
+        out = []
+        for token_id in ids:
+            _check_id(token_id, size)
+            if not (skip_special_tokens and token_id in special):
+                out.append(table[token_id])
+        return out
+
+    def _all_token_bytes(self) -> list[bytes]:
+        if self._token_bytes is None:
+            convert = self._bytes_of_token
+            self._token_bytes = [b"" if token is None else convert(token) for token in self._id_to_token]
+        return self._token_bytes
+
+    def token_bytes(self, token_id: int, skip_special_tokens: bool = False) -> bytes:
+        """The bytes one token contributes to the decoded text (only when `decode_is_bytewise`).
+
+        Special tokens give their content's UTF-8, or b"" when skip_special_tokens=True (as decode skips
+        them). Ids with no token give b"". With `strip_leading_space`, decode drops one leading space of the
+        joined text; a stream must do the same once, at its start."""
+        if not self.decode_is_bytewise:
+            raise ValueError("this tokenizer's decoder is not bytewise; decode windows of ids instead")
+        _check_id(token_id, self.vocab_size)
+        if skip_special_tokens and token_id in self.special_ids:
+            return b""
+        return self._all_token_bytes()[token_id]
+
+    def vocab_bytes(self) -> list[bytes]:
+        """Bytes per id (what constrained decoding walks); b"" for special tokens and ids with no token."""
+        if self.decode_is_bytewise:
+            table = list(self._all_token_bytes())
+        else:
+            table = [b"" if token is None else self.decode([i]).encode("utf-8")
+                     for i, token in enumerate(self._id_to_token)]
+        for token_id in self.special_ids:
+            table[token_id] = b""
+        return table
+
+    # ------------------------------------------------------------------ vocabulary
+    def token_to_id(self, token: str) -> int | None:
+        token_id = self.added.ids.get(token)
+        return token_id if token_id is not None else self.model.vocab.get(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        if isinstance(token_id, int) and 0 <= token_id < self.vocab_size:
+            return self._id_to_token[token_id]
+        return None
+
+    @property
+    def bos_token(self) -> str | None:
+        return self.config.bos_token
+
+    @property
+    def eos_token(self) -> str | None:
+        return self.config.eos_token
+
+    @property
+    def bos_token_id(self) -> int | None:
+        if self.config.bos_token is not None:
+            token_id = self.token_to_id(self.config.bos_token)
+            if token_id is not None:
+                return token_id
+        return self.config.generation_bos_id
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """The config's eos token first, then generation_config's eos ids, without repeats."""
+        ids = []
+        if self.config.eos_token is not None:
+            token_id = self.token_to_id(self.config.eos_token)
+            if token_id is not None:
+                ids.append(token_id)
+        ids.extend(i for i in self.config.generation_eos_ids if i not in ids)
+        return ids
+
+    @property
+    def chat_template(self):
+        return self.config.chat_template
+
+    def apply_chat_template(self, messages, tools=None, tokenize=True, chat_template=None, **kwargs):
+        from tokworker.templates.apply import apply_chat_template
+        return apply_chat_template(self, messages, tools=tools, tokenize=tokenize, chat_template=chat_template,
+                                   **kwargs)
+
+
+def _normalizer_from_spec(spec):
+    """normalizers.from_spec once that module exists; meanwhile the Unicode forms and Sequence only."""
+    try:
+        from . import normalizers
+    except ImportError:
+        normalizers = None
+    if normalizers is not None:
+        return normalizers.from_spec(spec)
+    if not spec:
+        return None
+    forms = spec.get("normalizers", []) if spec.get("type") == "Sequence" else [spec]
+    kinds = [form.get("type") for form in forms]
+    for kind in kinds:
+        if kind not in ("NFC", "NFD", "NFKC", "NFKD"):
+            raise UnsupportedComponent("normalizer", kind, "normalizers.py is not available yet")
+    if not kinds:
+        return None
+
+    class _Forms:
+        def normalize(self, text: str) -> str:
+            for kind in kinds:
+                text = unicode.normalize(kind, text)
+            return text
+    return _Forms()
+
+
+def _check_text(text) -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, not {type(text).__name__}")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(f"text has a lone surrogate {text[error.start]!r} at index {error.start}; "
+                             "it is not valid Unicode text") from None
+
+
+def _check_id(token_id, size: int) -> None:
+    if type(token_id) is not int or not 0 <= token_id < size:
+        if not isinstance(token_id, int) or isinstance(token_id, bool) or not 0 <= token_id < size:
+            raise ValueError(f"token id {token_id!r} is not in the vocabulary (0 <= id < {size})")
