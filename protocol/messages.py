@@ -1,0 +1,260 @@
+"""Every message between an API process and a tokworker worker: msgspec Structs, msgpack on the wire.
+
+A message travels as two ZeroMQ frames, `[request id, body]`: the id is 8 bytes (unsigned little-endian)
+kept outside the body so that a worker can answer even a body it cannot decode with a typed error that
+names the request. Bodies are msgpack maps whose "type" field selects one Struct of a tagged union:
+`Request` one way, `Reply` the other. Every Struct forbids unknown fields; nothing is ever unpickled.
+PROTOCOL.md describes the same contract for implementers in other languages.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Union
+
+import msgspec
+
+from protocol.deltas import StreamParams, StreamUpdate
+
+PROTOCOL_VERSION = 1
+_ID = struct.Struct("<Q")
+
+
+class ErrorCode:
+    """The `code` of an Error: what went wrong, stable across versions (the message is for humans)."""
+
+    MALFORMED = "malformed"                # frames or msgpack that do not decode
+    UNKNOWN_TYPE = "unknown_type"          # a "type" this worker does not know
+    INVALID = "invalid"                    # wrong field types, unknown or missing fields
+    TOO_LARGE = "too_large"                # over a size limit (message, batch, text, nesting)
+    UNSUPPORTED_VERSION = "unsupported_version"
+    FORBIDDEN = "forbidden"                # e.g. a request-supplied chat template when not enabled
+    TEMPLATE = "template_error"            # the chat template raised or ran past its budget
+    UNKNOWN_STREAM = "unknown_stream"
+    STREAM_EXISTS = "stream_exists"
+    STREAM_FAILED = "stream_failed"        # the text engine raised while handling this stream
+    OVERLOADED = "overloaded"              # bounded queue or table full: retry later, elsewhere
+    TIMEOUT = "timeout"                    # over the request's time budget
+    OUT_OF_MEMORY = "out_of_memory"
+    UNAVAILABLE = "unavailable"            # a capability this worker does not have
+    STALE = "stale"                        # sent on a connection that a newer handshake replaced
+    INTERNAL = "internal"
+    # Raised by the frontend itself, never sent by a worker:
+    WORKER_LOST = "worker_lost"            # the worker died (or was unreachable) more times than retried
+
+
+class _Request(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+class _Reply(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+class Error(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A typed failure: `code` is one of ErrorCode's values, `message` says why in words."""
+
+    code: str
+    message: str = ""
+
+
+# ---------------------------------------------------------------- handshake and bookkeeping
+
+class Hello(_Request, tag="hello"):
+    """First message on a connection. `session` names the client across reconnects: streams belong to a
+    session, and a Hello with a higher `epoch` moves the session to this connection, after which the
+    worker drops (answers STALE to) requests still arriving on older connections. `reset=True` also drops
+    the session's streams, so the client can rebuild them from its own log."""
+
+    version: int
+    session: str = ""
+    epoch: int = 0
+    reset: bool = False
+
+
+class Limits(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    max_message_bytes: int
+    max_depth: int
+    max_batch: int
+    max_text_chars: int
+    max_streams: int
+
+
+class HelloReply(_Reply, tag="hello"):
+    version: int
+    worker_id: str                         # unique per worker process start ("host:pid:random")
+    index: int                             # this worker's place in its daemon (endpoint = base + index)
+    pool_size: int                         # how many workers the daemon runs
+    pid: int
+    model_fingerprint: str                 # sha256 of the tokenizer files: equal across a pool
+    vocab_size: int
+    eos_token_ids: list[int]
+    capabilities: list[str]
+    limits: Limits
+    tool_parser: str | None = None         # the worker's defaults for streams that name none
+    reasoning_parser: str | None = None
+
+
+class Stats(_Request, tag="stats"):
+    pass
+
+
+class StatsReply(_Reply, tag="stats"):
+    worker_id: str
+    pid: int
+    uptime_s: float
+    requests: int
+    errors: int
+    streams_open: int
+    streams_opened: int
+    queue_depth: int
+    max_rss_kb: int
+
+
+# ---------------------------------------------------------------- stateless text work
+
+class Render(_Request, tag="render"):
+    """Chat messages (and tools) -> prompt ids through the model's chat template. `chat_template` is an
+    untrusted template from the request: refused with FORBIDDEN unless the operator enabled it."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template: str | None = None
+    template_kwargs: dict[str, Any] = {}
+    return_text: bool = False
+
+
+class RenderReply(_Reply, tag="render"):
+    ids: list[int]
+    text: str | None = None
+
+
+class Encode(_Request, tag="encode"):
+    texts: list[str]
+    add_special_tokens: bool = False
+    split_special_tokens: bool = False
+
+
+class EncodeReply(_Reply, tag="encode"):
+    ids: list[list[int]]
+
+
+class Decode(_Request, tag="decode"):
+    ids: list[list[int]]
+    skip_special_tokens: bool = False
+
+
+class DecodeReply(_Reply, tag="decode"):
+    texts: list[str]
+
+
+class Compile(_Request, tag="compile"):
+    """A constraint for the engine's sampler: exactly one of `pattern` (a regex), `json_schema`, or
+    `tools` (forced tool call: `tool_name` picks one, None means any, `format` the tool-call syntax)."""
+
+    pattern: str | None = None
+    json_schema: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_name: str | None = None
+    format: str = "hermes"
+
+
+class CompileReply(_Reply, tag="compile"):
+    """The token automaton as tables: state s allows token `allowed[s][k]`, which leads to state
+    `next_states[s][k]`; `accepting` lists the states where eos is allowed. State 0 is the start."""
+
+    pattern: str
+    num_states: int
+    allowed: list[list[int]]
+    next_states: list[list[int]]
+    accepting: list[int]
+
+
+# ---------------------------------------------------------------- streams
+
+class OpenStream(_Request, tag="open"):
+    """Create one request's streaming state. `replay` is a list of id batches pushed at once, whose
+    output is discarded: how a client rebuilds a stream on a worker that replaced a dead one."""
+
+    stream_id: str
+    params: StreamParams = msgspec.field(default_factory=StreamParams)
+    prompt_ids: list[int] | None = None
+    prompt_text: str | None = None
+    replay: list[list[int]] = []
+
+
+class OpenReply(_Reply, tag="open"):
+    stream_id: str
+
+
+class Step(_Request, tag="step"):
+    """One engine step for every stream this client has on this worker: the new ids of each, and the
+    streams the engine ended (finish flushes held-back text and closes the stream)."""
+
+    ids: dict[str, list[int]]
+    finish: list[str] = []
+
+
+class StepReply(_Reply, tag="step"):
+    """An update for every stream of the step that worked, an Error for every one that did not. A stream
+    whose update carries a finish_reason is closed on the worker; later ids for it are ignored."""
+
+    updates: dict[str, StreamUpdate]
+    errors: dict[str, Error] = {}
+
+
+class CloseStreams(_Request, tag="close"):
+    """Drop streams without output (the request was aborted or its client went away)."""
+
+    stream_ids: list[str]
+
+
+class CloseReply(_Reply, tag="close"):
+    closed: int
+
+
+class ErrorReply(_Reply, tag="error"):
+    code: str
+    message: str = ""
+    request_id: int = 0
+
+
+Request = Union[Hello, Stats, Render, Encode, Decode, Compile, OpenStream, Step, CloseStreams]
+Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, CompileReply, OpenReply,
+              StepReply, CloseReply, ErrorReply]
+
+encode_message = msgspec.msgpack.Encoder().encode
+decode_request = msgspec.msgpack.Decoder(Request).decode
+decode_reply = msgspec.msgpack.Decoder(Reply).decode
+
+
+def pack_id(request_id: int) -> bytes:
+    return _ID.pack(request_id)
+
+
+def unpack_id(frame: bytes) -> int:
+    """The request id of a header frame; raises ValueError for a frame that is not 8 bytes."""
+    if len(frame) != 8:
+        raise ValueError(f"request id frame must be 8 bytes, got {len(frame)}")
+    return _ID.unpack(frame)[0]
+
+
+def nesting_depth(value: Any, limit: int) -> int:
+    """Depth of nested lists/dicts in a decoded value, stopping early once past `limit` (iterative, so a
+    hostile payload cannot exhaust the stack while it is being measured)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        todo.extend((child, depth + 1) for child in children)
+    return deepest

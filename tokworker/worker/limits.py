@@ -1,0 +1,77 @@
+"""Backstops that keep one bad request from taking a worker (or the host) down with it.
+
+- Memory: RLIMIT_AS caps the worker's address space, so a runaway allocation raises MemoryError inside
+  the request (answered OUT_OF_MEMORY) instead of waking the kernel's OOM killer on the whole host.
+- Wall time: a stateless request runs under an interval timer whose SIGALRM raises BudgetExceeded in
+  pure-Python code (answered TIMEOUT); the worker goes on with the next request.
+- CPU: code stuck in C ignores signal handlers, so RLIMIT_CPU is kept `cpu_limit_s` ahead of the CPU
+  already used; a request that burns through it gets SIGXCPU, the process dies, and the launcher starts
+  a new one (the frontend then re-sends and replays what it lost).
+"""
+
+from __future__ import annotations
+
+import resource
+import signal
+import time
+
+
+class BudgetExceeded(Exception):
+    """A request ran past its wall-time budget."""
+
+
+def apply_memory_limit(megabytes: int) -> None:
+    if megabytes <= 0:
+        return
+    limit = megabytes << 20
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+class CpuBackstop:
+    """Keeps the soft RLIMIT_CPU between `seconds`/2 and `seconds` ahead of the CPU used so far; re-arming
+    costs a syscall only every `seconds`/2 of CPU, so calling `arm()` per request is cheap."""
+
+    def __init__(self, seconds: int):
+        self.seconds = max(2, int(seconds))
+        self.armed_until = 0.0
+
+    def arm(self) -> None:
+        used = time.process_time()
+        if used + self.seconds / 2 < self.armed_until:
+            return
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = int(used) + 1 + self.seconds
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        self.armed_until = soft
+
+
+class WallBudget:
+    """`with budget(seconds):` raises BudgetExceeded in the main thread once `seconds` have passed."""
+
+    def __init__(self):
+        self.active = False
+        signal.signal(signal.SIGALRM, self._expired)
+
+    def _expired(self, signum, frame):
+        if self.active:
+            self.active = False
+            raise BudgetExceeded()
+
+    def __call__(self, seconds: float):
+        self.seconds = seconds
+        return self
+
+    def __enter__(self):
+        self.active = True
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        self.active = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return False

@@ -1,0 +1,135 @@
+"""Who may talk to a worker: private ipc:// directories, CurveZMQ for tcp://, and the endpoint rules.
+
+- ipc:// sockets live in a directory owned by this user with mode 0700, so no other local user can even
+  reach the socket file; an existing directory that others can open is refused, not repaired.
+- tcp:// always needs CurveZMQ: the server's key pair encrypts and authenticates the connection, and a
+  ZAP handler admits only client public keys found in `authorized_clients/`. Without keys a tcp://
+  bind (and in particular 0.0.0.0 or ::) is refused.
+
+A key directory made by `tokworker keys DIR`:
+    server.key, server.key_secret            the daemon's pair (the secret stays on the daemon's host)
+    <name>.key, <name>.key_secret            a client's pair (copy server.key and these to the client)
+    authorized_clients/<name>.key            public keys the daemon admits
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+import zmq.auth
+
+SERVER = "server"
+AUTHORIZED = "authorized_clients"
+
+
+class InsecureEndpoint(ValueError):
+    """An endpoint that would let someone else in (or that we cannot check)."""
+
+
+def worker_endpoints(base: str, count: int) -> list[str]:
+    """The endpoints of a daemon's `count` workers: worker 0 at `base`, worker i at tcp port + i, or at
+    ipc path + ".i". Clients use the same rule to find every worker from the first one's handshake."""
+    scheme, _, rest = base.partition("://")
+    if scheme == "tcp":
+        host, _, port = rest.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"tcp endpoint needs host:port, got {base!r}")
+        return [f"tcp://{host}:{int(port) + i}" for i in range(count)]
+    if scheme == "ipc":
+        return [base] + [f"{base}.{i}" for i in range(1, count)]
+    raise ValueError(f"endpoint must be ipc:// or tcp://, got {base!r}")
+
+
+def check_bind(endpoint: str, curve_keys: str | None) -> None:
+    """Refuse an endpoint that is not private: tcp:// without keys, ipc:// outside a 0700 directory."""
+    scheme, _, rest = endpoint.partition("://")
+    if scheme == "tcp":
+        if not curve_keys:
+            raise InsecureEndpoint(f"refusing to bind {endpoint} without CurveZMQ keys: pass --curve-keys DIR "
+                                   "(make one with `tokworker keys DIR`) or use ipc://")
+        return
+    if scheme == "ipc":
+        path = Path(rest)
+        if not path.is_absolute():
+            raise InsecureEndpoint(f"ipc endpoint needs an absolute path, got {endpoint!r}")
+        ensure_private_dir(path.parent)
+        return
+    raise InsecureEndpoint(f"endpoint must be ipc:// or tcp://, got {endpoint!r}")
+
+
+def ensure_private_dir(directory: Path) -> None:
+    """Create `directory` with mode 0700, or accept it only if this user owns it and nobody else can
+    open it."""
+    directory = Path(directory)
+    if not directory.exists():
+        directory.mkdir(parents=True, mode=0o700)
+        os.chmod(directory, 0o700)
+    info = directory.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise InsecureEndpoint(f"{directory} is not a directory")
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise InsecureEndpoint(f"ipc sockets must live in a directory only you can open: {directory} has mode "
+                               f"{stat.S_IMODE(info.st_mode):o} and owner {info.st_uid}; use a fresh directory")
+
+
+def generate_keys(directory: str | os.PathLike, clients: list[str] = ("client",)) -> Path:
+    """Make (or extend) a key directory: the server pair if missing, a pair per client name, and each
+    client's public key in authorized_clients/. Secret files are 0600."""
+    directory = Path(directory)
+    ensure_private_dir(directory)
+    (directory / AUTHORIZED).mkdir(mode=0o700, exist_ok=True)
+    names = [] if (directory / f"{SERVER}.key_secret").exists() else [SERVER]
+    for name in [*names, *clients]:
+        if name != SERVER and (name == AUTHORIZED or "/" in name or name.startswith(".")):
+            raise ValueError(f"bad client name {name!r}")
+        public, secret = zmq.auth.create_certificates(directory, name)
+        os.chmod(secret, 0o600)
+        if name != SERVER:
+            (directory / AUTHORIZED / f"{name}.key").write_bytes(Path(public).read_bytes())
+    return directory
+
+
+def secure_server(context: zmq.Context, socket: zmq.Socket, keys_dir: str):
+    """Make `socket` a CURVE server admitting only authorized client keys; returns the ZAP
+    authenticator (a thread), which must be stopped when the socket closes."""
+    from zmq.auth.thread import ThreadAuthenticator
+
+    keys = Path(keys_dir)
+    public, secret = zmq.auth.load_certificate(keys / f"{SERVER}.key_secret")
+    authorized = keys / AUTHORIZED
+    if not authorized.is_dir():
+        raise InsecureEndpoint(f"{authorized} is missing: no client could be admitted")
+    authenticator = ThreadAuthenticator(context)
+    authenticator.start()
+    authenticator.configure_curve(domain="*", location=str(authorized))
+    socket.curve_secretkey = secret
+    socket.curve_publickey = public
+    socket.curve_server = True
+    return authenticator
+
+
+@dataclass(frozen=True)
+class ClientKeys:
+    """What a client needs for a CURVE connection: the server's public key and its own pair."""
+
+    server_public: bytes
+    public: bytes
+    secret: bytes
+
+    @classmethod
+    def from_dir(cls, directory: str | os.PathLike, name: str = "client") -> "ClientKeys":
+        directory = Path(directory)
+        server_public, _ = zmq.auth.load_certificate(directory / f"{SERVER}.key")
+        public, secret = zmq.auth.load_certificate(directory / f"{name}.key_secret")
+        if secret is None:
+            raise ValueError(f"{directory / (name + '.key_secret')} holds no secret key")
+        return cls(server_public, public, secret)
+
+    def apply(self, socket: zmq.Socket) -> None:
+        socket.curve_serverkey = self.server_public
+        socket.curve_publickey = self.public
+        socket.curve_secretkey = self.secret

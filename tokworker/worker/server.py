@@ -1,0 +1,273 @@
+"""The worker process: one loaded tokenizer and a ROUTER socket, one request at a time, one reply each.
+
+Frames in: [client identity, request id (8 bytes), msgpack body]; frames out: the same identity and id
+with the reply body. Whatever arrives, the client gets exactly one reply: the result or an ErrorReply
+(malformed frames, unknown types, wrong fields, oversize or deeply nested payloads, pickles all end there)
+and the loop goes on. ZeroMQ itself drops frames over MAXMSGSIZE, so clients keep their own timeouts.
+
+Sessions: a client names its session in Hello; streams belong to the session, and a Hello with a newer
+epoch moves the session to the new connection, after which requests from the old one are answered STALE
+and never touch the session's streams (so a client's reconnect can never be raced by its past).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import signal
+import socket as socketlib
+import time
+from collections import OrderedDict, deque
+from pathlib import Path
+
+import msgspec
+import zmq
+
+from protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, Decode, Encode, ErrorCode,
+                               ErrorReply, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
+                               StatsReply, Step, decode_request, encode_message, pack_id, unpack_id)
+from tokworker.worker.handlers import Handlers
+from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit
+from tokworker.worker.options import WorkerOptions
+from tokworker.worker.security import check_bind, secure_server
+from tokworker.worker.streams import StreamTable, WorkerError
+
+log = logging.getLogger("tokworker.worker")
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                   "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
+MAX_SESSIONS = 65536
+HOUSEKEEPING_S = 1.0
+
+
+def model_fingerprint(model_dir: str) -> str:
+    """sha256 over the tokenizer files (not the weights): two workers agree on ids iff this matches."""
+    digest = hashlib.sha256()
+    path = Path(model_dir)
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir()
+                                                  if p.name in TOKENIZER_FILES or p.suffix == ".tiktoken")
+    for file in files:
+        digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def load_tokenizer(model_dir: str):
+    from tokworker.tokenizer import Tokenizer
+
+    path = Path(model_dir)
+    return Tokenizer.from_file(path) if path.is_file() else Tokenizer.from_dir(path)
+
+
+class Worker:
+    def __init__(self, options: WorkerOptions):
+        self.options = options
+        self.tokenizer = load_tokenizer(options.model_dir)
+        self.fingerprint = model_fingerprint(options.model_dir)
+        self.handlers = Handlers(self.tokenizer, options)
+        self.streams = StreamTable(self.tokenizer, options.max_streams, options.stream_idle_s,
+                                   options.tool_parser, options.reasoning_parser)
+        self.worker_id = f"{socketlib.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.started = time.monotonic()
+        self.requests = self.errors = 0
+        self.backlog: deque = deque()
+        self.owners: OrderedDict[str, tuple[int, bytes]] = OrderedDict()   # session -> (epoch, identity)
+        self.sessions: OrderedDict[bytes, str] = OrderedDict()             # identity -> session
+        self.budget = WallBudget()
+        self.cpu = CpuBackstop(options.cpu_limit_s)
+        self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
+                          Decode: self.handlers.decode, Compile: self.handlers.compile}
+        self.hello_reply = HelloReply(
+            version=PROTOCOL_VERSION, worker_id=self.worker_id, index=options.index, pool_size=options.pool_size,
+            pid=os.getpid(), model_fingerprint=self.fingerprint, vocab_size=self.tokenizer.vocab_size,
+            eos_token_ids=list(self.tokenizer.eos_token_ids), capabilities=self._capabilities(),
+            limits=Limits(max_message_bytes=options.max_message_bytes, max_depth=options.max_depth,
+                          max_batch=options.max_batch, max_text_chars=options.max_text_chars,
+                          max_streams=options.max_streams),
+            tool_parser=options.tool_parser, reasoning_parser=options.reasoning_parser)
+
+    def _capabilities(self) -> list[str]:
+        caps = ["encode", "decode", "stream", "step"]
+        if self.tokenizer.chat_template:
+            caps.append("render")
+        if self.options.allow_request_templates:
+            caps.append("request_templates")
+        try:
+            import tokworker.constrain.automaton  # noqa: F401
+            caps.append("compile")
+        except ImportError:
+            pass
+        return caps
+
+    # ------------------------------------------------------------ the loop
+    def serve(self, stop: list) -> None:
+        """Run until stop[0] is True (set by SIGTERM) or the parent process goes away."""
+        options = self.options
+        check_bind(options.bind, options.curve_keys)
+        context = zmq.Context(io_threads=1)
+        sock = context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, options.max_message_bytes)
+        sock.setsockopt(zmq.RCVHWM, options.max_queue)
+        sock.setsockopt(zmq.SNDHWM, options.max_queue * 4)
+        authenticator = secure_server(context, sock, options.curve_keys) if options.curve_keys else None
+        old_umask = os.umask(0o077)                         # the ipc socket file: owner only
+        try:
+            sock.bind(options.bind)
+        finally:
+            os.umask(old_umask)
+        log.info("worker %s (%d of %d) serving %s on %s", self.worker_id, options.index, options.pool_size,
+                 options.model_dir, options.bind)
+        parent = os.getppid()
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+        try:
+            while not stop[0]:
+                if not self.backlog:
+                    poller.poll(HOUSEKEEPING_S * 1000)
+                self._read_ahead(sock)
+                if self.backlog:
+                    arrived, frames = self.backlog.popleft()
+                    reply = self.handle(frames, arrived)
+                    if reply is not None:
+                        sock.send_multipart(reply, copy=False)
+                now = time.monotonic()
+                if now >= next_housekeeping:
+                    next_housekeeping = now + HOUSEKEEPING_S
+                    self.streams.evict_idle()
+                    if os.getppid() != parent:
+                        log.warning("parent process went away; worker exits")
+                        break
+        finally:
+            sock.close(linger=0)
+            if authenticator is not None:
+                authenticator.stop()
+            context.term()
+            log.info("worker %s stopped after %d requests", self.worker_id, self.requests)
+
+    def _read_ahead(self, sock) -> None:
+        """Move what has arrived into the bounded backlog, stamped with its arrival time."""
+        backlog, limit = self.backlog, self.options.max_queue
+        now = time.monotonic()
+        while len(backlog) < limit and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            backlog.append((now, sock.recv_multipart()))
+
+    # ------------------------------------------------------------ one request
+    def handle(self, frames: list[bytes], arrived: float) -> list[bytes] | None:
+        """One request's frames -> the reply frames (None when there is no one to reply to)."""
+        self.requests += 1
+        if len(frames) < 2:
+            return None                                      # not even an identity and one frame
+        identity, header = frames[0], frames[1]
+        if len(frames) != 3 or len(header) != 8:
+            header = header if len(header) == 8 else pack_id(0)
+            return self._error(identity, header, unpack_id(header), ErrorCode.MALFORMED,
+                               "expected the frames [request id (8 bytes), body]")
+        request_id = unpack_id(header)
+        try:
+            msg = decode_request(frames[2])
+        except msgspec.ValidationError as exc:
+            code = ErrorCode.UNKNOWN_TYPE if "`$.type`" in str(exc) else ErrorCode.INVALID
+            return self._error(identity, header, request_id, code, str(exc))
+        except RecursionError:
+            return self._error(identity, header, request_id, ErrorCode.TOO_LARGE, "payload nests too deeply")
+        except (msgspec.DecodeError, ValueError, MemoryError) as exc:
+            return self._error(identity, header, request_id, ErrorCode.MALFORMED, f"cannot decode body: {exc}")
+        kind = type(msg)
+        stateless = self.stateless.get(kind)
+        if stateless is not None and time.monotonic() - arrived > self.options.max_queue_wait_s:
+            return self._error(identity, header, request_id, ErrorCode.OVERLOADED,
+                               f"waited over {self.options.max_queue_wait_s} s in this worker's queue")
+        session = self.sessions.get(identity)
+        if session is not None and self.owners.get(session, (0, identity))[1] != identity:
+            return self._error(identity, header, request_id, ErrorCode.STALE,
+                               "this connection's session moved to a newer connection")
+        self.cpu.arm()
+        try:
+            if stateless is not None:
+                with self.budget(self.options.budget_s):
+                    reply = stateless(msg)
+            else:
+                reply = self._stateful(identity, session or identity.hex(), msg)
+            body = encode_message(reply)
+        except WorkerError as exc:
+            return self._error(identity, header, request_id, exc.code, exc.message)
+        except BudgetExceeded:
+            return self._error(identity, header, request_id, ErrorCode.TIMEOUT,
+                               f"over this worker's budget of {self.options.budget_s} s")
+        except MemoryError:
+            return self._error(identity, header, request_id, ErrorCode.OUT_OF_MEMORY, "out of memory")
+        except RecursionError:
+            return self._error(identity, header, request_id, ErrorCode.TOO_LARGE, "input nests too deeply")
+        except Exception as exc:
+            log.exception("request %d (%s) failed", request_id, kind.__name__)
+            return self._error(identity, header, request_id, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        if len(body) > self.options.max_message_bytes:
+            return self._error(identity, header, request_id, ErrorCode.TOO_LARGE,
+                               f"the reply would be {len(body)} bytes, over the message limit")
+        return [identity, header, body]
+
+    def _stateful(self, identity: bytes, session: str, msg):
+        kind = type(msg)
+        if kind is Step:
+            if len(msg.ids) + len(msg.finish) > self.options.max_batch:
+                raise WorkerError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
+            return self.streams.step(session, msg)
+        if kind is OpenStream:
+            self.streams.open(session, msg)
+            return OpenReply(stream_id=msg.stream_id)
+        if kind is CloseStreams:
+            return CloseReply(closed=self.streams.close(session, msg.stream_ids))
+        if kind is Hello:
+            return self._hello(identity, msg)
+        if kind is Stats:
+            return self._stats()
+        raise WorkerError(ErrorCode.UNKNOWN_TYPE, f"no handler for {kind.__name__}")
+
+    def _hello(self, identity: bytes, msg: Hello) -> HelloReply:
+        if msg.version != PROTOCOL_VERSION:
+            raise WorkerError(ErrorCode.UNSUPPORTED_VERSION,
+                              f"this worker speaks protocol {PROTOCOL_VERSION}, not {msg.version}")
+        session = msg.session or identity.hex()
+        current = self.owners.get(session)
+        if current is not None and current[1] != identity and msg.epoch <= current[0]:
+            raise WorkerError(ErrorCode.STALE, f"session {session!r} is at epoch {current[0]} already")
+        self.owners[session] = (msg.epoch, identity)
+        self.owners.move_to_end(session)
+        self.sessions[identity] = session
+        self.sessions.move_to_end(identity)
+        for table in (self.owners, self.sessions):
+            while len(table) > MAX_SESSIONS:
+                table.popitem(last=False)
+        if msg.reset:
+            self.streams.drop_session(session)
+        return self.hello_reply
+
+    def _stats(self) -> StatsReply:
+        import resource
+        return StatsReply(worker_id=self.worker_id, pid=os.getpid(), uptime_s=time.monotonic() - self.started,
+                          requests=self.requests, errors=self.errors, streams_open=self.streams.count,
+                          streams_opened=self.streams.opened, queue_depth=len(self.backlog),
+                          max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+    def _error(self, identity: bytes, header: bytes, request_id: int, code: str, message: str) -> list[bytes]:
+        self.errors += 1
+        return [identity, header, encode_message(ErrorReply(code=code, message=message[:2000],
+                                                            request_id=request_id))]
+
+
+def run_worker(options: WorkerOptions) -> int:
+    """Process entry point: limits first, then load, then serve until SIGTERM/SIGINT."""
+    logging.basicConfig(level=options.log_level, format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
+    stop = [False]
+
+    def request_stop(signum, frame):
+        stop[0] = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    apply_memory_limit(options.memory_limit_mb)
+    Worker(options).serve(stop)
+    return 0
