@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
+import unicodedata
 from array import array
 
 import regex
@@ -33,11 +34,35 @@ class UnicodeForm(Normalizer):
         return _unicode.normalize(self.form, text)
 
 
+class _PerCharacter(dict):
+    """A str.translate table filled on first sight of each code point by `rule(char) -> str` (bounded).
+
+    The per-character normalizers are exact as per-character rules, so they run at str.translate speed
+    without precomputing a table over all of Unicode.
+    """
+
+    def __init__(self, rule):
+        super().__init__()
+        self.rule = rule
+
+    def __missing__(self, code: int) -> str:
+        if len(self) >= _TABLE_LIMIT:
+            self.clear()
+        value = self[code] = self.rule(chr(code))
+        return value
+
+
+_TABLE_LIMIT = 100_000
+
+
 class Lowercase(Normalizer):
     """Per-character lowercase (Rust's `char::to_lowercase`: no final-sigma rule)."""
 
+    def __init__(self):
+        self._table = _PerCharacter(_unicode.to_lowercase)
+
     def normalize(self, text: str) -> str:
-        return _unicode.to_lowercase(text)
+        return text.lower() if text.isascii() else text.translate(self._table)
 
 
 # Rust's char::is_whitespace is the White_Space property (Python's isspace adds U+001C..U+001F).
@@ -56,13 +81,18 @@ class Strip(Normalizer):
         return text.rstrip(WHITE_SPACE) if self.right else text
 
 
+def _is_combining_mark(char: str) -> bool:
+    return unicodedata.category(char)[0] == "M"
+
+
 class StripAccents(Normalizer):
     """Drops every combining mark (Mn, Mc, Me), unlike BertNormalizer which drops only Mn."""
 
-    _marks = regex.compile(r"\p{M}+")
+    def __init__(self):
+        self._table = _PerCharacter(lambda char: "" if _is_combining_mark(char) else char)
 
     def normalize(self, text: str) -> str:
-        return text if text.isascii() else self._marks.sub("", text)
+        return text if text.isascii() else text.translate(self._table)
 
 
 class Replace(Normalizer):
@@ -97,30 +127,54 @@ class Prepend(Normalizer):
         return self.prepend + text if text else text
 
 
+# The CJK blocks tokenizers' bert.rs spaces out (its own list: Extension B..F with a gap at U+2B820..U+2B91F).
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+               (0x2B920, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+def _is_chinese_char(char: str) -> bool:
+    code = ord(char)
+    return any(low <= code <= high for low, high in _CJK_RANGES)
+
+
 class BertNormalizer(Normalizer):
-    """clean_text, CJK spacing, accent stripping (Mn after NFD; None follows lowercase), lowercase."""
+    """clean_text, CJK spacing, accent stripping (Mn after NFD; None follows lowercase), lowercase.
+
+    clean_text drops NUL, U+FFFD and control characters (tab, newline and carriage return count as
+    whitespace), then turns whitespace into a plain space; CJK ideographs get a space on each side.
+    Both are per-character rules, as are dropping Mn and lowercasing after NFD, so each half is one table.
+    """
 
     def __init__(self, clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True):
         self.clean_text = clean_text
         self.handle_chinese_chars = handle_chinese_chars
         self.strip_accents = lowercase if strip_accents is None else strip_accents
         self.lowercase = lowercase
-        # clean_text drops NUL, U+FFFD and controls (tab, newline, carriage return are whitespace), then
-        # turns every remaining whitespace into a plain space.
-        self._drop = regex.compile(r"(?![\t\n\r])[\x00\ufffd" + _unicode.CONTROL_CLASS + "]+")
-        self._space = regex.compile("[" + _unicode.WHITESPACE_CLASS + "]")
-        self._chinese = regex.compile("([" + _unicode.CHINESE_CLASS + "])")
+        self._before_nfd = _PerCharacter(self._clean_and_space)
+        self._after_nfd = _PerCharacter(self._strip_and_lower)
+
+    def _clean_and_space(self, char: str) -> str:
+        if self.clean_text:
+            if char in "\0\ufffd" or _unicode.is_control(char):
+                return ""
+            if _unicode.is_whitespace(char):
+                return " "
+        if self.handle_chinese_chars and _is_chinese_char(char):
+            return f" {char} "
+        return char
+
+    def _strip_and_lower(self, char: str) -> str:
+        if self.strip_accents:
+            char = _unicode.strip_accents(char)
+        return _unicode.to_lowercase(char) if self.lowercase and char else char
 
     def normalize(self, text: str) -> str:
-        ascii_only = text.isascii()
-        if self.clean_text:
-            text = self._space.sub(" ", self._drop.sub("", text))
-        if self.handle_chinese_chars and not ascii_only:
-            text = self._chinese.sub(r" \1 ", text)
-        if self.strip_accents and not ascii_only:
-            text = _unicode.strip_accents(_unicode.normalize("NFD", text))
-        if self.lowercase:
-            text = _unicode.to_lowercase(text)
+        if self.clean_text or self.handle_chinese_chars:
+            text = text.translate(self._before_nfd)
+        if self.strip_accents:
+            text = _unicode.normalize("NFD", text)
+        if self.strip_accents or self.lowercase:
+            text = text.translate(self._after_nfd)
         return text
 
 
@@ -295,7 +349,7 @@ _SIMPLE = {
     "StripAccents": lambda spec: StripAccents(),
     "Nmt": lambda spec: Nmt(),
     "ByteLevel": lambda spec: ByteLevel(),
-    "Strip": lambda spec: Strip(spec.get("strip_left", True), spec.get("strip_right", True)),
+    "Strip": lambda spec: Strip(bool(spec["strip_left"]), bool(spec["strip_right"])),
     "Replace": lambda spec: Replace(spec["pattern"], spec["content"]),
     "Prepend": lambda spec: Prepend(spec["prepend"]),
     "BertNormalizer": lambda spec: BertNormalizer(
