@@ -1,0 +1,114 @@
+"""Unigram against `tokenizers`: a tokenizer trained with UnigramTrainer end to end, the model alone on
+generated words, and hand-built vocabularies for ties, unknown fusing and byte fallback."""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from tokenizers import Tokenizer as RefTokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from tokworker.tokenizer import Tokenizer
+from tokworker.tokenizer.models.unigram import Unigram
+
+from test_normalizers import CORPUS
+from test_wordpiece import TRAINING_TEXT
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
+
+
+class Pair(NamedTuple):
+    ours: Tokenizer
+    reference: RefTokenizer
+
+    def __repr__(self) -> str:
+        return "Pair(ours, reference)"
+
+
+def reference_ids(model, word: str) -> list[int]:
+    return [token.id for token in model.tokenize(word)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Pair:
+    reference = RefTokenizer(models.Unigram())
+    reference.normalizer = normalizers.NFKC()
+    reference.pre_tokenizer = pre_tokenizers.Metaspace()
+    reference.decoder = decoders.Metaspace()
+    reference.train_from_iterator(TRAINING_TEXT, trainers.UnigramTrainer(
+        vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], unk_token="<unk>"))
+    path = tmp_path_factory.mktemp("unigram") / "tokenizer.json"
+    reference.save(str(path))
+    return Pair(Tokenizer.from_file(path), reference)
+
+
+def assert_same(pair: Pair, line: str) -> None:
+    expected = pair.reference.encode(line, add_special_tokens=False).ids
+    assert pair.ours.encode(line) == expected, line
+    for skip in (False, True):
+        assert pair.ours.decode(expected, skip_special_tokens=skip) == pair.reference.decode(expected, skip_special_tokens=skip)
+
+
+def test_trained_unigram_end_to_end(trained):
+    for line in CORPUS + TRAINING_TEXT[:6] + [" ".join(CORPUS) * 10]:
+        assert_same(trained, line)
+
+
+@settings(max_examples=150, deadline=None)
+@given(line=text)
+def test_trained_unigram_on_generated_text(trained, line):
+    assert_same(trained, line)
+
+
+@pytest.fixture(scope="module")
+def trained_model(trained) -> Unigram:
+    return Unigram.from_spec(json.loads(trained.reference.to_str())["model"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(word=st.lists(st.sampled_from(list("▁abcdefilnorstuvwxyzé東京日本") + ["▁the", "ing", "able", "\U0001f600", "<s>"]),
+                     min_size=1, max_size=16).map("".join))
+def test_trained_model_alone_on_generated_words(trained, trained_model, word):
+    assert trained_model.tokenize(word) == reference_ids(trained.reference.model, word)
+
+
+VOCAB = [("<unk>", 0.0), ("a", -1.0), ("b", -1.0), ("ab", -2.0), ("c", -3.0), ("abc", -3.0), ("bc", -1.0),
+         ("x", -5.0), ("xy", -1.0), ("d", -0.5), ("dd", -1.0), ("ddd", -1.5)]
+
+
+@pytest.mark.parametrize("unk_id", [0, None])
+@pytest.mark.parametrize("byte_fallback", [False, True])
+def test_hand_built_vocabularies(unk_id, byte_fallback):
+    """Equal-score paths (ties keep the earliest start), fused unknown runs, a fused run that is itself a piece
+    ("xy": "y" alone is unknown), byte fallback with and without the byte pieces."""
+    vocab = VOCAB + ([(f"<0x{b:02X}>", -10.0) for b in range(256) if b != 0xA9] if byte_fallback else [])
+    ours = Unigram(vocab, unk_id=unk_id, byte_fallback=byte_fallback)
+    reference = models.Unigram(vocab, unk_id=unk_id, byte_fallback=byte_fallback)
+    for word in ["abc", "ab", "abcabc", "dddd", "ddddd", "bcab", "xy", "yy", "qqq", "aqqb", "é", "©", "a©b", "<unk>",
+                 "ddd" * 30, "a\U0001f600\U0001f600b", "yxy"]:
+        try:
+            expected = reference_ids(reference, word)
+        except Exception:
+            with pytest.raises(ValueError):
+                ours.tokenize(word)
+            continue
+        assert ours.tokenize(word) == expected, word
+
+
+def test_long_word_is_linear():
+    """50,000 characters with no split: Viterbi stays linear for bounded piece length."""
+    model = Unigram(VOCAB, unk_id=0)
+    word = "abcdxq" * 8_000
+    assert model.tokenize(word) == reference_ids(models.Unigram(VOCAB, unk_id=0, byte_fallback=False), word)
+
+
+@pytest.mark.parametrize("spec", [
+    {"type": "Unigram", "vocab": {"a": 1.0}},
+    {"type": "Unigram", "vocab": [["a"]]},
+    {"type": "Unigram", "vocab": [["a", -1.0]], "unk_id": 5},
+])
+def test_bad_specs_raise_value_error(spec):
+    with pytest.raises(ValueError):
+        Unigram.from_spec(spec)
