@@ -1,0 +1,98 @@
+"""render_chat against transformers' own apply_chat_template on the 36 real templates in ../shared.
+
+The oracle is a PreTrainedTokenizerFast built in-test around a one-word tokenizer (no model is loaded), so
+transformers' whole path runs: normalization, tool schemas, continue_final_message, its Jinja environment.
+Its clock is frozen to the same `now` we pass. Outputs must be identical; where it raises, we raise
+TemplateError.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import datetime
+
+import pytest
+
+from tests.chat_corpus import TOOLS, scenarios
+from tests.realdata import chat_templates
+from tokworker.templates import TemplateError, render_chat
+
+NOW = datetime(2025, 3, 14, 15, 9, 26)
+TEMPLATES = chat_templates()
+
+pytestmark = pytest.mark.skipif(not TEMPLATES, reason="../shared/fixtures/chat_templates is not present")
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    """transformers' apply_chat_template(tokenize=False) with a frozen strftime_now clock."""
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    from transformers.utils import chat_template_utils
+
+    class FrozenClock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return NOW
+
+    saved = chat_template_utils.datetime
+    chat_template_utils.datetime = FrozenClock
+    tokenizers = {}
+
+    def render(entry, messages, **kwargs):
+        key = (entry.get("bos_token"), entry.get("eos_token"))
+        if key not in tokenizers:
+            special = {name: value for name, value in zip(("bos_token", "eos_token"), key) if value is not None}
+            word_level = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+            tokenizers[key] = PreTrainedTokenizerFast(tokenizer_object=word_level, **special)
+        kwargs.setdefault("add_generation_prompt", True)
+        return tokenizers[key].apply_chat_template(messages, chat_template=entry["text"], tokenize=False, **kwargs)
+
+    yield render
+    chat_template_utils.datetime = saved
+
+
+def _template_kwargs(entry, kwargs):
+    kwargs = dict(kwargs, **(entry.get("extra_template_kwargs") or {}))
+    if entry.get("tools_json_kwarg"):
+        kwargs[entry["tools_json_kwarg"]] = json.dumps(kwargs.get("tools") or TOOLS)
+    return kwargs
+
+
+def _ours(entry, messages, kwargs):
+    special = {name: entry[name] for name in ("bos_token", "eos_token") if entry.get(name) is not None}
+    return render_chat(entry["text"], messages, now=NOW, **special, **kwargs)
+
+
+@pytest.mark.parametrize("file", sorted(TEMPLATES))
+def test_template_matches_transformers(file, oracle):
+    entry = TEMPLATES[file]
+    rendered = raised = 0
+    for name, messages, kwargs in scenarios():
+        kwargs = _template_kwargs(entry, kwargs)
+        try:
+            expected = oracle(entry, copy.deepcopy(messages), **copy.deepcopy(kwargs))
+        except Exception as error:  # transformers refused this input: so must we
+            with pytest.raises(TemplateError):
+                _ours(entry, messages, kwargs)
+            raised += 1
+            continue
+        assert _ours(entry, messages, kwargs) == expected, f"{file} / {name}"
+        rendered += 1
+    assert rendered >= 3, f"{file}: only {rendered} scenarios rendered ({raised} raised in transformers too)"
+
+
+def test_corpus_renders_on_most_templates(oracle):
+    """The conversation set is not vacuous: most (template, scenario) pairs render in transformers."""
+    total = ok = 0
+    for entry in TEMPLATES.values():
+        for name, messages, kwargs in scenarios():
+            total += 1
+            try:
+                oracle(entry, messages, **_template_kwargs(entry, kwargs))
+                ok += 1
+            except Exception:
+                pass
+    assert ok / total > 0.6, (ok, total)
