@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 tokenizers = pytest.importorskip("tokenizers")
 
-from realdata import vocabulary  # noqa: E402
-from tokenizer_corpus import CORPUS  # noqa: E402
+from tests.realdata import vocabulary  # noqa: E402
+from tests.tokenizer_corpus import CORPUS  # noqa: E402
 from tokworker.tokenizer import Tokenizer  # noqa: E402
 
 VOCABS = ["qwen3_dir", "deepseek"]

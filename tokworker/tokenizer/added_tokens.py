@@ -47,7 +47,8 @@ class _Matcher:
 class AddedVocabulary:
     """Content <-> id for added tokens, and the splitting of text around them."""
 
-    def __init__(self, specs: list[dict], model_vocab: dict[str, int], normalize=None):
+    def __init__(self, specs: list[dict], model_vocab: dict[str, int], normalize=None, keep_ids: bool = False):
+        """keep_ids=True takes each spec's "id" as given (tiktoken special tokens), not tokenizers' numbering."""
         self.ids: dict[str, int] = {}              # content -> id
         self.tokens: dict[int, AddedToken] = {}    # id -> token (last definition wins, as in tokenizers)
         self.special_contents: set[str] = set()
@@ -58,7 +59,7 @@ class AddedVocabulary:
                 continue
             if token.special:
                 self.special_contents.add(token.content)
-            token_id = self.ids.get(token.content, model_vocab.get(token.content))
+            token_id = spec["id"] if keep_ids else self.ids.get(token.content, model_vocab.get(token.content))
             if token_id is None:
                 highest = max(self.ids.values(), default=None)
                 token_id = model_size if highest is None or (highest < model_size and model_size) else highest + 1

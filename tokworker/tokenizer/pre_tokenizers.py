@@ -97,8 +97,15 @@ class Split:
         if behavior not in BEHAVIORS:
             raise UnsupportedComponent("Split behavior", behavior)
         self.pattern, self.behavior, self.invert = pattern, behavior, invert
-        # Isolated without groups keeps every match and every gap: findall is enough when nothing is lost.
-        self._findall = pattern.findall if behavior == "Isolated" and not invert and not pattern.groups else None
+        # One C call per piece for the common behaviours: regex.split with the whole pattern captured
+        # returns gaps and matches alternately (Isolated); uncaptured, gaps only (Removed); findall gives
+        # matches only (Removed + invert). Patterns with their own groups take the general path.
+        self._fast = None
+        if not pattern.groups:
+            if behavior == "Isolated":
+                self._fast = regex.compile(f"({pattern.pattern})", pattern.flags).split
+            elif behavior == "Removed":
+                self._fast = pattern.findall if invert else pattern.split
 
     @classmethod
     def from_spec(cls, spec: dict) -> "Split":
@@ -111,15 +118,13 @@ class Split:
 
     def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
         out: list[str] = []
-        findall = self._findall
+        fast = self._fast
         for piece in pieces:
-            if findall is not None:
-                found = findall(piece)
-                if sum(map(len, found)) == len(piece):
-                    out.extend(found if all(found) else filter(None, found))
-                    continue
-            spans = [match.span() for match in self.pattern.finditer(piece)]
-            out.extend(split_with_behavior(piece, spans, self.behavior, self.invert))
+            if fast is not None:
+                out.extend(filter(None, fast(piece)))
+            else:
+                spans = [match.span() for match in self.pattern.finditer(piece)]
+                out.extend(split_with_behavior(piece, spans, self.behavior, self.invert))
         return out
 
 

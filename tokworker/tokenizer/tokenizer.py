@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import decoders, models, pre_tokenizers, processors, unicode
+from . import decoders, models, normalizers, pre_tokenizers, processors
 from .added_tokens import AddedVocabulary
 from .config import TokenizerConfig
 from .errors import UnsupportedComponent
@@ -24,7 +24,8 @@ class Tokenizer:
     """Encode text to ids and decode ids to text, identically to Hugging Face `tokenizers`."""
 
     def __init__(self, model, *, normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None,
-                 added_tokens: list[dict] | None = None, config: TokenizerConfig | None = None):
+                 added_tokens: list[dict] | None = None, config: TokenizerConfig | None = None,
+                 keep_added_ids: bool = False):
         self.model = model
         self.normalizer = normalizer
         self.pre_tokenizer = pre_tokenizer
@@ -38,7 +39,7 @@ class Tokenizer:
                 specs.append(spec)
         normalize = normalizer.normalize if normalizer is not None else None
         self._normalize = normalize
-        self.added = AddedVocabulary(specs, model.vocab, normalize)
+        self.added = AddedVocabulary(specs, model.vocab, normalize, keep_added_ids)
         self.added_tokens: dict[str, int] = dict(self.added.ids)
         self.special_ids: frozenset[int] = self.added.special_ids
 
@@ -73,7 +74,7 @@ class Tokenizer:
         if isinstance(config, dict):
             config = TokenizerConfig.from_dict(config)
         return cls(models.from_spec(spec["model"]),
-                   normalizer=_normalizer_from_spec(spec.get("normalizer")),
+                   normalizer=normalizers.from_spec(spec.get("normalizer")),
                    pre_tokenizer=pre_tokenizers.from_spec(spec.get("pre_tokenizer")),
                    post_processor=processors.from_spec(spec.get("post_processor")),
                    decoder=decoders.from_spec(spec.get("decoder")),
@@ -261,32 +262,6 @@ class Tokenizer:
         from tokworker.templates.apply import apply_chat_template
         return apply_chat_template(self, messages, tools=tools, tokenize=tokenize, chat_template=chat_template,
                                    **kwargs)
-
-
-def _normalizer_from_spec(spec):
-    """normalizers.from_spec once that module exists; meanwhile the Unicode forms and Sequence only."""
-    try:
-        from . import normalizers
-    except ImportError:
-        normalizers = None
-    if normalizers is not None:
-        return normalizers.from_spec(spec)
-    if not spec:
-        return None
-    forms = spec.get("normalizers", []) if spec.get("type") == "Sequence" else [spec]
-    kinds = [form.get("type") for form in forms]
-    for kind in kinds:
-        if kind not in ("NFC", "NFD", "NFKC", "NFKD"):
-            raise UnsupportedComponent("normalizer", kind, "normalizers.py is not available yet")
-    if not kinds:
-        return None
-
-    class _Forms:
-        def normalize(self, text: str) -> str:
-            for kind in kinds:
-                text = unicode.normalize(kind, text)
-            return text
-    return _Forms()
 
 
 def _check_text(text) -> None:

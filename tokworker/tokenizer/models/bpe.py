@@ -46,6 +46,27 @@ class BPE:
                    end_of_word_suffix=spec.get("end_of_word_suffix"), fuse_unk=bool(spec.get("fuse_unk")),
                    byte_fallback=bool(spec.get("byte_fallback")), ignore_merges=bool(spec.get("ignore_merges")))
 
+    @classmethod
+    def from_ranks(cls, ranks: dict[bytes, int], byte_symbols: list[str]) -> "BPE":
+        """tiktoken's BPE from its token ranks: every split of a token into two tokens is a merge ranked
+        by the token's rank (replaying merges to keep one split per token does not reproduce tiktoken),
+        and a word that is itself a token is that token (ignore_merges), as tiktoken encodes it."""
+        latin1_to_symbols = {byte: symbol for byte, symbol in enumerate(byte_symbols)}
+        vocab = {token.decode("latin-1").translate(latin1_to_symbols): rank for token, rank in ranks.items()}
+        if len(vocab) != len(ranks):
+            raise ValueError("tiktoken ranks map two tokens to the same rank")
+        model = cls(vocab, (), ignore_merges=True)
+        shift, table = model.shift, model.pairs
+        for token, rank in ranks.items():
+            value = rank << shift | rank
+            for cut in range(1, len(token)):
+                left = ranks.get(token[:cut])
+                if left is not None:
+                    right = ranks.get(token[cut:])
+                    if right is not None:
+                        table[left << shift | right] = value
+        return model
+
     def _pair_table(self, merges) -> dict[int, int]:
         vocab, shift, prefix_len = self.vocab, self.shift, len(self.prefix)
         table = {}
