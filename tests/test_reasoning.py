@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from realdata import chat_templates
+from tests.realdata import chat_templates
 from tokworker.parsers.reasoning import (CONTENT, EXPECT, FORMATS, INSIDE, ReasoningParserError,
                                          ReasoningParser, get_reasoning_parser, starting_mode)
 

@@ -1,0 +1,219 @@
+"""IncrementalDetokenizer: generated ids -> text deltas whose concatenation is exactly `decode(all ids)`.
+
+Three ways, chosen once per tokenizer:
+
+- Bytewise, no byte fallback (byte-level BPE): each id is one lookup in a precomputed bytes table fed to an
+  incremental UTF-8 decoder, which holds an unfinished character until its last byte arrives. O(1) per token.
+- Bytewise with byte fallback (SentencePiece "<0xAB>" tokens): `tokenizers` decodes a run of byte tokens as a
+  whole, and an invalid run becomes one U+FFFD per byte, so a run is held until a non-byte token ends it
+  (emitting its first valid character early could be contradicted by a later invalid byte).
+- Any other decoder (WordPiece, Metaspace edge cases, CTC...): windowed string decode, DecodeStream's idea.
+  The window keeps one visible token of context, so a decoder's "first token" rules apply only where they
+  apply in the full decode; text ending in U+FFFD or inside a byte run waits for the next token.
+
+Strip-leading-space decoders (SentencePiece) drop one space at the very start of the stream, once.
+Ids are checked before any state changes: a bad id raises DetokenizeError and the stream stays usable.
+"""
+
+from __future__ import annotations
+
+import codecs
+import weakref
+
+_REPLACEMENT = "\ufffd"
+_TABLE_VARIANTS = 8  # skip-sets cached per tokenizer (one per distinct parser configuration in practice)
+
+
+class DetokenizeError(ValueError):
+    """An id that is not in the vocabulary (negative, too large, or not an int)."""
+
+
+class _VocabTables:
+    """What every stream of one tokenizer shares: bytes per id, byte-fallback ids, added-token ids."""
+
+    def __init__(self, tokenizer):
+        self.size = tokenizer.vocab_size
+        self.added_ids = frozenset(tokenizer.added_tokens.values())
+        self.bytewise = bool(tokenizer.decode_is_bytewise)
+        self._variants: dict[frozenset, list[bytes]] = {}
+        if not self.bytewise:
+            self.full, self.byte_ids = None, frozenset()
+            return
+        table = tokenizer.vocab_bytes()
+        for token_id in tokenizer.special_ids:
+            table[token_id] = tokenizer.token_bytes(token_id)
+        self.full = table
+        self.byte_ids = frozenset(
+            i for i, data in enumerate(table)
+            if len(data) == 1 and _is_byte_token(tokenizer.id_to_token(i)))
+
+    def without(self, skipped: frozenset) -> list[bytes]:
+        """The bytes table with `skipped` ids decoding to nothing."""
+        if not skipped:
+            return self.full
+        table = self._variants.get(skipped)
+        if table is None:
+            table = list(self.full)
+            for token_id in skipped:
+                table[token_id] = b""
+            if len(self._variants) >= _TABLE_VARIANTS:
+                self._variants.pop(next(iter(self._variants)))
+            self._variants[skipped] = table
+        return table
+
+
+_TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def vocab_tables(tokenizer) -> _VocabTables:
+    tables = _TABLES.get(tokenizer)
+    if tables is None:
+        tables = _TABLES[tokenizer] = _VocabTables(tokenizer)
+    return tables
+
+
+def _is_byte_token(token) -> bool:
+    return (isinstance(token, str) and len(token) == 6 and token.startswith("<0x") and token.endswith(">")
+            and all(c in "0123456789ABCDEFabcdef" for c in token[3:5]))
+
+
+class IncrementalDetokenizer:
+    """`add(ids) -> str` returns the text those ids complete; `flush() -> str` ends the stream (an
+    unfinished character becomes U+FFFD, as in `decode`).
+
+    keep_special_tokens names special tokens that stay in the text even with skip_special_tokens (parsers
+    that read <|channel|> or <|tool_calls_section_begin|>). spaces_between_special_tokens=True reproduces
+    vLLM's slow-tokenizer join: added tokens and the decoded runs between them joined by single spaces.
+    """
+
+    def __init__(self, tokenizer, skip_special_tokens: bool = True, spaces_between_special_tokens: bool = False,
+                 keep_special_tokens=()):
+        self.tokenizer = tokenizer
+        tables = vocab_tables(tokenizer)
+        self._size = tables.size
+        kept = {tokenizer.added_tokens[t] for t in keep_special_tokens if t in tokenizer.added_tokens}
+        self._skipped = frozenset(tokenizer.special_ids) - kept if skip_special_tokens else frozenset()
+        self._at_start = False  # windowed decode strips through tokenizer.decode itself
+        self._spaces = spaces_between_special_tokens
+        self._added_ids = tables.added_ids
+        self._byte_ids = tables.byte_ids
+        if tables.bytewise and not spaces_between_special_tokens:
+            self._table = tables.without(self._skipped)
+            self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+            self._run = bytearray()
+            self._step = self._bytes_with_runs if self._byte_ids else self._bytes
+            self._at_start = bool(tokenizer.strip_leading_space)
+        else:
+            self._step = self._windowed
+        # windowed state: ids decoded together, how many of them form the already-emitted prefix
+        self._window: list[int] = []
+        self._prefix_text = ""
+        self._segments = 0  # spaces mode: segments emitted so far
+
+    # ------------------------------------------------------------------ public
+    def add(self, ids) -> str:
+        """Append generated ids; returns the text they complete (possibly "")."""
+        if not ids:
+            return ""
+        size = self._size
+        try:
+            if len(ids) == 1:
+                if not 0 <= ids[0] < size or type(ids[0]) is not int:
+                    raise DetokenizeError(f"token id {ids[0]!r} is not in the vocabulary (0 <= id < {size})")
+            elif min(ids) < 0 or max(ids) >= size or not all(type(i) is int for i in ids):
+                bad = next(i for i in ids if type(i) is not int or not 0 <= i < size)
+                raise DetokenizeError(f"token id {bad!r} is not in the vocabulary (0 <= id < {size})")
+        except TypeError:
+            raise DetokenizeError(f"token ids must be ints, got {ids!r:.80}") from None
+        text = self._step(ids, False)
+        if self._at_start and text:
+            self._at_start = False
+            if text[0] == " ":
+                text = text[1:]
+        return text
+
+    def flush(self) -> str:
+        """The stream is over: release everything held."""
+        text = self._step((), True)
+        if self._at_start and text:
+            self._at_start = False
+            if text[0] == " ":
+                text = text[1:]
+        return text
+
+    # ------------------------------------------------------------------ bytewise
+    def _bytes(self, ids, final: bool) -> str:
+        if final:
+            return self._decode(b"", True)
+        table = self._table
+        if len(ids) == 1:
+            return self._decode(table[ids[0]])
+        return self._decode(b"".join([table[i] for i in ids]))
+
+    def _bytes_with_runs(self, ids, final: bool) -> str:
+        table, byte_ids, run, skipped = self._table, self._byte_ids, self._run, self._skipped
+        pieces = []
+        for token_id in ids:
+            if token_id in byte_ids:
+                run += table[token_id]
+            elif token_id not in skipped:
+                if run:
+                    pieces.append(self._end_run())
+                pieces.append(self._decode(table[token_id]))
+        if final:
+            if run:
+                pieces.append(self._end_run())
+            pieces.append(self._decode(b"", True))
+        return "".join(pieces)
+
+    def _end_run(self) -> str:
+        """A finished run of byte tokens: its UTF-8 text, or one U+FFFD per byte if it is not valid."""
+        head = self._decode(b"", True)  # normal tokens are whole characters, so this is "" in practice
+        try:
+            text = self._run.decode("utf-8")
+        except UnicodeDecodeError:
+            text = _REPLACEMENT * len(self._run)
+        self._run.clear()
+        return head + text
+
+    # ------------------------------------------------------------------ windowed string decode
+    def _windowed(self, ids, final: bool) -> str:
+        skipped, added, window = self._skipped, self._added_ids, self._window
+        if not self._spaces:
+            window.extend(i for i in ids if i not in skipped)
+            return self._advance(final)
+        pieces = []
+        for token_id in ids:  # vLLM's slow join: runs decoded apart, added tokens verbatim, " " between
+            if token_id in skipped:
+                continue
+            if token_id in added:
+                pieces.append(self._advance(True))
+                self._window, self._prefix_text = [], ""
+                window = self._window
+                pieces.append(self._separator() + self.tokenizer.id_to_token(token_id))
+            else:
+                if not window:
+                    pieces.append(self._separator())
+                window.append(token_id)
+        pieces.append(self._advance(final))
+        return "".join(pieces)
+
+    def _separator(self) -> str:
+        self._segments += 1
+        return " " if self._segments > 1 else ""
+
+    def _advance(self, final: bool) -> str:
+        window = self._window
+        if not window:
+            return ""
+        if not final and window[-1] in self._byte_ids:
+            return ""
+        text = self.tokenizer.decode(window, skip_special_tokens=False)
+        if not final and (text.endswith(_REPLACEMENT) or len(text) <= len(self._prefix_text)):
+            return ""
+        new = text[len(self._prefix_text):] if text.startswith(self._prefix_text) else ""
+        # Keep only the last token as context: the next window decodes it as its first token, exactly as
+        # the prefix text was decoded, so the difference is the new tokens' text.
+        self._window = window[-1:]
+        self._prefix_text = self.tokenizer.decode(self._window, skip_special_tokens=False)
+        return new
