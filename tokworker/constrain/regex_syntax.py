@@ -78,6 +78,7 @@ _META = "()[]{}?*+|.^$\\"
 class _Parser:
     def __init__(self, pattern: str):
         self.text, self.pos = pattern, 0
+        self.anchors: list[list[bool]] = []  # per top-level alternative: [starts with ^, ends with $]
 
     def error(self, message: str):
         raise RegexError(f"{message} at position {self.pos} in regex {self.text!r}")
@@ -101,12 +102,15 @@ class _Parser:
 
     def sequence(self, top):
         items = []
-        if top and self.peek() == "^":
-            self.pos += 1
+        if top:
+            self.anchors.append([self.peek() == "^", False])
+            if self.peek() == "^":
+                self.pos += 1
         while self.pos < len(self.text) and self.peek() not in "|)":
             if self.peek() == "$":
                 self.pos += 1
                 if top and self.peek() in ("", "|"):
+                    self.anchors[-1][1] = True
                     break
                 self.error("'$' is only supported at the end of the pattern or of a top-level alternative")
             atom = self.atom()
@@ -258,6 +262,23 @@ def parse(pattern: str):
         return _Parser(pattern).parse()
     except RecursionError:
         raise RegexError("regex nests too deeply") from None
+
+
+def parse_search(pattern: str):
+    """The node for the strings in which `pattern` is found (Python's `re.search`, as JSON Schema's
+    `pattern` keyword is applied): each top-level alternative gets any text before it unless it starts
+    with ^, and after it unless it ends with $. (`$` before a final newline is not taken: a subset.)"""
+    parser = _Parser(pattern)
+    try:
+        node = parser.parse()
+    except RecursionError:
+        raise RegexError("regex nests too deeply") from None
+    options = node[1] if node[0] == ALT and len(parser.anchors) > 1 else (node,)
+    anything = (REP, (SET, ((0, MAX_CODEPOINT),)), 0, -1)
+    wrapped = []
+    for option, (start, end) in zip(options, parser.anchors):
+        wrapped.append((CAT, (() if start else (anything,)) + (option,) + (() if end else (anything,))))
+    return wrapped[0] if len(wrapped) == 1 else (ALT, tuple(wrapped))
 
 
 def _class_text(ranges) -> str:
