@@ -61,10 +61,7 @@ def prepare_chat(template, messages, tools=None, documents=None, add_generation_
 def render_prepared(chat: PreparedChat, *, now=None, limits: Limits | None = None, **variables) -> str:
     """render_jinja_template: compile, tool schemas, plain data, aliases, continue_final_message, render."""
     limits = limits or DEFAULT_LIMITS
-    compiled.check_size(chat.template, limits)
-    entry = compiled.cached(chat.template, limits)
-    if entry is None:
-        entry = _guarded(lambda: compiled.compile_template(chat.template, limits), limits)
+    entry = compiled_template(chat.template, limits)
     try:
         tools = prepare.plain_data(prepare.tool_schemas(chat.tools))
         prepare.check_documents(chat.documents)
@@ -92,6 +89,15 @@ def render_prepared(chat: PreparedChat, *, now=None, limits: Limits | None = Non
         except AttributeError as error:
             raise TemplateInputError(f"continue_final_message needs text to continue: {error}") from None
     return text
+
+
+def compiled_template(template: str, limits: Limits) -> compiled.CompiledTemplate:
+    """The compiled template from the cache, or compiled now under the size cap and the watchdog."""
+    compiled.check_size(template, limits)
+    entry = compiled.cached(template, limits)
+    if entry is None:
+        entry = _guarded(lambda: compiled.compile_template(template, limits), limits)
+    return entry
 
 
 def _generate(template, context: dict, limits: Limits) -> str:

@@ -1,0 +1,97 @@
+"""Tokenizer.apply_chat_template: pick the model's template, pass its special tokens, render, and encode
+with content kept from forging control tokens (literal.py)."""
+
+from __future__ import annotations
+
+from . import literal
+from .chatml import CHATML_TEMPLATE
+from .errors import TemplateInputError, UntrustedTemplateError
+from .render import DEFAULT_LIMITS, PreparedChat, compiled_template, prepare_chat, render_prepared
+
+_SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
+def apply_chat_template(tokenizer, messages, tools=None, tokenize=True, chat_template=None, *, documents=None,
+                        add_generation_prompt=False, continue_final_message=False, sanitize_control_tokens=True,
+                        allow_untrusted_template=False, now=None, limits=None, **variables):
+    """Render `messages` with the tokenizer's chat template and return the text, or its ids if `tokenize`.
+
+    Like transformers' method of the same name (same template choice, same special-token variables, same
+    defaults), except that content is encoded as ordinary text by default: `sanitize_control_tokens=False`
+    restores transformers' plain encoding. `chat_template` may name one of the model's templates, or be a
+    template of its own, which is refused unless `allow_untrusted_template` (a server passes its operator's
+    setting here). A model without a template uses CHATML_TEMPLATE."""
+    template = select_template(tokenizer, chat_template, tools, allow_untrusted_template)
+    special = special_tokens(tokenizer)
+    chat = prepare_chat(template, messages, tools, documents, add_generation_prompt, continue_final_message)
+    text = render_prepared(chat, now=now, limits=limits, **{**special, **variables})
+    if not tokenize:
+        return text
+    if not sanitize_control_tokens:
+        return tokenizer.encode(text)
+    return _encode_sanitized(tokenizer, chat, text, special, variables, now, limits)
+
+
+def select_template(tokenizer, chat_template, tools, allow_untrusted_template: bool) -> str:
+    """transformers' get_chat_template: a name picks one of the model's templates; with none given, a dict
+    of templates gives "tool_use" when there are tools and it exists, else "default"."""
+    own = getattr(tokenizer, "chat_template", None)
+    if isinstance(own, list):
+        own = {entry["name"]: entry["template"] for entry in own}
+    if isinstance(own, dict):
+        if chat_template is not None and chat_template in own:
+            return own[chat_template]
+        if chat_template is None:
+            if tools is not None and "tool_use" in own:
+                return own["tool_use"]
+            if "default" in own:
+                return own["default"]
+            raise TemplateInputError("This model has multiple chat templates with no default specified! Please "
+                                     "either pass a chat template or the name of the template you wish to use to "
+                                     f"the `chat_template` argument. Available template names are {sorted(own)}.")
+    elif chat_template is None:
+        return own if own is not None else CHATML_TEMPLATE
+    known = set(own.values()) if isinstance(own, dict) else {own}
+    if chat_template not in known and chat_template != CHATML_TEMPLATE and not allow_untrusted_template:
+        raise UntrustedTemplateError("a chat template that did not come with the model was supplied; the "
+                                     "operator has not allowed untrusted templates")
+    return chat_template
+
+
+def special_tokens(tokenizer) -> dict:
+    """The named special tokens transformers passes to every template (bos_token, eos_token, ...)."""
+    config = getattr(tokenizer, "config", None)
+    found = {}
+    for name in _SPECIAL_NAMES:
+        value = getattr(tokenizer, name, None)
+        if value is None and config is not None:
+            value = getattr(config, name, None)
+        if value is not None:
+            found[name] = str(value)
+    return found
+
+
+def _encode_sanitized(tokenizer, chat: PreparedChat, text: str, special: dict, variables: dict, now, limits):
+    entry = compiled_template(chat.template, limits or DEFAULT_LIMITS)
+    everything, special_only = literal.control_tokens(tokenizer, chat.template, entry.literal_text)
+    callers = literal.user_variables(variables)
+    strings = literal.strings_in([chat.messages, chat.tools, chat.documents, callers], [])
+    search = everything.pattern.search if everything.pattern is not None else None
+    if search is None or not any(search(s) for s in strings):
+        return tokenizer.encode(text)            # nothing to forge with: exactly transformers' ids
+    opening, closing = literal.pick_markers(strings, chat.template)
+    first = None
+    for tokens in (everything, special_only):
+        if tokens.pattern is None:
+            continue
+        marked = PreparedChat(chat.template, literal.mark(chat.messages, tokens, opening, closing),
+                              literal.mark(chat.tools, tokens, opening, closing),
+                              literal.mark(chat.documents, tokens, opening, closing),
+                              chat.add_generation_prompt, chat.continue_final_message)
+        marked_variables = {**special, **variables, **literal.mark(callers, tokens, opening, closing)}
+        rendered = render_prepared(marked, now=now, limits=limits, **marked_variables)
+        clean, spans = literal.unmark(rendered, everything, opening, closing)
+        if clean == text:
+            return tokenizer.encode_with_literal_spans(clean, spans)
+        first = first or (clean, spans)
+    return tokenizer.encode_with_literal_spans(*first)
