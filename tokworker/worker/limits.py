@@ -16,8 +16,8 @@ import signal
 import time
 
 
-class BudgetExceeded(Exception):
-    """A request ran past its wall-time budget."""
+class BudgetExceeded(BaseException):
+    """A request ran past its wall-time budget (a BaseException, so no `except Exception` on the way swallows it)."""
 
 
 def apply_memory_limit(megabytes: int) -> None:

@@ -1,0 +1,382 @@
+"""TokenizerPool: the API process's asyncio handle on a pool of tokworker workers.
+
+    pool = await TokenizerPool.spawn(model_dir, workers=4)        # local workers over private ipc://
+    pool = await TokenizerPool.connect("tcp://host:7000", curve_keys="keys/")   # a `tokworker serve` daemon
+
+    prompt = await pool.render(messages, tools=tools)              # any worker, the least loaded
+    stream = await pool.open_stream("req-1", StreamParams(stop=["</answer>"]), prompt_ids=prompt.ids)
+    updates = await pool.step({"req-1": [17, 42], "req-2": [5]})   # one message per worker per engine step
+    async for update in stream: ...                                # the same updates, per stream
+
+A stream lives on one worker (its state is there); render/encode/decode go to whichever worker has the
+fewest requests in flight. Every request has a timeout; a full pool raises Overloaded instead of queueing
+without bound; a worker that dies is restarted (by the launcher, or by the daemon's) and the link replays
+what it lost, so callers see each delta exactly once (see link.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+
+import msgspec
+import zmq
+
+from protocol.deltas import StreamParams, StreamUpdate
+from protocol.messages import (CloseStreams, Compile, CompileReply, Decode, Encode, ErrorCode, OpenStream, Render,
+                               RenderReply, Stats, StatsReply, Step, StepReply, encode_message)
+from frontend.errors import InvalidRequest, Overloaded, PoolError, StreamFailed, UnknownStream, WorkerLost, error_for
+from frontend.launcher import Launcher
+from frontend.link import WorkerLink
+from frontend.stream import FAILED, Stream
+from tokworker.worker.options import WorkerOptions
+from tokworker.worker.security import ClientKeys, worker_endpoints
+
+EMPTY = StreamUpdate()
+MAX_FORGOTTEN = 65536
+
+
+def default_model_dir() -> Path:
+    """The small tokenizer bundled with the package (what `tokworker demo` runs on)."""
+    import tokworker
+    return Path(tokworker.__file__).resolve().parent / "data" / "default"
+
+
+def _encode(msg) -> bytes:
+    try:
+        return encode_message(msg)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidRequest(ErrorCode.INVALID, f"cannot encode this request: {exc}") from None
+
+
+class TokenizerPool:
+    def __init__(self, endpoints: list[str], *, keys: ClientKeys | None = None, request_timeout: float = 30.0,
+                 connect_timeout: float = 60.0, max_inflight: int = 256, launcher: Launcher | None = None,
+                 run_dir: str | None = None):
+        self.context = zmq.Context(io_threads=1)
+        self.keys = keys
+        self.session = uuid.uuid4().hex
+        self._link_options = dict(keys=keys, request_timeout=request_timeout, connect_timeout=connect_timeout,
+                                  max_inflight=max_inflight)
+        self.links: list[WorkerLink] = [self._new_link(endpoint, i) for i, endpoint in enumerate(endpoints)]
+        self.launcher = launcher
+        self.run_dir = run_dir
+        self._streams: dict[str, Stream] = {}
+        self._forgotten: OrderedDict[str, Stream] = OrderedDict()  # finished lately: later ids are ignored
+        self.max_streams = 0
+        self.closed = False
+
+    def _new_link(self, endpoint: str, index: int) -> WorkerLink:
+        return WorkerLink(self.context, endpoint, f"{self.session}-{index}", **self._link_options)
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    async def spawn(cls, model_dir: str | Path | None = None, workers: int = 2, *, request_timeout: float = 30.0,
+                    startup_timeout: float = 60.0, max_inflight: int = 256, **worker_options) -> "TokenizerPool":
+        """Start `workers` local worker processes on private ipc:// sockets and connect to them.
+        `worker_options` are WorkerOptions fields (tool_parser, reasoning_parser, memory_limit_mb, ...)."""
+        run_dir = tempfile.mkdtemp(prefix="tokworker-")         # mode 0700: only this user can reach the sockets
+        endpoints = [f"ipc://{run_dir}/worker-{i}" for i in range(workers)]
+        worker_options.setdefault("log_level", "WARNING")
+        options = [WorkerOptions(model_dir=str(model_dir or default_model_dir()), bind=endpoint, index=i,
+                                 pool_size=workers, **worker_options) for i, endpoint in enumerate(endpoints)]
+        launcher = Launcher(options).start()
+        pool = cls(endpoints, request_timeout=request_timeout, connect_timeout=startup_timeout,
+                   max_inflight=max_inflight, launcher=launcher, run_dir=run_dir)
+        try:
+            await pool._start()
+        except BaseException:
+            await pool.close()
+            raise
+        return pool
+
+    @classmethod
+    async def connect(cls, endpoints: str | list[str], *, curve_keys: str | Path | ClientKeys | None = None,
+                      discover: bool = True, request_timeout: float = 30.0, connect_timeout: float = 10.0,
+                      max_inflight: int = 256) -> "TokenizerPool":
+        """Connect to running workers (a `tokworker serve` daemon). With `discover`, each endpoint that is a
+        daemon's first worker brings in the rest of that daemon's workers."""
+        endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+        keys = ClientKeys.from_dir(curve_keys) if isinstance(curve_keys, (str, Path)) else curve_keys
+        pool = cls(endpoints, keys=keys, request_timeout=request_timeout, connect_timeout=connect_timeout,
+                   max_inflight=max_inflight)
+        try:
+            await pool._start()
+            if discover:
+                known = set(endpoints)
+                extra = [ep for link in pool.links if link.info.index == 0 and link.info.pool_size > 1
+                         for ep in worker_endpoints(link.endpoint, link.info.pool_size)[1:] if ep not in known]
+                if extra:
+                    links = [pool._new_link(ep, len(pool.links) + i) for i, ep in enumerate(extra)]
+                    pool.links.extend(links)
+                    await pool._start(links)
+        except BaseException:
+            await pool.close()
+            raise
+        return pool
+
+    async def _start(self, links: list[WorkerLink] | None = None) -> None:
+        links = self.links if links is None else links
+        expected = self.links[0].info.model_fingerprint if self.links[0].info else None
+        for link in links:
+            link.expected_fingerprint = expected
+        infos = await asyncio.gather(*(link.start() for link in links))
+        fingerprints = {info.model_fingerprint for info in infos} | ({expected} if expected else set())
+        if len(fingerprints) != 1:
+            raise PoolError("model_mismatch", f"workers serve different tokenizers: {sorted(fingerprints)}")
+        for link in self.links:
+            link.expected_fingerprint = infos[0].model_fingerprint
+        self.max_streams = sum(link.info.limits.max_streams for link in self.links if link.info)
+
+    @property
+    def info(self):
+        """The first worker's handshake: vocab size, eos ids, capabilities, limits."""
+        return self.links[0].info
+
+    async def __aenter__(self) -> "TokenizerPool":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------ stateless requests
+    def _least_loaded(self) -> WorkerLink:
+        links = [link for link in self.links if link.ready] or [link for link in self.links if not link.down]
+        if not links:
+            raise WorkerLost(ErrorCode.WORKER_LOST, "no worker is reachable")
+        return min(links, key=lambda link: link.load)
+
+    async def _call(self, msg, timeout: float | None):
+        if self.closed:
+            raise PoolError("closed", "this pool is closed")
+        return await self._least_loaded().request(_encode(msg), timeout=timeout)
+
+    async def render(self, messages: list[dict], tools: list[dict] | None = None, *, add_generation_prompt: bool = True,
+                     continue_final_message: bool = False, chat_template: str | None = None, return_text: bool = False,
+                     timeout: float | None = None, **template_kwargs) -> RenderReply:
+        """Messages -> prompt ids (and the text with return_text) through the model's chat template."""
+        return await self._call(Render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                       continue_final_message=continue_final_message, chat_template=chat_template,
+                                       template_kwargs=template_kwargs, return_text=return_text), timeout)
+
+    async def encode(self, texts: str | list[str], *, add_special_tokens: bool = False,
+                     split_special_tokens: bool = False, timeout: float | None = None):
+        """A text -> its ids; a list of texts -> a list of id lists (one message, one worker)."""
+        single = isinstance(texts, str)
+        reply = await self._call(Encode(texts=[texts] if single else list(texts), add_special_tokens=add_special_tokens,
+                                        split_special_tokens=split_special_tokens), timeout)
+        return reply.ids[0] if single else reply.ids
+
+    async def decode(self, ids, *, skip_special_tokens: bool = False, timeout: float | None = None):
+        """Ids -> text; a list of id lists -> a list of texts."""
+        batch = bool(ids) and not isinstance(ids[0], int)
+        reply = await self._call(Decode(ids=[list(x) for x in ids] if batch else [list(ids)],
+                                        skip_special_tokens=skip_special_tokens), timeout)
+        return reply.texts if batch else reply.texts[0]
+
+    async def compile(self, *, pattern: str | None = None, json_schema: dict | None = None,
+                      tools: list[dict] | None = None, tool_name: str | None = None, format: str = "hermes",
+                      timeout: float | None = None) -> CompileReply:
+        """A regex / JSON schema / forced tool call -> the token automaton as tables (see CompileReply)."""
+        return await self._call(Compile(pattern=pattern, json_schema=json_schema, tools=tools, tool_name=tool_name,
+                                        format=format), timeout)
+
+    async def stats(self) -> list[StatsReply]:
+        return list(await asyncio.gather(*(link.request(_encode(Stats())) for link in self.links if link.ready)))
+
+    # ------------------------------------------------------------ streams
+    async def open_stream(self, stream_id: str, params: StreamParams | None = None, prompt_ids: list[int] | None = None,
+                          prompt_text: str | None = None, *, buffer: bool = True) -> Stream:
+        """Create a stream on the worker with the fewest; `buffer=False` when only step()'s return value is
+        read (no per-stream buffer to fill)."""
+        if not isinstance(stream_id, str):
+            raise InvalidRequest(ErrorCode.INVALID, f"stream ids are str, not {type(stream_id).__name__}")
+        if stream_id in self._streams:
+            raise InvalidRequest(ErrorCode.STREAM_EXISTS, f"stream {stream_id!r} is already open")
+        if len(self._streams) >= self.max_streams:
+            raise Overloaded(ErrorCode.OVERLOADED, f"{len(self._streams)} streams open, the pool's limit")
+        links = [link for link in self.links if link.ready] or [link for link in self.links if not link.down]
+        if not links:
+            raise WorkerLost(ErrorCode.WORKER_LOST, "no worker is reachable")
+        link = min(links, key=lambda link: (len(link.streams), link.load))
+        params = params or StreamParams()
+        prompt_ids = list(prompt_ids) if prompt_ids is not None else None
+        stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer)
+        body = _encode(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids, prompt_text=prompt_text))
+
+        def opened(reply):
+            if self._streams.get(stream_id) is stream and not stream.finished:
+                link.streams[stream_id] = stream
+            return stream
+
+        def failed(error):
+            if self._streams.get(stream_id) is stream:
+                del self._streams[stream_id]
+            stream.fail(error)
+
+        future = link.request(body, on_reply=opened, on_error=failed, stateful=True)
+        self._forgotten.pop(stream_id, None)
+        self._streams[stream_id] = stream
+        return await future
+
+    def submit_step(self, ids: dict[str, list[int]], finish=()) -> asyncio.Future:
+        """Send one engine step now (one message per worker) and return a future of {stream id: update}.
+        An engine loop can keep several steps in flight; each stream's updates still arrive in order."""
+        results: dict[str, StreamUpdate] = {}
+        groups: dict[WorkerLink, tuple[dict, list]] = {}
+        for stream_id, batch in ids.items():
+            stream = self._stream_for(stream_id, results)
+            if stream is not None:
+                group = groups.get(stream.link)
+                if group is None:
+                    group = groups[stream.link] = ({}, [])
+                group[0][stream_id] = batch
+        for stream_id in finish:
+            stream = self._stream_for(stream_id, results)
+            if stream is not None:
+                group = groups.get(stream.link)
+                if group is None:
+                    group = groups[stream.link] = ({}, [])
+                group[1].append(stream_id)
+        futures = []
+        for link, (batch_ids, finished) in groups.items():
+            body = _encode(Step(ids=batch_ids, finish=finished))
+            futures.append(link.request(body, stateful=True, on_reply=self._step_applier(link, batch_ids, finished),
+                                        on_error=self._step_failer(link, batch_ids, finished)))
+        return _merged(futures, results)
+
+    async def step(self, ids: dict[str, list[int]], finish=()) -> dict[str, StreamUpdate]:
+        """One engine step: the new ids of each stream (and the streams the engine ended) -> their updates.
+        A stream that already finished gets an empty update (or, once, the error update if it failed)."""
+        return await self.submit_step(ids, finish)
+
+    def _stream_for(self, stream_id: str, results: dict) -> Stream | None:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            stream = self._forgotten.get(stream_id)
+            if stream is None:
+                raise UnknownStream(ErrorCode.UNKNOWN_STREAM, f"no stream {stream_id!r}")
+        if stream.finished:
+            results[stream_id] = stream.take_failure() or EMPTY
+            self._forget(stream)
+            return None
+        return stream
+
+    def _step_applier(self, link: WorkerLink, batch_ids: dict, finished: list):
+        def apply(reply: StepReply) -> dict[str, StreamUpdate]:
+            out = {}
+            streams = self._streams
+            for stream_id, update in reply.updates.items():
+                stream = streams.get(stream_id)
+                if stream is None or stream.link is not link:
+                    continue                                 # closed while the step was in flight
+                stream.acknowledged(batch_ids.get(stream_id), update)
+                if stream.finished:
+                    self._forget(stream)
+                out[stream_id] = update
+            for stream_id, error in reply.errors.items():
+                stream = streams.get(stream_id)
+                if stream is not None:
+                    stream.fail(error_for(error.code, error.message))
+                    stream.take_failure()
+                    self._forget(stream)
+                out[stream_id] = FAILED
+            for stream_id in (*batch_ids, *finished):
+                if stream_id not in out and stream_id in streams:
+                    streams[stream_id].fail(PoolError(ErrorCode.INTERNAL, "the worker's step reply left it out"))
+                    self._forget(streams[stream_id])
+                    out[stream_id] = FAILED
+            return out
+        return apply
+
+    def _step_failer(self, link: WorkerLink, batch_ids: dict, finished: list):
+        """A step that failed as a whole (timeout, worker lost, rejected): its streams' state is unknown to
+        their callers, so they end with the error rather than continue with a gap."""
+        def fail(error: PoolError) -> None:
+            for stream_id in (*batch_ids, *finished):
+                stream = self._streams.get(stream_id)
+                if stream is not None and stream.link is link:
+                    stream.fail(StreamFailed(error.code, f"a step of this stream failed: {error.message}"))
+                    link.streams.pop(stream_id, None)
+        return fail
+
+    def _forget(self, stream: Stream) -> None:
+        """A finished stream leaves the tables; a bounded memory keeps late ids for it from being errors."""
+        if self._streams.get(stream.id) is stream:
+            del self._streams[stream.id]
+        stream.link.streams.pop(stream.id, None)
+        self._forgotten[stream.id] = stream
+        self._forgotten.move_to_end(stream.id)
+        if len(self._forgotten) > MAX_FORGOTTEN:
+            self._forgotten.popitem(last=False)
+
+    async def close_stream(self, *stream_ids: str) -> None:
+        """Drop streams (aborted requests): no more output; their iterators end."""
+        groups: dict[WorkerLink, list[str]] = {}
+        for stream_id in stream_ids:
+            stream = self._streams.pop(stream_id, None)
+            self._forgotten.pop(stream_id, None)
+            if stream is None:
+                continue
+            stream.link.streams.pop(stream_id, None)
+            stream.close()
+            groups.setdefault(stream.link, []).append(stream_id)
+        futures = [link.request(_encode(CloseStreams(stream_ids=ids)), stateful=True)
+                   for link, ids in groups.items() if not link.down]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for result in results:
+            if isinstance(result, InvalidRequest):
+                raise result
+
+    # ------------------------------------------------------------ shutdown
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for link in self.links:
+            await link.close()
+        for stream in list(self._streams.values()):
+            stream.fail(PoolError("closed", "the pool was closed"))
+        self._streams.clear()
+        self.context.term()
+        if self.launcher is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.launcher.stop)
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def _merged(futures: list[asyncio.Future], results: dict) -> asyncio.Future:
+    """One future for several per-worker step futures: the union of their dicts (plus `results`)."""
+    loop = asyncio.get_running_loop()
+    if len(futures) == 1 and not results:
+        return futures[0]
+    merged = loop.create_future()
+    if not futures:
+        merged.set_result(results)
+        return merged
+    remaining = [len(futures)]
+
+    def done(future: asyncio.Future) -> None:
+        if merged.done():
+            if not future.cancelled():
+                future.exception()
+            return
+        if future.cancelled():
+            merged.cancel()
+            return
+        error = future.exception()
+        if error is not None:
+            merged.set_exception(error)
+            return
+        results.update(future.result())
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            merged.set_result(results)
+
+    for future in futures:
+        future.add_done_callback(done)
+    return merged

@@ -1,0 +1,59 @@
+"""The frontend's typed errors: one class per thing a caller would handle differently, each carrying the
+protocol's ErrorCode value in `.code`."""
+
+from __future__ import annotations
+
+from protocol.messages import ErrorCode
+
+
+class PoolError(Exception):
+    def __init__(self, code: str, message: str = ""):
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+
+
+class InvalidRequest(PoolError, ValueError):
+    """The request itself is wrong (bad fields, too large, forbidden, a template that raised): do not retry."""
+
+
+class Overloaded(PoolError):
+    """The pool is at its bounds (in-flight requests, open streams): retry later or shed load."""
+
+
+class RequestTimeout(PoolError):
+    """No reply within the request's timeout."""
+
+
+class WorkerLost(PoolError):
+    """The worker serving this request died or was unreachable more times than the pool retries."""
+
+
+class StreamFailed(PoolError):
+    """A stream ended with an error instead of a finish reason (its deltas so far were delivered)."""
+
+
+class UnknownStream(PoolError, KeyError):
+    """A stream id this pool never opened (or already closed and forgot)."""
+
+
+_BY_CODE = {
+    ErrorCode.OVERLOADED: Overloaded,
+    ErrorCode.TIMEOUT: RequestTimeout,
+    ErrorCode.WORKER_LOST: WorkerLost,
+    ErrorCode.UNKNOWN_STREAM: UnknownStream,
+    ErrorCode.STREAM_FAILED: StreamFailed,
+    ErrorCode.MALFORMED: InvalidRequest,
+    ErrorCode.UNKNOWN_TYPE: InvalidRequest,
+    ErrorCode.INVALID: InvalidRequest,
+    ErrorCode.TOO_LARGE: InvalidRequest,
+    ErrorCode.FORBIDDEN: InvalidRequest,
+    ErrorCode.TEMPLATE: InvalidRequest,
+    ErrorCode.STREAM_EXISTS: InvalidRequest,
+    ErrorCode.UNSUPPORTED_VERSION: InvalidRequest,
+}
+
+
+def error_for(code: str, message: str = "") -> PoolError:
+    """The exception for an ErrorReply's code (PoolError for codes without a narrower class)."""
+    return _BY_CODE.get(code, PoolError)(code, message)

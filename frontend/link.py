@@ -1,0 +1,354 @@
+"""One connection from the API process to one worker, and how it survives the worker's death.
+
+Requests go out as [request id, body] on a DEALER socket and wait in `pending` for the reply with the
+same id; every one has a timer, because ZeroMQ drops an oversize frame silently and a dead peer answers
+nothing. The socket is read from the event loop (add_reader on ZeroMQ's descriptor, drained until empty),
+so a reply costs no task and no future beyond the caller's own.
+
+Recovery. When the connection drops (a socket monitor reports the disconnect: kill -9, OOM, a crash) or
+a stream request times out, the link throws the socket away and starts a new epoch: a fresh socket, and
+a Hello(reset=True, epoch+1) that makes the worker drop this session's streams and ignore anything still
+arriving on older connections. Then it replays every acknowledged stream from its log (open + all
+acknowledged id batches, output discarded) and re-sends, in their original order, the requests that had
+not been answered. Nothing answered is re-sent and nothing unanswered is lost, so every delta reaches
+the caller exactly once. A request re-sent `max_attempts` times fails with WorkerLost (a poison request
+must not kill workers forever).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+import msgspec
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, decode_reply,
+                               encode_message, pack_id, unpack_id)
+from frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost, error_for
+
+log = logging.getLogger("tokworker.frontend")
+
+_AUTH_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+_WATCHED = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | \
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+
+
+class _Disconnected(Exception):
+    pass
+
+
+class _Pending:
+    __slots__ = ("body", "future", "on_reply", "on_error", "stateful", "attempts", "timer", "rid")
+
+    def __init__(self, body, future, on_reply, on_error, stateful):
+        self.body, self.future, self.on_reply, self.on_error = body, future, on_reply, on_error
+        self.stateful, self.attempts, self.timer, self.rid = stateful, 0, None, 0
+
+
+class WorkerLink:
+    def __init__(self, context: zmq.Context, endpoint: str, session: str, *, keys=None, request_timeout=30.0,
+                 connect_timeout=60.0, max_inflight=256, max_attempts=3, max_message_bytes=64 << 20):
+        self.context = context
+        self.endpoint = endpoint
+        self.session = session
+        self.keys = keys
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self.max_inflight = max_inflight
+        self.max_attempts = max_attempts
+        self.max_message_bytes = max_message_bytes
+        self.loop = asyncio.get_running_loop()
+        self.pending: dict[int, _Pending] = {}
+        self.streams: dict = {}                 # stream id -> Stream, for streams the worker acknowledged
+        self.ready = False                      # connected and handshaken: requests go out at once
+        self.down = False                       # gave up after connect_timeout: requests fail at once
+        self.closed = False
+        self.info: HelloReply | None = None
+        self.expected_fingerprint: str | None = None
+        self.epoch = 0
+        self.recoveries = 0
+        self._ids = itertools.count(1)
+        self._sock = self._monitor = None
+        self._hello: asyncio.Future | None = None
+        self._hello_id = -1
+        self._auth_error: PoolError | None = None
+        self._task: asyncio.Task | None = None
+
+    @property
+    def load(self) -> int:
+        return len(self.pending)
+
+    # ------------------------------------------------------------ requests
+    def request(self, body: bytes, on_reply=None, on_error=None, stateful=False, timeout=None) -> asyncio.Future:
+        """Send one encoded request; the future gets `on_reply(reply)` (or the reply) or a PoolError.
+        `on_reply`/`on_error` run as soon as the reply is read, even if the caller stopped waiting."""
+        if self.closed:
+            raise PoolError("closed", "this pool is closed")
+        if self.down:
+            raise WorkerLost(ErrorCode.WORKER_LOST, f"worker at {self.endpoint} is unreachable")
+        if len(self.pending) >= self.max_inflight:
+            raise Overloaded(ErrorCode.OVERLOADED, f"{len(self.pending)} requests in flight to {self.endpoint}")
+        if len(body) > self.max_message_bytes:
+            raise InvalidRequest(ErrorCode.TOO_LARGE, f"request of {len(body)} bytes; the worker accepts "
+                                                      f"{self.max_message_bytes}")
+        pending = _Pending(body, self.loop.create_future(), on_reply, on_error, stateful)
+        pending.timer = self.loop.call_later(timeout or self.request_timeout, self._expire, pending)
+        rid = pending.rid = next(self._ids)
+        self.pending[rid] = pending
+        if self.ready:
+            self._transmit(rid, pending)
+            self._kick()
+        return pending.future
+
+    def _transmit(self, rid: int, pending: _Pending) -> None:
+        pending.rid = rid
+        pending.attempts += 1
+        try:
+            self._sock.send_multipart([pack_id(rid), pending.body], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            del self.pending[rid]
+            self._fail(pending, Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
+
+    def _expire(self, pending: _Pending) -> None:
+        if self.pending.get(pending.rid) is not pending:
+            return                                           # answered (or failed) already
+        del self.pending[pending.rid]
+        self._fail(pending, RequestTimeout(ErrorCode.TIMEOUT, f"no reply from {self.endpoint} in time"))
+        if pending.stateful and self.ready:
+            log.warning("stream request to %s timed out; reconnecting to fence it off", self.endpoint)
+            self._start_recovery()
+
+    def _fail(self, pending: _Pending, error: PoolError) -> None:
+        pending.timer.cancel()
+        if pending.on_error is not None:
+            pending.on_error(error)
+        if not pending.future.done():
+            pending.future.set_exception(error)
+
+    # ------------------------------------------------------------ replies
+    def _on_readable(self) -> None:
+        sock = self._sock
+        try:
+            while sock is self._sock and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                self._deliver(sock.recv_multipart(zmq.NOBLOCK))
+        except zmq.ZMQError:
+            pass
+
+    def _kick(self) -> None:
+        """ZeroMQ's descriptor only signals changes: after a send, look for replies that are already there."""
+        sock = self._sock
+        if sock is not None and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self.loop.call_soon(self._on_readable)
+
+    def _deliver(self, frames: list[bytes]) -> None:
+        if len(frames) != 2 or len(frames[0]) != 8:
+            return
+        rid = unpack_id(frames[0])
+        try:
+            reply = decode_reply(frames[1])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            reply = ErrorReply(code=ErrorCode.MALFORMED, message=f"undecodable reply: {exc}", request_id=rid)
+        if rid == self._hello_id:
+            self._hello_id = -1
+            if self._hello is not None and not self._hello.done():
+                self._hello.set_result(reply)
+            return
+        pending = self.pending.pop(rid, None)
+        if pending is None:
+            return                                           # timed out earlier, or from before a reset
+        if type(reply) is ErrorReply:
+            self._fail(pending, error_for(reply.code, reply.message))
+            return
+        pending.timer.cancel()
+        try:
+            result = pending.on_reply(reply) if pending.on_reply is not None else reply
+        except PoolError as exc:
+            self._fail(pending, exc)
+            return
+        if not pending.future.done():
+            pending.future.set_result(result)
+
+    # ------------------------------------------------------------ connection and recovery
+    async def start(self) -> HelloReply:
+        """First connection; raises WorkerLost (or the auth error) if the worker does not answer."""
+        return await self._recover(first=True)
+
+    def _start_recovery(self) -> None:
+        if self.closed or (self._task is not None and not self._task.done()):
+            return
+        self.ready = False
+        self._task = self.loop.create_task(self._recover())
+
+    async def _recover(self, first: bool = False) -> HelloReply | None:
+        self.ready = False
+        if not first:
+            self.recoveries += 1
+        started = self.loop.time()
+        delay = 0.02
+        while not self.closed:
+            self._open_socket()
+            remaining = started + self.connect_timeout - self.loop.time()
+            try:
+                reply = await asyncio.wait_for(self._hello, max(remaining, 0.01))
+            except _Disconnected:
+                reply = None
+            except asyncio.TimeoutError:
+                reply = None
+                started = -self.connect_timeout                 # out of time: give up below
+            except PoolError as exc:                             # the security handshake was refused
+                if first:
+                    self._close_socket()
+                    raise
+                reply, self._auth_error = None, exc
+            if reply is None:
+                if self.loop.time() - started < self.connect_timeout:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                error = self._auth_error or WorkerLost(ErrorCode.WORKER_LOST,
+                                                       f"no handshake from {self.endpoint} in {self.connect_timeout} s")
+                if first:
+                    self._close_socket()
+                    raise error
+                self._give_up(error)
+                await asyncio.sleep(delay)
+                started = self.loop.time()
+                continue
+            if type(reply) is ErrorReply:
+                self._close_socket()
+                raise error_for(reply.code, reply.message)
+            if self.expected_fingerprint and reply.model_fingerprint != self.expected_fingerprint:
+                self._close_socket()
+                raise PoolError("model_mismatch", f"{self.endpoint} serves model {reply.model_fingerprint}, "
+                                                  f"the pool expects {self.expected_fingerprint}")
+            self.info = reply
+            self.max_message_bytes = min(self.max_message_bytes, reply.limits.max_message_bytes)
+            self.down = False
+            self._auth_error = None
+            self._resume()
+            return reply
+        return None
+
+    def _open_socket(self) -> None:
+        self._close_socket()
+        self.epoch += 1
+        sock = self.context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)                       # bounded by max_inflight instead
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.RECONNECT_IVL, 20)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        if self.keys is not None:
+            self.keys.apply(sock)
+        self._monitor = sock.get_monitor_socket(_WATCHED)
+        sock.connect(self.endpoint)
+        self._sock = sock
+        self.loop.add_reader(sock.getsockopt(zmq.FD), self._on_readable)
+        self.loop.add_reader(self._monitor.getsockopt(zmq.FD), self._on_monitor)
+        self._hello = self.loop.create_future()
+        self._hello_id = next(self._ids)
+        hello = Hello(version=PROTOCOL_VERSION, session=self.session, epoch=self.epoch, reset=True)
+        sock.send_multipart([pack_id(self._hello_id), encode_message(hello)])
+        self._kick()
+        self._on_monitor()          # an unread ZeroMQ pipe never signals: look once so that the next event does
+
+    def _close_socket(self) -> None:
+        sock, monitor = self._sock, self._monitor
+        self._sock = self._monitor = None
+        if sock is None:
+            return
+        self.loop.remove_reader(sock.getsockopt(zmq.FD))
+        self.loop.remove_reader(monitor.getsockopt(zmq.FD))
+        sock.disable_monitor()
+        monitor.close(linger=0)
+        sock.close(linger=0)
+
+    def _on_monitor(self) -> None:
+        monitor = self._monitor
+        try:
+            while monitor is self._monitor and monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                self._on_event(recv_monitor_message(monitor, zmq.NOBLOCK)["event"])
+        except zmq.ZMQError:
+            pass
+
+    def _on_event(self, event: int) -> None:
+        hello = self._hello
+        if event in _AUTH_EVENTS:
+            error = PoolError("auth_failed", f"{self.endpoint} refused the connection's security handshake "
+                                             "(CurveZMQ keys missing, wrong or not authorized)")
+            if hello is not None and not hello.done():
+                hello.set_exception(error)
+        else:                                                # disconnected, or the peer died mid-handshake
+            if hello is not None and not hello.done():
+                hello.set_exception(_Disconnected())
+            elif self.ready:
+                log.warning("lost the connection to %s; reconnecting", self.endpoint)
+                self._start_recovery()
+
+    def _resume(self) -> None:
+        """After a handshake: replay acknowledged streams, then re-send what was unanswered, in order."""
+        waiting = list(self.pending.values())
+        self.pending.clear()
+        self.ready = True
+        for stream in list(self.streams.values()):
+            if stream.finished:
+                del self.streams[stream.id]
+                continue
+            body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
+                                             prompt_text=stream.prompt_text, replay=stream.log))
+            pending = _Pending(body, self.loop.create_future(), None, self._stream_failer(stream), True)
+            pending.future.add_done_callback(_quiet)
+            pending.timer = self.loop.call_later(self.request_timeout, self._expire, pending)
+            rid = pending.rid = next(self._ids)
+            self.pending[rid] = pending
+            self._transmit(rid, pending)
+        for pending in waiting:
+            if pending.future.done() and not pending.stateful:
+                pending.timer.cancel()                       # the caller gave up on it
+                continue
+            if pending.attempts >= self.max_attempts:
+                self._fail(pending, WorkerLost(ErrorCode.WORKER_LOST, f"sent {pending.attempts} times to "
+                                                                      f"{self.endpoint}; the worker died each time"))
+                continue
+            rid = pending.rid = next(self._ids)
+            self.pending[rid] = pending
+            self._transmit(rid, pending)
+        self._kick()
+
+    def _stream_failer(self, stream):
+        def fail(error: PoolError) -> None:
+            self.streams.pop(stream.id, None)
+            stream.fail(error)
+        return fail
+
+    def _give_up(self, error: PoolError) -> None:
+        """The worker stayed unreachable: fail what waits on it, and keep trying in the background."""
+        log.error("giving up on %s for now: %s", self.endpoint, error)
+        self.down = True
+        waiting = list(self.pending.values())
+        self.pending.clear()
+        for pending in waiting:
+            self._fail(pending, WorkerLost(error.code, error.message))
+        for stream in list(self.streams.values()):
+            stream.fail(WorkerLost(error.code, error.message))
+        self.streams.clear()
+
+    async def close(self) -> None:
+        self.closed = True
+        self.ready = False
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        waiting = list(self.pending.values())
+        self.pending.clear()
+        for pending in waiting:
+            self._fail(pending, PoolError("closed", "the pool was closed"))
+        self._close_socket()
+
+
+def _quiet(future: asyncio.Future) -> None:
+    """Replays have no caller; retrieve their exception so asyncio does not log it as unhandled."""
+    if not future.cancelled():
+        future.exception()

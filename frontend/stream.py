@@ -1,0 +1,122 @@
+"""The API process's side of one stream: where it lives, what it has been fed, and its updates.
+
+`log` holds every id batch the worker has acknowledged, in order. It is what makes a worker's death
+invisible: the pool replays the log onto the replacement worker (output discarded) and re-sends the
+batches that were in flight, so the client sees each delta exactly once.
+
+Iterating a Stream (`async for update in stream`) yields its StreamUpdates as steps deliver them; updates
+that pile up while nobody reads are merged into one, so the buffer stays one entry per unread step at most
+`MAX_BUFFERED` long. The iteration ends after the update that carries the finish reason, or raises
+StreamFailed if the stream failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from protocol.deltas import StreamParams, StreamUpdate
+from frontend.errors import PoolError, StreamFailed
+
+MAX_BUFFERED = 64
+FAILED = StreamUpdate(finish_reason="error", abort=True)
+
+
+def merge_updates(updates) -> StreamUpdate:
+    """Several consecutive updates of one stream as one: deltas in order, the last finish wins."""
+    deltas, finish, reason, abort = [], None, None, False
+    for update in updates:
+        deltas.extend(update.deltas)
+        if update.finish_reason is not None:
+            finish, reason = update.finish_reason, update.stop_reason
+        abort = abort or update.abort
+    return StreamUpdate(deltas=deltas, finish_reason=finish, stop_reason=reason, abort=abort)
+
+
+class Stream:
+    def __init__(self, stream_id: str, link, params: StreamParams, prompt_ids, prompt_text, buffer: bool):
+        self.id = stream_id
+        self.link = link
+        self.params = params
+        self.prompt_ids = prompt_ids
+        self.prompt_text = prompt_text
+        self.log: list[list[int]] = []
+        self.finished = False
+        self.finish_reason: str | None = None
+        self.error: PoolError | None = None
+        self._buffer: deque | None = deque() if buffer else None
+        self._waiter: asyncio.Future | None = None
+        self._unreported_failure = False
+
+    # ------------------------------------------------------------ fed by the pool
+    def acknowledged(self, batch: list[int] | None, update: StreamUpdate) -> None:
+        """The worker applied `batch` and produced `update`."""
+        if batch is not None:
+            self.log.append(batch)
+        if update.finish_reason is not None:
+            self.finished = True
+            self.finish_reason = update.finish_reason
+        self._deliver(update)
+
+    def fail(self, error: PoolError) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.finish_reason = "error"
+        self.error = error
+        self._unreported_failure = True
+        self._wake()
+
+    def close(self) -> None:
+        """Closed by the caller: no more updates; an iterator ends after what is buffered."""
+        if not self.finished:
+            self.finished = True
+            self.finish_reason = "abort"
+        self._wake()
+
+    def take_failure(self) -> StreamUpdate | None:
+        """The error update once, for the next step that names this stream (how the engine learns)."""
+        if self._unreported_failure:
+            self._unreported_failure = False
+            return FAILED
+        return None
+
+    def _deliver(self, update: StreamUpdate) -> None:
+        buffer = self._buffer
+        if buffer is None:
+            return
+        buffer.append(update)
+        if len(buffer) > MAX_BUFFERED:
+            merged = merge_updates(buffer)
+            buffer.clear()
+            buffer.append(merged)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ------------------------------------------------------------ read by the API handler
+    def __aiter__(self):
+        if self._buffer is None:
+            raise TypeError("this stream was opened with buffer=False: read updates from step()'s return value")
+        return self
+
+    async def __anext__(self) -> StreamUpdate:
+        buffer = self._buffer
+        while not buffer:
+            if self.finished:
+                if self.error is not None:
+                    raise StreamFailed(self.error.code, self.error.message)
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if len(buffer) == 1:
+            return buffer.popleft()
+        update = merge_updates(buffer)
+        buffer.clear()
+        return update
