@@ -287,8 +287,10 @@ class _Converter:
             if value == NOTHING:
                 return NOTHING if count[0] > 0 else self.sequence(r"\{", "", r"\}", 0, 0)
             return self.sequence(r"\{", jv.string() + self.colon + value, r"\}", *count)
-        properties = dict(schema.get("properties", {}))
-        required = schema.get("required", [])
+        properties, required = schema.get("properties", {}), schema.get("required", [])
+        if not isinstance(properties, dict) or not isinstance(required, list):
+            raise SchemaError("properties must be an object and required a list")
+        properties = dict(properties)
         for name in required:
             if name not in properties:
                 if additional is False:
@@ -296,22 +298,28 @@ class _Converter:
                 properties[name] = additional
         if schema.get("minProperties", 0) > len(required) or schema.get("maxProperties", len(properties)) < len(properties):
             raise SchemaError("minProperties/maxProperties that the declared properties do not settle are not supported")
-        names = list(properties)
-        members = [jv.json_literal(name) + self.colon + self.schema(properties[name]) for name in names]
-        tail_started, tail_empty = "", ""  # the rest after property i, with / without a member before it
-        for name, member in zip(reversed(names), reversed(members)):
-            with_comma = self.comma + member
-            if name in required:
-                tail_started, tail_empty = with_comma + tail_started, member + tail_started
-            elif member.endswith(NOTHING):
-                continue
-            else:
-                tail_started, tail_empty = (f"(?:{with_comma})?{tail_started}",
-                                            _alternation([member + tail_started, tail_empty]) if tail_empty
-                                            else f"(?:{member}{tail_started})?")
-        if any(m.endswith(NOTHING) for n, m in zip(names, members) if n in required):
-            return NOTHING
-        return rf"\{{{self.open}{tail_empty}{self.close}\}}"
+        members = [(jv.json_literal(name) + self.colon + self.schema(value), name in required)
+                   for name, value in properties.items()]
+        body = ordered_members(members, self.comma)
+        return NOTHING if body == NOTHING else rf"\{{{self.open}{body}{self.close}\}}"
+
+
+def ordered_members(members: list[tuple[str, bool]], separator: str) -> str:
+    """Regex for the members in the given order, each (regex, required): every required one and any
+    subset of the optional ones, `separator` between two members. Built from the end, keeping for each
+    position the rest with and without a member already written, so the text grows quadratically in the
+    number of optional members, not exponentially."""
+    if any(required and regex.endswith(NOTHING) for regex, required in members):
+        return NOTHING
+    rest_after, rest_first = "", ""  # what may follow position i: after a member / as the first member
+    for regex, required in reversed(members):
+        if required:
+            rest_after, rest_first = separator + regex + rest_after, regex + rest_after
+        elif not regex.endswith(NOTHING):
+            rest_first = (_alternation([regex + rest_after, rest_first]) if rest_first
+                          else f"(?:{regex}{rest_after})?")
+            rest_after = f"(?:{separator}{regex})?{rest_after}"
+    return rest_first
 
 
 def _is_type(value, json_type: str) -> bool:
