@@ -1,0 +1,237 @@
+"""The sandbox corpus: known escapes are blocked (and leak nothing into the output), resource bombs are
+stopped with a typed error, quickly and with bounded memory, and the interpreter is healthy afterwards."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tokworker.templates import (Limits, TemplateError, TemplateLimitError, TemplateSecurityError,
+                                 TemplateTooLargeError, render_chat)
+from tokworker.templates.watchdog import resident_bytes
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+CANARY = Path(f"/tmp/tokworker-sandbox-canary-{os.getpid()}")
+
+ESCAPES = [
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ ''.__class__ }}",
+    "{{ ''['__class__'] }}",
+    "{{ ''|attr('__class__') }}",
+    "{{ ''|attr('\\x5f\\x5fclass\\x5f\\x5f') }}",
+    "{{ (1).__class__.__base__.__subclasses__() }}",
+    "{{ [].__class__.__base__ }}",
+    "{% for c in ''.__class__.__mro__ %}{{ c }}{% endfor %}",
+    f"{{{{ cycler.__init__.__globals__.os.system('touch {CANARY}') }}}}",
+    "{{ cycler.__init__.__globals__ }}",
+    "{{ cycler('a').__init__.__globals__ }}",
+    "{{ joiner.__init__.__globals__ }}",
+    "{{ joiner().__call__.__globals__ }}",
+    "{{ namespace.__init__.__globals__ }}",
+    "{{ namespace().__init__.__globals__ }}",
+    f"{{{{ lipsum.__globals__['os'].popen('touch {CANARY}').read() }}}}",
+    "{{ lipsum.__globals__ }}",
+    "{{ lipsum|attr('__globals__') }}",
+    "{{ range.__globals__ }}",
+    "{{ raise_exception.__globals__ }}",
+    "{{ strftime_now.__globals__['datetime'] }}",
+    "{{ strftime_now.__code__ }}",
+    "{{ dict.__class__ }}",
+    "{{ dict.fromkeys.__self__ }}",
+    "{{ dict.__call__.__globals__ }}",
+    "{{ '{0.__class__.__mro__}'.format('') }}",
+    "{{ '{0.__class__}'.format_map({'0': ''}) }}",
+    "{{ '{x.__class__}'.format_map({'x': ''}) }}",
+    "{{ '{0.__init__.__globals__}'.format(cycler) }}",
+    "{{ '{0!r}'.format(cycler.__init__) }}",
+    "{% set f = '{0.__class__.__base__.__subclasses__}'|attr('format') %}{{ f('') }}",
+    "{{ ('{0.__globals__}'|attr('format'))(lipsum) }}",
+    "{{ ''.format.__globals__ }}",
+    "{{ ''.format.__closure__ }}",
+    "{{ '%s' % ''.__class__ }}",
+    "{{ [1]|map(attribute='__class__')|list }}",
+    "{{ [cycler]|map(attribute='__init__.__globals__')|list }}",
+    "{{ [lipsum]|map(attribute='__globals__')|list }}",
+    "{{ ['a']|sort(attribute='__class__') }}",
+    "{{ ['a']|groupby('__class__')|list }}",
+    "{{ ['a']|selectattr('__class__')|list }}",
+    "{{ ['a']|unique(attribute='__class__')|list }}",
+    "{% for x in [1] %}{{ loop.__class__ }}{{ loop._iterable }}{{ loop.cycle.__func__ }}{% endfor %}",
+    "{% macro m() %}{{ caller.__class__ }}{{ caller._func.__globals__ }}{% endmacro %}{% call m() %}x{% endcall %}",
+    "{% macro m() %}{% endmacro %}{{ m.__init__.__globals__ }}{{ m._func }}",
+    "{{ self.__init__.__globals__ }}",
+    "{{ self._TemplateReference__context }}",
+    "{{ messages.__class__ }}",
+    "{{ messages[0].items.__self__.__class__ }}",
+    "{{ messages.append(1) }}",
+    "{{ messages[0].update({'role': 'system'}) }}",
+    "{{ dict(a=1).update({'b': 2}) }}",
+    "{{ [].pop() }}",
+    "{{ namespace(_private=1) }}",
+    "{% set ns = namespace() %}{% set ns.__class__ = 1 %}{{ ns }}",
+    "{{ raise_exception.__self__ }}",
+    "{{ ''.join.__self__.__class__ }}",
+    "{{ 'a'.center.__self__.__class__ }}",
+    "{{ (range(1)|list).__class__ }}",
+]
+LEAKS = ("<class", "<module", "<function", "<built-in", "<bound", "<method", "object at 0x", "mappingproxy",
+         "builtins", "__globals__", "jinja2", "tokworker", "posix", "Popen", "<cell", "<code")
+
+
+@pytest.mark.parametrize("template", ESCAPES)
+def test_escape_is_blocked_and_leaks_nothing(template):
+    try:
+        output = render_chat(template, MESSAGES)
+    except TemplateError:
+        output = ""
+    assert not any(leak in output for leak in LEAKS), output[:300]
+    assert not CANARY.exists()
+
+
+def test_security_errors_are_typed():
+    for template in ("{{ ''.__class__.__mro__ }}", "{{ messages.append(1) }}", "{{ namespace(_x=1) }}"):
+        with pytest.raises(TemplateSecurityError):
+            render_chat(template, MESSAGES)
+
+
+BOMBS = {
+    "string_multiplication": "{{ 'a' * 10**9 }}",
+    "folded_constant": "{% if false %}{{ 'a' * 10**9 }}{% endif %}{{ 'x' * 3 }}",
+    "list_multiplication": "{{ ([1] * 10**9)|length }}",
+    "huge_power": "{{ 9 ** 999999999 }}",
+    "power_tower": "{{ 10 ** (10 ** 10) }}",
+    "int_doubling": "{% set ns = namespace(n=3) %}{% for i in range(100) %}{% set ns.n = ns.n * ns.n %}{% endfor %}",
+    "nested_loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "nested_loops_output": "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+    "exponential_macro": "{% macro f(n) %}{% if n > 0 %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}x{% endmacro %}{{ f(40) }}",
+    "doubling_macro": "{% macro f(n) %}{% if n %}{% set x = f(n-1) %}{{ x }}{{ x }}{% else %}x{% endif %}"
+                      "{% endmacro %}{{ f(60)|length }}",
+    "doubling_block_set": "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set b %}{{ ns.s }}{{ ns.s }}"
+                          "{% endset %}{% set ns.s = b %}{% endfor %}",
+    "tilde_doubling": "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+    "plus_doubling": "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+    "replace_doubling": "{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = ns.s.replace('a', 'aa') %}"
+                        "{% endfor %}",
+    "replace_filter": "{{ ('a' * 1000000)|replace('a', 'a' * 100) }}",
+    "center": "{{ ' '.center(10**9) }}",
+    "ljust": "{{ ''.ljust(10**9) }}",
+    "zfill": "{{ '0'.zfill(10**9) }}",
+    "expandtabs": "{{ ('\t' * 1000).expandtabs(10**7) }}",
+    "center_filter_literal": "{{ 'a'|center(1000000000) }}",
+    "indent_filter": "{{ ('a\n' * 1000)|indent(10**7) }}",
+    "wordwrap_filter": "{{ ('x ' * 100000)|wordwrap(1, wrapstring='y' * 10**4) }}",
+    "percent_width": "{{ '%*s' % (10**9, 'a') }}",
+    "percent_literal_width": "{{ '%1000000000s' % 'a' }}",
+    "percent_mapping": "{{ '%(a)s%(a)s' % {'a': 'x' * 10**7} }}",
+    "format_filter": "{{ '%*s'|format(10**9, 'a') }}",
+    "format_width": "{{ '{:>1000000000}'.format('a') }}",
+    "format_nested_width": "{{ '{:{w}}'.format('a', w=10**9) }}",
+    "format_repeat": "{{ ('{0}' * 1000).format('x' * 10**5) }}",
+    "format_map_repeat": "{{ ('{a}' * 1000).format_map({'a': 'x' * 10**5}) }}",
+    "join_filter": "{{ (['x' * 10**6] * 1000)|join }}",
+    "join_method": "{{ ''.join(['x' * 10**6] * 1000) }}",
+    "translate": "{{ ('a' * 10**6).translate({97: 'x' * 100}) }}",
+    "sum_lists": "{{ ([[1] * 100000] * 1000)|sum(start=[])|length }}",
+    "batch_fill": "{{ [0]|batch(10**9, 'x')|list|length }}",
+    "to_bytes": "{{ (1).to_bytes(10**9, 'big')|length }}",
+    "lipsum": "{{ lipsum(10**7) }}",
+    "tojson_indent": "{{ [1]|tojson(indent=10**8) }}",
+    "tojson_indent_deep": "{{ [[[[[[[[[[1]]]]]]]]]]|tojson(indent=200) * 0 }}{{ ([[1, 2, 3]] * 100000)|tojson(indent=200) }}",
+    "tojson_separators": "{{ [1, 2]|tojson(separators=(',' * 10**6, ':')) }}",
+    "tojson_repeated": "{{ (['x' * 10**6] * 1000)|tojson }}",
+    "recursion": "{% macro r() %}{{ r() }}{% endmacro %}{{ r() }}",
+    "output_flood": "{% for i in range(100000) %}{{ 'x' * 10**6 }}{% endfor %}",
+    "retained_distinct_strings": "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+                                 "{% set ns.l = ns.l + ['x' * 10**7 ~ i] %}{% endfor %}",
+    "deep_nesting": "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
+}
+HARMLESS = {"folded_constant"}
+
+
+def _bomb_in_child(template, connection):
+    peak, baseline, done = [0], resident_bytes() or 0, threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], resident_bytes() or 0)
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    try:
+        output = render_chat(template, MESSAGES)
+        outcome = f"rendered {len(output)} chars"
+    except TemplateError as error:
+        outcome = type(error).__name__
+    except BaseException as error:  # noqa: BLE001 - report anything else as a failure
+        outcome = f"UNTYPED {type(error).__name__}: {error}"
+    elapsed = time.monotonic() - started
+    done.set()
+    sampler.join()
+    connection.send((outcome, elapsed, max(peak[0] - baseline, 0)))
+
+
+@pytest.fixture(scope="module")
+def bomb_results():
+    """Every bomb in its own forked child, with its elapsed time and peak resident-memory growth."""
+    render_chat("{{ 1 }}", MESSAGES)      # import and warm everything before forking
+    context = multiprocessing.get_context("fork")
+    results = {}
+    for name, template in BOMBS.items():
+        receiver, sender = context.Pipe(duplex=False)
+        child = context.Process(target=_bomb_in_child, args=(template, sender))
+        child.start()
+        results[name] = receiver.recv() if receiver.poll(60) else ("HUNG", 60.0, 0)
+        child.join(5)
+        if child.is_alive():
+            child.kill()
+    for name, (outcome, elapsed, growth) in results.items():
+        print(f"{name:28s} {outcome:24s} {elapsed * 1000:8.0f} ms {growth / 2**20:8.1f} MiB")
+    return results
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_bomb_is_stopped(name, bomb_results):
+    outcome, elapsed, growth = bomb_results[name]
+    if name in HARMLESS:
+        assert outcome == "rendered 3 chars"
+    else:
+        assert outcome in {"TemplateLimitError", "TemplateTimeoutError"}, outcome
+    assert elapsed < 10, f"{name} took {elapsed:.1f} s"          # a hang detector, not a benchmark
+    assert growth < 768 * 2**20, f"{name} grew resident memory by {growth / 2**20:.0f} MiB"
+
+
+def test_template_size_is_capped_before_compiling():
+    with pytest.raises(TemplateTooLargeError):
+        render_chat("x" * (Limits().max_template_chars + 1), MESSAGES)
+    assert render_chat("{{ messages[0].content }}" + " " * 1000, MESSAGES, limits=Limits(max_template_chars=2000))
+
+
+def test_time_budget_is_configurable():
+    started = time.monotonic()
+    with pytest.raises(TemplateLimitError):
+        render_chat("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", MESSAGES,
+                    limits=Limits(time_budget=0.2))
+    assert time.monotonic() - started < 5
+
+
+def test_interpreter_is_healthy_after_bombs_in_process():
+    """Run the time and size bombs in this very process, then check that normal renders and plain Python
+    code keep working and that no interruption arrives late."""
+    for name in ("nested_loops", "exponential_macro", "string_multiplication", "tilde_doubling", "recursion",
+                 "tojson_indent", "output_flood"):
+        with pytest.raises(TemplateLimitError):
+            render_chat(BOMBS[name], MESSAGES, limits=Limits(time_budget=0.3))
+    busy_until = time.monotonic() + 0.3
+    counter = 0
+    while time.monotonic() < busy_until:     # a late async exception would surface here
+        counter += 1
+    assert counter > 0
+    assert render_chat("{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}", MESSAGES) == "user:hi"
+    assert threading.active_count() < 10
