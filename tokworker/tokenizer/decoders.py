@@ -225,22 +225,24 @@ def _flatten(decoder) -> list:
     return [decoder]
 
 
-def bytewise_form(decoder):
+def bytewise_form(decoder, tokens):
     """(token -> bytes, strip_leading_space) when decoding a token list equals decoding the concatenation of
     each token's bytes as UTF-8, after removing one leading space if strip_leading_space; else None.
 
     Holds for byte-level BPE (ByteLevel) and SentencePiece-style chains (Replace "▁"->" ", ByteFallback,
     Fuse, Strip one leading space; or Metaspace). Exact on valid UTF-8; on an invalid byte run ByteFallback
-    writes one U+FFFD per byte where a UTF-8 decoder may write fewer. A Metaspace first token made of several
-    "▁" loses all of them in `tokenizers`, so Metaspace counts as bytewise only without such tokens (checked
-    by the caller against its vocabulary)."""
+    writes one U+FFFD per byte where a UTF-8 decoder may write fewer. `tokenizers`' Metaspace decoder drops
+    every "▁" of the first token, so Metaspace counts as bytewise only when no token in `tokens` (all token
+    strings) has a "▁" other than a leading one."""
     stages = _flatten(decoder)
     kinds = [type(stage) for stage in stages]
     if kinds == [ByteLevel]:
         return byte_level_bytes, False
     if kinds == [Metaspace]:
-        meta = stages[0]
-        return (lambda token: token.replace(meta.replacement, " ").encode("utf-8")), meta.strip_first
+        symbol = stages[0].replacement
+        if stages[0].strip_first and any(symbol in token[1:] for token in tokens if token):
+            return None
+        return (lambda token: token.replace(symbol, " ").encode("utf-8")), stages[0].strip_first
     replace = stages.pop(0) if kinds and kinds[0] is Replace else None
     kinds = [type(stage) for stage in stages]
     if replace is not None and (replace.literal is None or replace.content != " "):

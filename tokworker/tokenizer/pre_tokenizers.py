@@ -208,6 +208,21 @@ def _digits_class() -> str:
     return getattr(unicode, "NUMERIC_CLASS", r"\p{N}")
 
 
+class FixedLength:
+    """Chunks of `length` characters."""
+
+    byte_level = False
+
+    def __init__(self, length: int):
+        if length <= 0:
+            raise ValueError("FixedLength needs a positive length")
+        self.length = length
+
+    def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
+        size = self.length
+        return [piece[i:i + size] for piece in pieces for i in range(0, len(piece), size)]
+
+
 class Sequence:
     """Stages in order. A ByteLevel stage that is not last maps bytes eagerly, so later stages see symbols."""
 
@@ -239,8 +254,13 @@ def from_spec(spec: dict | None):
     if kind == "Metaspace":
         return Metaspace.from_spec(spec)
     if kind == "Whitespace":
-        # tokenizers: \w+|[^\w\s]+ kept, everything else removed
-        return Split(_compile(r"\w+|[^\w\s]+"), "Removed", invert=True)
+        # \w+|[^\w\s]+ kept, the rest removed; compiled by the Rust regex crate (not Oniguruma), whose
+        # \w, like the regex module's, includes the joiners U+200C/U+200D
+        return Split(regex.compile(r"\w+|[^\w\s]+"), "Removed", invert=True)
+    if kind == "CharDelimiterSplit":
+        return Split(regex.compile(regex.escape(spec["delimiter"])), "Removed")
+    if kind == "FixedLength":
+        return FixedLength(int(spec.get("length", 5)))
     if kind == "WhitespaceSplit":
         return CharClassSplit(_whitespace_class(), "Removed", one_per_char=False)
     if kind == "BertPreTokenizer":

@@ -48,6 +48,9 @@ class Tokenizer:
         for token, token_id in model.vocab.items():
             self._id_to_token[token_id] = token
         for content, token_id in self.added.ids.items():
+            # tokenizers 0.23 shows (and decodes) a normalized=True added token in its normalized form
+            if normalize is not None and self.added.tokens[token_id].normalized:
+                content = normalize(content)
             self._id_to_token[token_id] = content
         self.vocab_size = len(self._id_to_token)
 
@@ -57,7 +60,7 @@ class Tokenizer:
         self._byte_level_words = bool(pre_tokenizer is not None and pre_tokenizer.byte_level)
         self._cache: dict[str, tuple] = {}
         self._token_bytes: list[bytes] | None = None
-        form = decoders.bytewise_form(decoder)
+        form = decoders.bytewise_form(decoder, filter(None, self._id_to_token))
         self._bytes_of_token = form[0] if form else None
         self.decode_is_bytewise: bool = form is not None
         self.strip_leading_space: bool = bool(form and form[1])
