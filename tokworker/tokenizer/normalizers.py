@@ -229,7 +229,7 @@ _JOINING = "".join(
     rf"\p{{Grapheme_Cluster_Break={name}}}"
     for name in ("Extend", "ZWJ", "SpacingMark", "Prepend", "L", "V", "T", "LV", "LVT", "Regional_Indicator")
 )
-_CLUSTERED_RUN = regex.compile(r"(?:.?[\r" + _JOINING + r"])+.?", regex.DOTALL)
+_JOINING_RUN = regex.compile(r"[\r" + _JOINING + r"]+")
 _GRAPHEME = regex.compile(r"\X", regex.DOTALL)
 
 
@@ -327,17 +327,29 @@ class Precompiled(Normalizer):
         return grapheme.translate(self._chars)
 
     def normalize(self, text: str) -> str:
-        chars = self._chars
-        pieces, last = [], 0
-        for run in _CLUSTERED_RUN.finditer(text):
-            start, end = run.span()
-            pieces.append(text[last:start].translate(chars))
-            pieces.extend(self._cluster(g) for g in _GRAPHEME.findall(text, start, end))
-            last = end
-        if not pieces:
+        """Characters outside clusters go through str.translate; each multi-character cluster region (a run
+        of joining characters plus one neighbour each side, overlapping regions merged) is segmented."""
+        chars, size = self._chars, len(text)
+        pieces, done = [], 0
+        region_start = region_end = -1
+        for run in _JOINING_RUN.finditer(text):
+            start, end = max(run.start() - 1, 0), min(run.end() + 1, size)
+            if start < region_end:
+                region_end = end
+                continue
+            if region_end >= 0:
+                done = self._region(text, done, region_start, region_end, pieces)
+            region_start, region_end = start, end
+        if region_end < 0:
             return text.translate(chars)
-        pieces.append(text[last:].translate(chars))
+        done = self._region(text, done, region_start, region_end, pieces)
+        pieces.append(text[done:].translate(chars))
         return "".join(pieces)
+
+    def _region(self, text: str, done: int, start: int, end: int, pieces: list[str]) -> int:
+        pieces.append(text[done:start].translate(self._chars))
+        pieces.extend(self._cluster(g) for g in _GRAPHEME.findall(text, start, end))
+        return end
 
 
 _SIMPLE = {

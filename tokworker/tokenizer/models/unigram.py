@@ -6,13 +6,16 @@ when strictly better, so ties keep the earliest start; runs of unknown pieces ar
 which becomes its own id if the vocabulary has it, else its UTF-8 bytes as <0xNN> pieces (byte_fallback),
 else the unknown id.
 
-Per vocabulary we keep piece -> (id, score) and, per first character, the longest piece starting with it,
-so a position tries only lengths that can match: linear in the word for a bounded piece length.
+Per vocabulary we keep one dict over every piece and every prefix of a piece (a trie flattened into a dict),
+so the search from a position stops at the first substring no piece starts with: linear in the word for a
+bounded piece length.
 """
 
 from __future__ import annotations
 
 _UNK_PENALTY = 10.0
+_PREFIX_ONLY = (-1, 0.0)  # marks a string that only begins pieces
+_INFINITY = float("inf")
 _CACHE_LIMIT = 50_000     # words remembered; cleared when full
 
 
@@ -23,13 +26,13 @@ class Unigram:
         self.unk_id = unk_id
         self.byte_fallback = byte_fallback
         self.vocab: dict[str, int] = {}
-        self._pieces: dict[str, tuple[int, float]] = {}
-        self._longest: dict[str, int] = {}     # first character -> longest piece length starting with it
+        self._nodes: dict[str, tuple[int, float]] = {}   # piece -> (id, score); proper prefix -> _PREFIX_ONLY
         for id_, (piece, score) in enumerate(pieces):
             self.vocab[piece] = id_
-            self._pieces[piece] = (id_, float(score))
-            if piece and len(piece) > self._longest.get(piece[0], 0):
-                self._longest[piece[0]] = len(piece)
+            self._nodes[piece] = (id_, float(score))
+        for piece in self.vocab:
+            for end in range(1, len(piece)):
+                self._nodes.setdefault(piece[:end], _PREFIX_ONLY)
         lowest = min((float(score) for _, score in pieces), default=float("inf"))
         self._unk_score = lowest - _UNK_PENALTY
         self._byte_ids = [self.vocab.get(f"<0x{byte:02X}>") for byte in range(256)] if byte_fallback else None
@@ -61,29 +64,37 @@ class Unigram:
     def _best_path(self, word: str) -> tuple[list[int], list[int]]:
         """For each end position: where its best piece starts, and that piece's id."""
         size = len(word)
-        pieces, longest, unk_id, unk_score = self._pieces, self._longest, self.unk_id, self._unk_score
-        score = [0.0] * (size + 1)
-        start_at = [-1] * (size + 1)
+        node_of, unk_id, unk_score = self._nodes.get, self.unk_id, self._unk_score
+        score = [-_INFINITY] * (size + 1)
+        score[0] = 0.0
+        start_at = [0] * (size + 1)
         id_at = [0] * (size + 1)
         for start in range(size):
             reached = score[start]
-            last = min(size, start + longest.get(word[start], 0))
-            single = False
-            for end in range(start + 1, last + 1):
-                entry = pieces.get(word[start:end])
-                if entry is not None:
-                    candidate = entry[1] + reached
-                    if start_at[end] < 0 or candidate > score[end]:
-                        score[end], start_at[end], id_at[end] = candidate, start, entry[0]
-                    if end == start + 1:
-                        single = True
-            if not single:
-                end = start + 1
+            end = start + 1
+            entry = node_of(word[start])
+            if entry is None or entry is _PREFIX_ONLY:
+                # No one-character piece here: the unknown piece covers this character.
                 candidate = unk_score + reached
-                if start_at[end] < 0 or candidate > score[end]:
+                if candidate > score[end]:
                     if unk_id is None:
                         raise ValueError(f"Unigram: {word[start]!r} is not in the vocabulary and there is no unk_id")
                     score[end], start_at[end], id_at[end] = candidate, start, unk_id
+                if entry is None:
+                    continue
+            else:
+                candidate = entry[1] + reached
+                if candidate > score[end]:
+                    score[end], start_at[end], id_at[end] = candidate, start, entry[0]
+            for end in range(start + 2, size + 1):
+                entry = node_of(word[start:end])
+                if entry is None:
+                    break
+                if entry is _PREFIX_ONLY:
+                    continue
+                candidate = entry[1] + reached
+                if candidate > score[end]:
+                    score[end], start_at[end], id_at[end] = candidate, start, entry[0]
         return start_at, id_at
 
     def _encode(self, word: str) -> list[int]:
