@@ -17,29 +17,29 @@ class Handlers:
 
     # ------------------------------------------------------------ render
     def render(self, msg: Render) -> RenderReply:
-        if msg.chat_template is not None and not self.options.allow_request_templates:
-            raise WorkerError(ErrorCode.FORBIDDEN, "this worker does not run chat templates sent in requests "
-                                                   "(the operator can enable --allow-request-templates)")
         self._check_nesting(msg.messages, "messages")
         self._check_nesting(msg.tools, "tools")
         self._check_nesting(msg.template_kwargs, "template_kwargs")
-        from tokworker.templates import TemplateError
+        from tokworker.templates import TemplateError, UntrustedTemplateError
 
-        reserved = {"tools", "tokenize", "chat_template", "add_generation_prompt", "continue_final_message"}
+        reserved = {"tools", "tokenize", "chat_template", "add_generation_prompt", "continue_final_message",
+                    "allow_untrusted_template", "sanitize_control_tokens", "limits", "now", "documents"}
         clash = reserved.intersection(msg.template_kwargs)
         if clash:
             raise WorkerError(ErrorCode.INVALID, f"template_kwargs may not set {sorted(clash)}")
-        options = dict(msg.template_kwargs, add_generation_prompt=msg.add_generation_prompt,
-                       continue_final_message=msg.continue_final_message)
+        options = dict(msg.template_kwargs, tools=msg.tools, chat_template=msg.chat_template,
+                       add_generation_prompt=msg.add_generation_prompt,
+                       continue_final_message=msg.continue_final_message,
+                       allow_untrusted_template=self.options.allow_request_templates)
+        apply = self.tokenizer.apply_chat_template
         try:
-            ids = self.tokenizer.apply_chat_template(msg.messages, tools=msg.tools, tokenize=True,
-                                                     chat_template=msg.chat_template, **options)
-            text = None
-            if msg.return_text:
-                text = self.tokenizer.apply_chat_template(msg.messages, tools=msg.tools, tokenize=False,
-                                                          chat_template=msg.chat_template, **options)
+            ids = apply(msg.messages, tokenize=True, **options)
+            text = apply(msg.messages, tokenize=False, **options) if msg.return_text else None
+        except UntrustedTemplateError as exc:
+            raise WorkerError(ErrorCode.FORBIDDEN, f"{exc} (the operator can enable --allow-request-templates)") \
+                from None
         except TemplateError as exc:
-            raise WorkerError(ErrorCode.TEMPLATE, str(exc)) from None
+            raise WorkerError(ErrorCode.TEMPLATE, f"{type(exc).__name__}: {exc}") from None
         except (ValueError, TypeError, KeyError) as exc:
             raise WorkerError(ErrorCode.INVALID, f"cannot render these messages: {exc}") from None
         return RenderReply(ids=list(ids), text=text)

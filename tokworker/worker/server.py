@@ -88,9 +88,7 @@ class Worker:
             tool_parser=options.tool_parser, reasoning_parser=options.reasoning_parser)
 
     def _capabilities(self) -> list[str]:
-        caps = ["encode", "decode", "stream", "step"]
-        if self.tokenizer.chat_template:
-            caps.append("render")
+        caps = ["render", "encode", "decode", "stream", "step"]
         if self.options.allow_request_templates:
             caps.append("request_templates")
         try:
