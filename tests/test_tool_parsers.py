@@ -1,0 +1,231 @@
+"""Tool-call parsers: whole-text parse and streamed parse agree however the text is split, for every
+format; calls come out in OpenAI's streaming shape (validated by the openai client's own types);
+content keeps every character that is not part of a call.
+
+Model text is rendered the way the real chat templates write calls (format literals next to each
+renderer), from calls and content that hypothesis generates with the characters that break parsers:
+"<", partial tags, quotes, backslashes, newlines, non-ASCII.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tests.tool_formats import assert_split_invariant, dumps, stream, summary, whole
+from tokworker.parsers.tools import TOOL_PARSERS, get_tool_parser
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Text that looks like markup without being a call: tag prefixes, lone brackets, marker fragments.
+NASTY = ["<", ">", "</", "<tool", "<tool_call", "tool_call>", "</tool_call>", "<function", "<function=x",
+         "<parameter", "</parameter>", "<arg_key>", "<|", "<|python_tag", "<|tool_call", "<|channel|",
+         "<|message", "[", "]", "[TOOL", "[TOOL_CALLS", "[ARGS", "{", "}", "(", ")", '"', "'", "\\", ";",
+         ",", ":", "=", "```", "json", "\n", " ", "  ", "\t", "é", "日本", "🙂", "<｜tool▁call", "<｜tool▁calls",
+         "｜>", "a", "the weather", "x < y", "if a<b:", "null", "None", "true", "functions.f"]
+
+fragments = st.sampled_from(NASTY) | st.text(max_size=4)
+nasty_text = st.lists(fragments, max_size=12).map("".join)
+names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True)
+json_scalars = (st.none() | st.booleans() | st.integers(-10**12, 10**12)
+                | st.floats(allow_nan=False, allow_infinity=False) | nasty_text)
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(nasty_text, inner, max_size=3), max_leaves=8)
+arguments = st.dictionaries(nasty_text, json_values, max_size=4)
+calls_lists = st.lists(st.tuples(names, arguments), min_size=1, max_size=3)
+small_calls = st.lists(st.tuples(names, st.dictionaries(nasty_text, json_scalars, max_size=2)),
+                      min_size=1, max_size=2)
+cuts = st.lists(st.integers(1, 12), min_size=1, max_size=6)
+
+
+def expected_content(before: str, after: str) -> str | None:
+    """Whitespace next to a call is formatting: the content a client should see around calls."""
+    head = before.rstrip()
+    tail = (after if head else after.lstrip()) if after.strip() else ""
+    return (head + tail) or None
+
+
+# ---- renderers, one per format, from the templates' literals ----
+
+def hermes(calls, before="", after="", separators=(", ", ": ")):
+    # Qwen-Qwen3-0.6B.jinja: '<tool_call>\n{"name": "' NAME '", "arguments": ' ARGS '}\n</tool_call>', '\n' between
+    body = "\n".join('<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>'
+                     % (name, json.dumps(args, ensure_ascii=False, separators=separators))
+                     for name, args in calls)
+    return before + ("\n" if before else "") + body + after
+
+
+def llama3_json(calls, before="", after="", python_tag=False):
+    # Llama-3.3-70B-Instruct.jinja: '{"name": "' NAME '", ' '"parameters": ' ARGS '}'; vLLM joins several with ";"
+    body = "; ".join('{"name": "%s", "parameters": %s}' % (name, dumps(args)) for name, args in calls)
+    return ("<|python_tag|>" if python_tag else "") + body + after
+
+
+def mistral_array(calls, before="", after=""):
+    # Mistral-Nemo-Instruct-2407.jinja: "[TOOL_CALLS][" + function|tojson minus "}" + ', "id": "' ID '"}', ", " between, "]"
+    items = ", ".join('{"name": "%s", "arguments": %s, "id": "a1b2c3d4e"}' % (name, dumps(args))
+                      for name, args in calls)
+    return before + "[TOOL_CALLS][" + items + "]" + after
+
+
+def mistral_named(calls, before="", after=""):
+    # Ministral-3-14B-Reasoning-2512.jinja / Devstral: '[TOOL_CALLS]' NAME '[ARGS]' ARGS, per call
+    return before + "".join("[TOOL_CALLS]%s[ARGS]%s" % (name, dumps(args)) for name, args in calls) + after
+
+
+# format name, renderer, whether content may precede the calls, markers that content must not contain
+JSON_FORMATS = [
+    ("hermes", hermes, True, ["<tool_call>"]),
+    ("llama3_json", llama3_json, False, []),
+    ("mistral", mistral_array, True, ["[TOOL_CALLS]"]),
+    ("mistral", mistral_named, True, ["[TOOL_CALLS]"]),
+]
+JSON_IDS = ["hermes", "llama3_json", "mistral_array", "mistral_named"]
+
+
+def test_registry_names_and_unknown_name():
+    for name in ("hermes", "llama3_json", "mistral"):
+        assert name in TOOL_PARSERS
+        assert not get_tool_parser(name).called
+    with pytest.raises(ValueError, match="hermes"):
+        get_tool_parser("no_such_format")
+    with pytest.raises(ValueError):
+        get_tool_parser("hermes", tools={"not": "a list"})
+
+
+@pytest.mark.parametrize("name,render,content_first,markers", JSON_FORMATS, ids=JSON_IDS)
+@SETTINGS
+@given(calls=calls_lists, before=nasty_text, after=nasty_text, chunking=cuts)
+def test_json_formats_round_trip(name, render, content_first, markers, calls, before, after, chunking):
+    if not content_first:
+        before = ""
+        assume(not after.lstrip().startswith(";"))
+    assume(not any(m in before + after for m in markers))
+    text = render(calls, before, after)
+    result = assert_split_invariant(name, text, cuts=chunking)
+    assert [n for n, _ in result["calls"]] == [n for n, _ in calls]
+    for (_, streamed), (_, args) in zip(result["calls"], calls):
+        assert streamed == dumps(args)  # verbatim: exactly the JSON text the model wrote
+    assert result["content"] == expected_content(before, after)
+
+
+@pytest.mark.parametrize("name,render,content_first,markers", JSON_FORMATS, ids=JSON_IDS)
+@settings(max_examples=10, deadline=None)
+@given(calls=small_calls, before=nasty_text)
+def test_json_formats_every_split_and_every_prefix(name, render, content_first, markers, calls, before):
+    """Cut the text at every position (two pieces), and end the stream at every position: streamed and
+    whole always agree, complete calls never change, a cut-off call keeps a prefix of its arguments."""
+    before = before if content_first else ""
+    assume(not any(m in before for m in markers))
+    text = render(calls, before)
+    full = assert_split_invariant(name, text, every_split=True)
+    for end in range(len(text)):
+        part = assert_split_invariant(name, text[:end])
+        assert len(part["calls"]) <= len(full["calls"])
+        for (name_p, args_p), (name_f, args_f) in zip(part["calls"], full["calls"]):
+            assert name_p == name_f and args_f.startswith(args_p)
+        if part["calls"]:
+            *complete, (_, last) = part["calls"]
+            assert all(c in full["calls"] for c in complete)
+
+
+@pytest.mark.parametrize("name", ["hermes", "mistral"])
+@SETTINGS
+@given(text=nasty_text, chunking=cuts)
+def test_text_without_calls_is_content_intact(name, text, chunking):
+    assume("<tool_call>" not in text and "[TOOL_CALLS]" not in text)
+    result = assert_split_invariant(name, text, cuts=chunking)
+    assert result == {"content": text or None, "reasoning_content": None, "calls": []}
+
+
+@SETTINGS
+@given(text=nasty_text, chunking=cuts)
+def test_llama3_output_not_opening_with_a_call_is_content(text, chunking):
+    assume(not text.lstrip().startswith(("{", "<|python_tag|>")))
+    result = assert_split_invariant("llama3_json", text, cuts=chunking)
+    assert result == {"content": text or None, "reasoning_content": None, "calls": []}
+
+
+MALFORMED = [
+    ("hermes", 'Look: <tool_call>\n{"name": 42}\n</tool_call>'),
+    ("hermes", "<tool_call>not json</tool_call> and more"),
+    ("hermes", '<tool_call>\n{"nam": "f", "arguments": {}}\n</tool_call>'),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": '),  # cut before the arguments begin
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": [1]}\n</tool_call>'),
+    ("hermes", '<tool_call>\n{"arguments": {"a": 1}, "name": '),  # held whole, never completed
+    ("llama3_json", '{"name": "f", "parameters": 3}'),
+    ("llama3_json", '{"answer": {"name": "f"}}'),
+    ("llama3_json", "<|python_tag|>brave_search.call(query=\"x\")"),
+    ("mistral", "[TOOL_CALLS]{not a call}"),
+    ("mistral", '[TOOL_CALLS]get weather[ARGS]{"a": 1}'),
+    ("mistral", "x[TOOL_CALLS]"),
+]
+
+
+@pytest.mark.parametrize("name,text", MALFORMED)
+def test_malformed_or_unterminated_openings_come_back_as_content(name, text):
+    result = assert_split_invariant(name, text, every_split=True)
+    assert result == {"content": text, "reasoning_content": None, "calls": []}
+
+
+def test_broken_arguments_keep_what_was_sent_and_the_rest_is_content():
+    text = '<tool_call>\n{"name": "f", "arguments": {"a": 1, "b": tru}}\n</tool_call>'
+    result = assert_split_invariant("hermes", text, every_split=True)
+    assert result["calls"] == [("f", '{"a": 1, "b": tru')]
+    assert result["content"] == "}}\n</tool_call>"
+
+
+def test_key_order_and_string_arguments_are_decoded_whole():
+    text = ('<tool_call>\n{"arguments": {"city": "Paris"}, "name": "get_weather"}\n</tool_call>\n'
+            '<tool_call>\n{"name": "f", "arguments": "{\\"x\\": [1, 2]}"}\n</tool_call>')
+    result = assert_split_invariant("hermes", text, every_split=True)
+    assert result["calls"] == [("get_weather", '{"city": "Paris"}'), ("f", '{"x": [1, 2]}')]
+    assert result["content"] is None
+
+
+def test_tool_without_parameters_streams_empty_object():
+    for name, text in [("hermes", '<tool_call>\n{"name": "now"}\n</tool_call>'),
+                       ("hermes", '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'),
+                       ("llama3_json", '{"name": "now", "parameters": {}}'),
+                       ("mistral", "[TOOL_CALLS]now[ARGS]{}")]:
+        deltas = stream(name, [text])
+        assert summary(deltas)["calls"] == [("now", "{}")], name
+
+
+def test_closing_brace_survives_many_tokens_per_step():
+    """Speculative decoding hands over several tokens at once: the end of the arguments, the closing
+    tag and the next call's start can all arrive together."""
+    text = ('<tool_call>\n{"name": "a", "arguments": {"x": {"y": [1]}}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "b", "arguments": {"z": "}"}}\n</tool_call>')
+    cut = text.index('[1]') + 2
+    for pieces in ([text[:cut], text[cut:]], [text]):
+        assert summary(stream("hermes", pieces))["calls"] == [("a", '{"x": {"y": [1]}}'), ("b", '{"z": "}"}')]
+
+
+def test_arguments_stream_before_the_call_ends():
+    parser = get_tool_parser("hermes")
+    first = summary(parser.feed('Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'))
+    assert first == {"content": "Sure.", "reasoning_content": None, "calls": [("get_weather", '{"city": "Par')]}
+    assert parser.called
+    rest = parser.feed('is"}}\n</tool_call>') + parser.finish()
+    assert "".join(d.tool_calls[0].function.arguments for d in rest) == 'is"}'
+
+
+def test_content_holds_back_only_a_possible_tag_start():
+    parser = get_tool_parser("hermes")
+    assert summary(parser.feed("a <tool"))["content"] == "a"  # " <tool" might open a call
+    assert summary(parser.feed("box> b <"))["content"] == " <toolbox> b"
+    assert summary(parser.finish())["content"] == " <"
+
+
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")])
+def test_arguments_are_streamed_verbatim(separators):
+    args = {"q": "a \"quoted\" \\ path", "n": [1, -2.5e-3, None, True], "nested": {"日本": "🙂"}}
+    text = hermes([("search", args)], separators=separators)
+    result = assert_split_invariant("hermes", text, every_split=True)
+    assert result["calls"] == [("search", json.dumps(args, ensure_ascii=False, separators=separators))]
+    indented = '<tool_call>\n{"name": "s", "arguments": %s}\n</tool_call>' % json.dumps(args, indent=2)
+    assert json.loads(whole("hermes", indented)["calls"][0][1]) == args

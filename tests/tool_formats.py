@@ -1,0 +1,98 @@
+"""Helpers for the tool-parser tests: render calls the way each model's chat template writes them,
+stream text through a parser in arbitrary pieces, and check every delta against OpenAI's client types.
+
+The format strings are small literals taken from the real templates in ../shared/fixtures/chat_templates
+(named next to each renderer); the templates themselves are not copied.
+"""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+from openai.types.chat import ChatCompletionChunk
+
+from tokworker.parsers.tools import get_tool_parser
+
+
+def dumps(value) -> str:
+    """transformers' tojson: json.dumps keeping non-ASCII text."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def stream(name: str, chunks: list[str], tools=None) -> list:
+    parser = get_tool_parser(name, tools)
+    deltas = []
+    for chunk in chunks:
+        deltas += parser.feed(chunk)
+    return deltas + parser.finish()
+
+
+def summary(deltas: list) -> dict:
+    """Deltas -> what a client assembles: content, reasoning, [(name, arguments)], checking OpenAI's
+    streaming rules on the way: one kind per delta, the first delta of call i carries id, type and
+    name with arguments "", later ones only argument fragments, and indexes go 0, 1, 2, ..."""
+    content, reasoning, calls = [], [], []
+    for delta in deltas:
+        chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                 "choices": [{"index": 0, "delta": msgspec.to_builtins(delta), "finish_reason": None}]}
+        ChatCompletionChunk.model_validate(chunk)
+        kinds = [delta.content is not None, delta.reasoning_content is not None, delta.tool_calls is not None]
+        assert sum(kinds) == 1, delta
+        if delta.content is not None:
+            assert delta.content, "empty content delta"
+            content.append(delta.content)
+        elif delta.reasoning_content is not None:
+            assert delta.reasoning_content, "empty reasoning delta"
+            reasoning.append(delta.reasoning_content)
+        else:
+            assert len(delta.tool_calls) == 1
+            part = delta.tool_calls[0]
+            if part.id is not None:
+                assert part.index == len(calls), (part.index, len(calls))
+                assert part.id.startswith("call_") and len(part.id) == 29
+                assert part.type == "function" and part.function.name and part.function.arguments == ""
+                calls.append([part.function.name, ""])
+            else:
+                assert part.index == len(calls) - 1 and part.type is None
+                assert part.function.name is None and part.function.arguments
+                calls[-1][1] += part.function.arguments
+    return {"content": "".join(content) or None, "reasoning_content": "".join(reasoning) or None,
+            "calls": [tuple(call) for call in calls]}
+
+
+def whole(name: str, text: str, tools=None) -> dict:
+    message = get_tool_parser(name, tools).parse_message(text)
+    content, calls = get_tool_parser(name, tools).parse(text)
+    assert content == message["content"]
+    assert [c["function"] for c in calls] == [c["function"] for c in message["tool_calls"]]
+    for call in calls:
+        assert call["type"] == "function" and call["id"].startswith("call_")
+    return {"content": message["content"], "reasoning_content": message["reasoning_content"],
+            "calls": [(c["function"]["name"], c["function"]["arguments"]) for c in calls]}
+
+
+def split_at(text: str, cuts) -> list[str]:
+    """text cut at the given sizes (cycled), the last piece taking the rest."""
+    pieces, i, sizes = [], 0, list(cuts) or [len(text) or 1]
+    k = 0
+    while i < len(text):
+        size = max(1, sizes[k % len(sizes)])
+        pieces.append(text[i:i + size])
+        i += size
+        k += 1
+    return pieces
+
+
+def assert_split_invariant(name: str, text: str, tools=None, cuts=(), every_split=False) -> dict:
+    """Whole-text parse == streamed in one piece == one character at a time == cut at `cuts`
+    (== cut at every single position when every_split). Returns the whole-text result."""
+    expected = whole(name, text, tools)
+    assert summary(stream(name, [text], tools)) == expected
+    assert summary(stream(name, list(text), tools)) == expected
+    if cuts:
+        assert summary(stream(name, split_at(text, cuts), tools)) == expected
+    if every_split:
+        for i in range(1, len(text)):
+            assert summary(stream(name, [text[:i], text[i:]], tools)) == expected, i
+    return expected

@@ -1,0 +1,33 @@
+"""Tool-call parsers by vLLM's names: `get_tool_parser(name, tools=None)` -> a per-stream parser.
+
+A parser has `feed(text) -> list[Delta]`, `finish() -> list[Delta]`, `parse(text) -> (content, calls)`,
+`special_tokens` (marker strings the stream must keep in the text it feeds) and `called`.
+Formats live one per module; base.py holds the shared streaming core.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from .base import ToolParser
+
+# vLLM name -> (module, class). Imported on first use so a stream pays only for its own format.
+_PARSERS = {
+    "hermes": ("hermes", "HermesToolParser"),
+    "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
+    "mistral": ("mistral", "MistralToolParser"),
+}
+
+TOOL_PARSERS = tuple(sorted(_PARSERS))
+
+
+def get_tool_parser(name: str, tools: list[dict] | None = None) -> ToolParser:
+    """A fresh parser for one stream. tools: the request's OpenAI tools (schemas type text values)."""
+    try:
+        module, cls = _PARSERS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown tool parser {name!r}; known: {', '.join(TOOL_PARSERS)}") from None
+    return getattr(import_module(f"{__name__}.{module}"), cls)(tools)
+
+
+__all__ = ["TOOL_PARSERS", "ToolParser", "get_tool_parser"]

@@ -1,0 +1,314 @@
+"""The streaming core every tool-call format shares: a buffer, a current mode, and OpenAI deltas out.
+
+A format is a small state machine. Each mode is a method `mode(final) -> bool` that looks at the
+unconsumed text (`self._buf`), consumes what it can decide, emits deltas, and returns True when it made
+progress (the loop runs it, or the next mode, again) or False when it needs more text. `final=True`
+means no more text will come: modes must then decide everything.
+
+Text before a call is committed is never consumed: if the call's opening turns out malformed, the text
+is released as content, so nothing is dropped. A call is committed once its name is complete and its
+arguments have begun; from then on its arguments stream as they arrive, and only validated JSON text
+is sent. If the arguments break off (end of stream) the call keeps what was streamed, as OpenAI's own
+API does on finish_reason "length"; text that breaks the call's syntax is released as content.
+
+`parse(text)` runs a fresh parser over the whole text, so whole and streamed results agree by
+construction; the tests check that the result is the same however the text is split.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import regex
+
+from protocol.deltas import Delta, FunctionDelta, ToolCallDelta
+
+from .jsonscan import JsonScanner
+
+# An opening (marker + call header) longer than this is not a call: stop holding it back.
+HEADER_LIMIT = 1024
+_WHITESPACE = " \t\n\r"
+
+
+class ToolParser:
+    """Base of every format: feed/finish/parse, the content scan, JSON argument streaming."""
+
+    name = ""
+    special_tokens: tuple[str, ...] = ()
+    starts: tuple[str, ...] = ()  # markers that may open a call, searched for in content
+
+    def __init__(self, tools: list[dict] | None = None):
+        self._tools = tools
+        self._schemas = tool_schemas(tools)
+        self._buf = ""
+        self._out: list[Delta] = []
+        self._last_args: FunctionDelta | None = None  # open args fragment to append to, this feed
+        self._held_ws = ""  # whitespace ending the content so far: dropped if a call follows
+        self._after_call = False  # whitespace right after a call is formatting, not content
+        self._content_seen = False
+        self._index = -1
+        self._id_base = uuid.uuid4().hex[:16]
+        self._scanner: JsonScanner | None = None
+        self._after_args = None  # the mode to enter once the arguments object closes
+        self.called = False
+        if self.starts:
+            self._start_re = regex.compile("|".join(regex.escape(s) for s in sorted(self.starts, key=len, reverse=True)))
+            self._start_prefixes = frozenset(s[:k] for s in self.starts for k in range(1, len(s)))
+            self._start_firsts = frozenset(s[0] for s in self.starts)
+            self._start_hold = max(map(len, self.starts)) - 1
+        self._mode = self._initial_mode()
+
+    # ---- public surface ----
+
+    def feed(self, text: str) -> list[Delta]:
+        if text:
+            self._buf += text
+            self._run(False)
+        return self._take()
+
+    def finish(self) -> list[Delta]:
+        self._run(True)
+        if self._held_ws and not self._after_call:
+            self._emit_content(self._held_ws)
+            self._held_ws = ""
+        return self._take()
+
+    def parse(self, text: str) -> tuple[str | None, list[dict]]:
+        """The whole model output -> (content or None, tool calls in OpenAI's format)."""
+        message = self.parse_message(text)
+        return message["content"], message["tool_calls"]
+
+    def parse_message(self, text: str) -> dict:
+        """The whole model output -> {"content", "reasoning_content", "tool_calls"} (None when absent)."""
+        fresh = type(self)(self._tools)
+        return assemble(fresh.feed(text) + fresh.finish())
+
+    # ---- the loop ----
+
+    def _initial_mode(self):
+        return self._content_mode
+
+    def _run(self, final: bool) -> None:
+        while self._mode(final):
+            pass
+
+    def _take(self) -> list[Delta]:
+        out, self._out = self._out, []
+        self._last_args = None
+        return out
+
+    def _consume(self, n: int) -> None:
+        self._buf = self._buf[n:]
+
+    def _match(self, pattern, final: bool, pos: int = 0):
+        """Anchored match of pattern at pos: the Match when complete, None while the text so far
+        could still become one (never at final), False when it cannot."""
+        m = pattern.match(self._buf, pos, partial=not final)
+        if m is None:
+            return False
+        if m.partial:
+            return None if len(self._buf) - pos <= HEADER_LIMIT else False
+        return m
+
+    # ---- content ----
+
+    def _content_mode(self, final: bool) -> bool:
+        """Plain text: release it, holding back only a tail that could still start a marker."""
+        buf = self._buf
+        if not buf:
+            return False
+        m = self._start_re.search(buf) if self.starts else None
+        if m:
+            if m.start():
+                self._content(buf[: m.start()])
+                self._consume(m.start())
+            self._mode = self._opening
+            return True
+        keep = 0 if final else self._held_marker_prefix(buf)
+        if len(buf) > keep:
+            self._content(buf[: len(buf) - keep])
+            self._consume(len(buf) - keep)
+        return False
+
+    def _passthrough_mode(self, final: bool) -> bool:
+        """Everything from here on is content (formats whose calls may only open the output)."""
+        if self._buf:
+            self._content(self._buf)
+            self._buf = ""
+        return False
+
+    def _held_marker_prefix(self, buf: str) -> int:
+        firsts, prefixes = self._start_firsts, self._start_prefixes
+        for pos in range(max(0, len(buf) - self._start_hold), len(buf)):
+            if buf[pos] in firsts and buf[pos:] in prefixes:
+                return len(buf) - pos
+        return 0
+
+    def _opening(self, final: bool) -> bool:  # pragma: no cover - every format with starts defines it
+        raise NotImplementedError
+
+    def _reject_opening(self, n: int) -> bool:
+        """The text at the buffer's start is not a call: its first n characters are content."""
+        if n:
+            self._content(self._buf[:n])
+            self._consume(n)
+        self._mode = self._resume_mode()
+        return True
+
+    def _resume_mode(self):
+        """Where scanning continues after a call or a rejected opening."""
+        return self._content_mode
+
+    # ---- emission ----
+
+    def _content(self, text: str) -> None:
+        """Content text. Whitespace next to a call is formatting: dropped before a call, after the last
+        one and at the start of the content; kept where it separates content on both sides of a call."""
+        body = text.rstrip(_WHITESPACE)
+        if not body:
+            self._held_ws += text
+            return
+        lead, trail = self._held_ws, text[len(body):]
+        if self._after_call:
+            self._after_call = False
+            if not self._content_seen:
+                lead, body = "", body.lstrip(_WHITESPACE)
+        self._held_ws = trail
+        self._emit_content(lead + body)
+        self._content_seen = True
+
+    def _emit_content(self, text: str) -> None:
+        out = self._out
+        if out and out[-1].content is not None:
+            out[-1].content += text
+        else:
+            out.append(Delta(content=text))
+        self._last_args = None
+
+    def _reasoning(self, text: str) -> None:
+        if not text:
+            return
+        out = self._out
+        if out and out[-1].reasoning_content is not None:
+            out[-1].reasoning_content += text
+        else:
+            out.append(Delta(reasoning_content=text))
+        self._last_args = None
+
+    def _open_call(self, name: str) -> None:
+        self._held_ws = ""
+        self._after_call = False
+        self._index += 1
+        self.called = True
+        call_id = f"call_{self._id_base}{self._index:08x}"
+        header = ToolCallDelta(index=self._index, id=call_id, type="function",
+                               function=FunctionDelta(name=name, arguments=""))
+        self._out.append(Delta(tool_calls=[header]))
+        self._last_args = None
+
+    def _args(self, fragment: str) -> None:
+        if not fragment:
+            return
+        if self._last_args is not None:
+            self._last_args.arguments += fragment
+            return
+        function = FunctionDelta(arguments=fragment)
+        self._out.append(Delta(tool_calls=[ToolCallDelta(index=self._index, function=function)]))
+        self._last_args = function
+
+    def _close_call(self) -> None:
+        self._after_call = True
+        self._held_ws = ""
+
+    # ---- JSON arguments ----
+
+    def _stream_json_args(self, after) -> None:
+        """Commit point passed: stream the arguments object at the buffer's start, then enter `after`."""
+        self._scanner = JsonScanner()
+        self._after_args = after
+        self._mode = self._json_args_mode
+
+    def _json_args_mode(self, final: bool) -> bool:
+        buf = self._buf
+        if not buf:
+            return False
+        scanner = self._scanner
+        end = scanner.scan(buf, 0)
+        self._args(buf[:end])
+        self._consume(end)
+        if scanner.done:
+            self._mode = self._after_args
+            return True
+        if scanner.error:
+            return self._break_call()
+        return False
+
+    def _break_call(self) -> bool:
+        """The call's syntax broke after it was committed: it keeps what was sent; the rest is content."""
+        self._close_call()
+        self._mode = self._resume_mode()
+        return True
+
+    def _expect_closing(self, pattern, final: bool, then=None) -> bool:
+        """After a complete call: consume its closing text (pattern) if it is there. A closing cut off
+        by the end of the stream is swallowed; anything else is content."""
+        m = self._match(pattern, final)
+        if m is None:
+            return False
+        if m:
+            self._consume(m.end())
+        elif final and self._is_partial_closing(pattern):
+            self._buf = ""
+        self._close_call()
+        self._mode = then or self._resume_mode()
+        return True
+
+    def _is_partial_closing(self, pattern) -> bool:
+        m = pattern.match(self._buf, partial=True)
+        return m is not None and m.partial and m.end() == len(self._buf)
+
+
+def tool_schemas(tools: list[dict] | None) -> dict[str, dict]:
+    """The request's OpenAI tools list -> {function name: parameters schema}."""
+    if tools is None:
+        return {}
+    if not isinstance(tools, list):
+        raise ValueError(f"tools must be a list of OpenAI tool objects, not {type(tools).__name__}")
+    schemas = {}
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ValueError(f"each tool needs a function with a string name, got {tool!r:.200}")
+        parameters = function.get("parameters")
+        schemas[function["name"]] = parameters if isinstance(parameters, dict) else {}
+    return schemas
+
+
+def decode_json_string(body: str) -> str | None:
+    """The text between a JSON string's quotes -> its value, or None if it is not valid JSON."""
+    try:
+        return json.loads(f'"{body}"')
+    except ValueError:
+        return None
+
+
+def assemble(deltas: list[Delta]) -> dict:
+    """Streamed deltas -> one message: {"content", "reasoning_content", "tool_calls"}."""
+    content, reasoning, calls = [], [], {}
+    for delta in deltas:
+        if delta.content is not None:
+            content.append(delta.content)
+        if delta.reasoning_content is not None:
+            reasoning.append(delta.reasoning_content)
+        for part in delta.tool_calls or ():
+            call = calls.setdefault(part.index, {"id": None, "type": "function",
+                                                 "function": {"name": None, "arguments": ""}})
+            if part.id is not None:
+                call["id"] = part.id
+            if part.function is not None:
+                if part.function.name is not None:
+                    call["function"]["name"] = part.function.name
+                call["function"]["arguments"] += part.function.arguments or ""
+    return {"content": "".join(content) or None, "reasoning_content": "".join(reasoning) or None,
+            "tool_calls": [calls[i] for i in sorted(calls)]}

@@ -1,0 +1,114 @@
+"""Calls written as JSON objects, {"name": ..., "arguments": {...}}: hermes, llama3_json, mistral's array.
+
+The fast path reads `{"name": "NAME", "arguments": ` (or "parameters"), commits the call, then streams
+the arguments object through the JSON scanner and validates the rest of the call object (extra members
+such as mistral's "id"). Objects that do not put "name" first, or whose arguments are a JSON string
+holding JSON (some models write that), are held whole and decoded once complete.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .base import decode_json_string
+from .jsonscan import JsonScanner
+
+# `{"name": "NAME", "arguments": ` up to the arguments' opening brace (not consumed), or `{"name": "NAME"}`.
+CALL_HEADER = (r'\{\s*"name"\s*:\s*"(?P<name>(?:[^"\\\x00-\x1f]|\\.){1,256})"\s*'
+               r'(?:,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)|(?P<noargs>\}))')
+# Any object whose first key says it is a call: held whole when the fast path does not apply.
+CALL_OBJECT = r'(?=\{\s*"(?:name|arguments|parameters)")'
+
+
+class JsonCallObjects:
+    """Mixin for ToolParser: read one JSON call object at a known position in the buffer."""
+
+    def _call_object(self, final: bool, head, fallback, reject_len: int, after) -> bool:
+        """head: regex ending in CALL_HEADER; fallback: regex ending in CALL_OBJECT. Commits the call
+        (then `after` runs once the object closes), waits, or rejects reject_len characters."""
+        m = self._match(head, final)
+        if m is None:
+            return False
+        if m and decode_json_string(m["name"]):
+            self._consume(m.end())
+            self._open_call(decode_json_string(m["name"]))
+            if m["noargs"] is not None:
+                self._args("{}")
+                self._close_call()
+                self._mode = after
+            else:
+                self._after_object = after
+                self._stream_json_args(self._object_rest_mode)
+            return True
+        whole = self._match(fallback, final)
+        if whole is None:
+            return False
+        if whole:
+            self._whole_start = whole.end()
+            self._whole_scanned = whole.end()
+            self._whole_scanner = JsonScanner()
+            self._whole_reject, self._after_object = reject_len, after
+            self._mode = self._whole_object_mode
+            return True
+        return self._reject_opening(reject_len)
+
+    def _object_rest_mode(self, final: bool) -> bool:
+        """The arguments closed: validate the rest of the call object up to its closing brace."""
+        self._scanner = JsonScanner(inside_object=True)
+        self._mode = self._object_tail_mode
+        return True
+
+    def _object_tail_mode(self, final: bool) -> bool:
+        buf = self._buf
+        if not buf:
+            return False
+        scanner = self._scanner
+        end = scanner.scan(buf, 0)
+        self._consume(end)
+        if scanner.done:
+            self._close_call()
+            self._mode = self._after_object
+            return True
+        if scanner.error:
+            return self._break_call()
+        return False
+
+    def _whole_object_mode(self, final: bool) -> bool:
+        buf, scanner = self._buf, self._whole_scanner
+        end = scanner.scan(buf, self._whole_scanned)
+        self._whole_scanned = end
+        if scanner.done:
+            call = _decode_call(buf[self._whole_start:end])
+            if call is not None:
+                self._consume(end)
+                self._open_call(call[0])
+                self._args(call[1])
+                self._close_call()
+                self._mode = self._after_object
+                return True
+            return self._reject_opening(self._whole_reject)
+        if scanner.error or final:
+            return self._reject_opening(self._whole_reject)
+        return False
+
+
+def _decode_call(text: str) -> tuple[str, str] | None:
+    """A complete call object in any key order -> (name, arguments JSON), or None if it is not a call."""
+    try:
+        call = json.loads(text)
+    except ValueError:
+        return None
+    name = call.get("name") if isinstance(call, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    arguments = call.get("arguments", call.get("parameters"))
+    if arguments is None:
+        return name, "{}"
+    if isinstance(arguments, dict):
+        return name, json.dumps(arguments, ensure_ascii=False)
+    if isinstance(arguments, str):  # arguments written as a JSON string holding the object
+        try:
+            return (name, arguments) if isinstance(json.loads(arguments), dict) else None
+        except ValueError:
+            return None
+    return None
