@@ -44,7 +44,9 @@ class ReasoningFormat:
 
     @property
     def special_tokens(self) -> tuple[str, ...]:
-        return self.starts + self.ends + self.implicit_ends
+        """The tags this parser consumes. Implicit ends stay in the content, so they are kept only when
+        the tool parser reading that content asks for them too."""
+        return self.starts + self.ends
 
 
 _THINK = ("<think>",), ("</think>",)

@@ -17,7 +17,7 @@ Ids are checked before any state changes: a bad id raises DetokenizeError and th
 
 from __future__ import annotations
 
-import codecs
+from codecs import utf_8_decode
 import weakref
 
 _REPLACEMENT = "\ufffd"
@@ -29,37 +29,45 @@ class DetokenizeError(ValueError):
 
 
 class _VocabTables:
-    """What every stream of one tokenizer shares: bytes per id, byte-fallback ids, added-token ids."""
+    """What every stream of one tokenizer shares: bytes and text per id, byte-fallback ids, added ids."""
 
     def __init__(self, tokenizer):
         self.size = tokenizer.vocab_size
         self.added_ids = frozenset(tokenizer.added_tokens.values())
         self.bytewise = bool(tokenizer.decode_is_bytewise)
-        self._variants: dict[frozenset, list[bytes]] = {}
+        self._variants: dict[frozenset, tuple[list, list]] = {}
         if not self.bytewise:
             self.full, self.byte_ids = None, frozenset()
             return
         table = tokenizer.vocab_bytes()
         for token_id in tokenizer.special_ids:
             table[token_id] = tokenizer.token_bytes(token_id)
-        self.full = table
+        self.full = (table, [_whole_text(data) for data in table])
         self.byte_ids = frozenset(
             i for i, data in enumerate(table)
             if len(data) == 1 and _is_byte_token(tokenizer.id_to_token(i)))
 
-    def without(self, skipped: frozenset) -> list[bytes]:
-        """The bytes table with `skipped` ids decoding to nothing."""
+    def without(self, skipped: frozenset) -> tuple[list, list]:
+        """(bytes, text) per id with `skipped` ids decoding to nothing. text is None for an id whose bytes
+        are not whole UTF-8 characters on their own."""
         if not skipped:
             return self.full
-        table = self._variants.get(skipped)
-        if table is None:
-            table = list(self.full)
+        variant = self._variants.get(skipped)
+        if variant is None:
+            data, texts = list(self.full[0]), list(self.full[1])
             for token_id in skipped:
-                table[token_id] = b""
+                data[token_id], texts[token_id] = b"", ""
             if len(self._variants) >= _TABLE_VARIANTS:
                 self._variants.pop(next(iter(self._variants)))
-            self._variants[skipped] = table
-        return table
+            variant = self._variants[skipped] = (data, texts)
+        return variant
+
+
+def _whole_text(data: bytes):
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 _TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -98,12 +106,15 @@ class IncrementalDetokenizer:
         self._added_ids = tables.added_ids
         self._byte_ids = tables.byte_ids
         if tables.bytewise and not spaces_between_special_tokens:
-            self._table = tables.without(self._skipped)
-            self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+            self._table, texts = tables.without(self._skipped)
+            # text per id for the one-lookup path; not with byte fallback, whose runs decode as a whole
+            self._texts = None if self._byte_ids else texts
+            self._pending = b""  # the start of a character whose last bytes have not come yet
             self._run = bytearray()
             self._step = self._bytes_with_runs if self._byte_ids else self._bytes
             self._at_start = bool(tokenizer.strip_leading_space)
         else:
+            self._texts, self._pending = None, b""
             self._step = self._windowed
         # windowed state: ids decoded together, how many of them form the already-emitted prefix
         self._window: list[int] = []
@@ -111,20 +122,38 @@ class IncrementalDetokenizer:
         self._segments = 0  # spaces mode: segments emitted so far
 
     # ------------------------------------------------------------------ public
-    def add(self, ids) -> str:
-        """Append generated ids; returns the text they complete (possibly "")."""
-        if not ids:
-            return ""
+    def check(self, ids) -> None:
+        """Raise DetokenizeError unless every id is an int in the vocabulary."""
         size = self._size
         try:
             if len(ids) == 1:
-                if not 0 <= ids[0] < size or type(ids[0]) is not int:
-                    raise DetokenizeError(f"token id {ids[0]!r} is not in the vocabulary (0 <= id < {size})")
-            elif min(ids) < 0 or max(ids) >= size or not all(type(i) is int for i in ids):
-                bad = next(i for i in ids if type(i) is not int or not 0 <= i < size)
-                raise DetokenizeError(f"token id {bad!r} is not in the vocabulary (0 <= id < {size})")
+                if type(ids[0]) is int and 0 <= ids[0] < size:
+                    return
+            elif ids and min(ids) >= 0 and max(ids) < size and all(type(i) is int for i in ids):
+                return
+            elif not ids:
+                return
         except TypeError:
-            raise DetokenizeError(f"token ids must be ints, got {ids!r:.80}") from None
+            pass
+        bad = next((i for i in ids if type(i) is not int or not 0 <= i < size), ids)
+        raise DetokenizeError(f"token id {bad!r:.80} is not in the vocabulary (0 <= id < {size})")
+
+    def add(self, ids, checked: bool = False) -> str:
+        """Append generated ids; returns the text they complete (possibly ""). checked=True skips the id
+        check for a caller that already ran `check` on them."""
+        if len(ids) == 1 and self._texts is not None and not self._pending and not self._at_start:
+            token_id = ids[0]  # the usual step: one token of whole characters, one lookup
+            if type(token_id) is int and 0 <= token_id < self._size:
+                text = self._texts[token_id]
+                if text is not None:
+                    return text
+        if not checked:
+            if len(ids) != 1:
+                if not ids:
+                    return ""
+                self.check(ids)
+            elif type(ids[0]) is not int or not 0 <= ids[0] < self._size:
+                self.check(ids)
         text = self._step(ids, False)
         if self._at_start and text:
             self._at_start = False
@@ -144,11 +173,17 @@ class IncrementalDetokenizer:
     # ------------------------------------------------------------------ bytewise
     def _bytes(self, ids, final: bool) -> str:
         if final:
-            return self._decode(b"", True)
+            return self._utf8(b"", True)
         table = self._table
-        if len(ids) == 1:
-            return self._decode(table[ids[0]])
-        return self._decode(b"".join([table[i] for i in ids]))
+        return self._utf8(b"".join([table[i] for i in ids]), False)
+
+    def _utf8(self, data: bytes, final: bool) -> str:
+        """Incremental UTF-8 with U+FFFD for invalid bytes, exactly as decoding all bytes at once would."""
+        if self._pending:
+            data = self._pending + data
+        text, used = utf_8_decode(data, "replace", final)
+        self._pending = data[used:]
+        return text
 
     def _bytes_with_runs(self, ids, final: bool) -> str:
         table, byte_ids, run, skipped = self._table, self._byte_ids, self._run, self._skipped
@@ -159,16 +194,16 @@ class IncrementalDetokenizer:
             elif token_id not in skipped:
                 if run:
                     pieces.append(self._end_run())
-                pieces.append(self._decode(table[token_id]))
+                pieces.append(self._utf8(table[token_id], False))
         if final:
             if run:
                 pieces.append(self._end_run())
-            pieces.append(self._decode(b"", True))
+            pieces.append(self._utf8(b"", True))
         return "".join(pieces)
 
     def _end_run(self) -> str:
         """A finished run of byte tokens: its UTF-8 text, or one U+FFFD per byte if it is not valid."""
-        head = self._decode(b"", True)  # normal tokens are whole characters, so this is "" in practice
+        head = self._utf8(b"", True)  # normal tokens are whole characters, so this is "" in practice
         try:
             text = self._run.decode("utf-8")
         except UnicodeDecodeError:

@@ -22,7 +22,8 @@ class StopChecker:
     string, the returned text ends just before it (or just after it with include_stop), and everything
     later is dropped."""
 
-    __slots__ = ("_stops", "_prefixes", "_prefix_ends", "_max_hold", "_include", "_held", "stopped", "matched")
+    __slots__ = ("_stops", "_firsts", "_prefixes", "_prefix_ends", "_max_hold", "_include", "_held", "stopped",
+                 "matched")
 
     def __init__(self, stops, include_stop: bool = False):
         if isinstance(stops, str):
@@ -35,6 +36,7 @@ class StopChecker:
         # (a tail ending in any other character is released without looking further).
         self._prefixes = frozenset(s[:k] for s in self._stops for k in range(1, len(s)))
         self._prefix_ends = frozenset(p[-1] for p in self._prefixes)
+        self._firsts = frozenset(s[0] for s in self._stops)
         self._max_hold = max((len(s) - 1 for s in self._stops), default=0)
         self._include = include_stop
         self._held = ""
@@ -48,9 +50,12 @@ class StopChecker:
         if self.stopped:
             return ""
         held = self._held
-        text = held + delta if held else delta
-        if not self._stops:
-            return text
+        if not held:
+            if self._firsts.isdisjoint(delta):  # no stop can begin in this delta: nothing to find or hold
+                return delta
+            text = delta
+        else:
+            text = held + delta
         if can_stop:
             found = self._earliest_match(text, len(held))
             if found is not None:
