@@ -41,10 +41,13 @@ small_calls = st.lists(st.tuples(names, st.dictionaries(nasty_text, json_scalars
 cuts = st.lists(st.integers(1, 12), min_size=1, max_size=6)
 
 
+WS = " \t\n\r"  # JSON's whitespace: what the parsers treat as formatting around calls
+
+
 def expected_content(before: str, after: str) -> str | None:
     """Whitespace next to a call is formatting: the content a client should see around calls."""
-    head = before.rstrip()
-    tail = (after if head else after.lstrip()) if after.strip() else ""
+    head = before.rstrip(WS)
+    tail = (after if head else after.lstrip(WS)) if after.strip(WS) else ""
     return (head + tail) or None
 
 
