@@ -12,7 +12,10 @@ ranked by the token's rank (see `loaders.py`).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from heapq import heapify, heappop, heappush
+from itertools import repeat
+from operator import itemgetter, lshift, or_
 
 _LONG_WORD = 48           # symbols above which the heap merge beats rescanning a list
 
@@ -57,28 +60,37 @@ class BPE:
             raise ValueError("tiktoken ranks map two tokens to the same rank")
         model = cls(vocab, (), ignore_merges=True)
         shift, table = model.shift, model.pairs
-        for token, rank in ranks.items():
-            value = rank << shift | rank
-            for cut in range(1, len(token)):
-                left = ranks.get(token[:cut])
-                if left is not None:
-                    right = ranks.get(token[cut:])
-                    if right is not None:
-                        table[left << shift | right] = value
+        tokens = sorted(ranks, key=len, reverse=True)
+        lengths = [-len(token) for token in tokens]                     # ascending
+        get = ranks.get
+        for cut in range(1, -lengths[0] if lengths else 0):
+            longer = tokens[:bisect_left(lengths, -cut)]                 # tokens longer than `cut` bytes
+            heads = map(get, map(itemgetter(slice(None, cut)), longer))
+            tails = map(get, map(itemgetter(slice(cut, None)), longer))
+            for head, tail, token in zip(heads, tails, longer):
+                if head is not None and tail is not None:
+                    rank = get(token)
+                    table[head << shift | tail] = rank << shift | rank
         return model
 
     def _pair_table(self, merges) -> dict[int, int]:
+        """Packed (left id, right id) -> (rank, merged id), built with C-level maps."""
+        merges = [merge.split(" ", 1) if isinstance(merge, str) else merge for merge in merges]
+        if not merges:
+            return {}
         vocab, shift, prefix_len = self.vocab, self.shift, len(self.prefix)
-        table = {}
-        for rank, merge in enumerate(merges):
-            left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
-            try:
-                left_id, right_id = vocab[left], vocab[right]
-                merged_id = vocab[left + right[prefix_len:]]
-            except KeyError as missing:
-                raise ValueError(f"BPE merge {left!r} {right!r} uses {missing.args[0]!r}, not in the vocabulary") from None
-            table[left_id << shift | right_id] = rank << shift | merged_id
-        return table
+        lefts, rights = zip(*merges)
+        merged = map(str.__add__, lefts, map(itemgetter(slice(prefix_len, None)), rights)) if prefix_len \
+            else map(str.__add__, lefts, rights)
+        try:
+            left_ids = list(map(vocab.__getitem__, lefts))
+            right_ids = list(map(vocab.__getitem__, rights))
+            merged_ids = list(map(vocab.__getitem__, merged))
+        except KeyError as missing:
+            raise ValueError(f"a BPE merge uses {missing.args[0]!r}, which is not in the vocabulary") from None
+        keys = map(or_, map(lshift, left_ids, repeat(shift)), right_ids)
+        values = map(or_, map(lshift, range(len(merges)), repeat(shift)), merged_ids)
+        return dict(zip(keys, values))
 
     def use_byte_alphabet(self, byte_symbols: list[str]) -> bool:
         """Enable `tokenize_bytes` when every byte's symbol is in the vocabulary (byte-level BPE)."""
