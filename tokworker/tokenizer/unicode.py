@@ -1,70 +1,153 @@
-"""tokenizers' own Unicode: regex class translation, normalization and character predicates.
+"""`tokenizers`' own Unicode, not Python's: regex class translation, normalization, character predicates.
 
-FIRST VERSION: falls back to Python's `regex`/`unicodedata` behaviour; probed data replaces it next.
+`tokenizers` matches Split regexes with Oniguruma, normalizes with its own older tables and classifies
+characters with Rust's tables; Python's `regex`/`unicodedata` use other Unicode versions, which gives wrong
+ids on thousands of newer code points. Models were trained with `tokenizers`' behaviour, so that is what
+this module reproduces, from data probed out of the libraries themselves (tools/probe_unicode.py ->
+unicode_data/tables.py). `tiktoken` vocabularies are matched against tiktoken's own regex engine.
+
+Each predicate is also offered as a `regex` bracket body (`WHITESPACE_CLASS`, ...: explicit ranges, valid
+in V0 and V1 patterns) so a pre-tokenizer can use one compiled regex instead of a call per character.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
-import unicodedata
 
 import regex
 
-_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
+from .unicode_data import charset, data, predicate
+from .unicode_data.charset import Atoms
+from .unicode_data.normalization import normalize
+from .unicode_data.pattern import Translator, UnsupportedPattern
+
+__all__ = ["translate_pattern", "compile_pattern", "normalize", "UnsupportedPattern", "is_whitespace",
+           "is_bert_whitespace", "is_punctuation", "is_control", "is_chinese_char", "is_alphanumeric",
+           "is_numeric", "to_lowercase", "strip_accents", "WHITESPACE_CLASS", "BERT_WHITESPACE_CLASS",
+           "PUNCTUATION_CLASS", "CONTROL_CLASS", "CHINESE_CLASS", "WORD_CLASS", "NUMERIC_CLASS"]
+
+FLAVORS = ("tokenizers", "tiktoken")
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=2)
+def _atoms(flavor: str) -> Atoms:
+    return Atoms(flavor)
+
+
+@functools.lru_cache(maxsize=128)
 def translate_pattern(pattern: str, flavor: str = "tokenizers") -> str:
-    """A `regex`-module pattern matching exactly what `flavor`'s engine matches with `pattern`."""
-    if flavor not in ("tokenizers", "tiktoken"):
-        raise ValueError(f"unknown regex flavor {flavor!r}")
-    return pattern
+    """A `regex`-module pattern (V1, self-contained: compile it with no flags) matching exactly what
+    `flavor`'s engine matches with `pattern`: "tokenizers" (Oniguruma) or "tiktoken" (Rust regex)."""
+    if flavor not in FLAVORS:
+        raise ValueError(f"unknown regex flavor {flavor!r}; expected one of {FLAVORS}")
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be str, not {type(pattern).__name__}")
+    return Translator(pattern, flavor, _atoms(flavor)).translate()
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=128)
 def compile_pattern(pattern: str, flavor: str = "tokenizers") -> regex.Pattern:
+    """translate_pattern, compiled (cached)."""
     return regex.compile(translate_pattern(pattern, flavor))
 
 
-def normalize(form: str, text: str) -> str:
-    if form not in _FORMS:
-        raise ValueError(f"unknown normalization form {form!r}")
-    if text.isascii():
-        return text
-    return unicodedata.normalize(form, text)
+def _bracket_body(bounds) -> str:
+    """Explicit ranges for use inside [...] in any `regex` version mode."""
+    return "".join(charset.escape(a) if b == a + 1 else f"{charset.escape(a)}-{charset.escape(b - 1)}"
+                   for a, b in charset.ranges(bounds))
 
 
-WHITESPACE_CLASS = r"\s"
-PUNCTUATION_CLASS = r"\p{P}"
-CONTROL_CLASS = r"\p{Cc}\p{Cf}"
-CHINESE_CLASS = r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}"
-WORD_CLASS = r"\w"
+class _Members:
+    """Fast membership for one probed set: a frozenset when small, bisect over boundaries otherwise."""
+
+    def __init__(self, bounds):
+        self.bounds = bounds
+        size = sum(b - a for a, b in charset.ranges(bounds))
+        self.chars = frozenset(chr(c) for a, b in charset.ranges(bounds) for c in range(a, b)) \
+            if size <= 50_000 else None
+
+    def __call__(self, ch: str) -> bool:
+        if self.chars is not None:
+            return ch in self.chars
+        return bisect.bisect_right(self.bounds, ord(ch)) % 2 == 1
+
+
+def _word_bounds():
+    return _atoms("tokenizers").members("perl:w")
+
+
+_whitespace = _Members(predicate("whitespace"))
+_bert_whitespace = _Members(predicate("bert_whitespace"))
+_punctuation = _Members(predicate("punctuation"))
+_control = _Members(predicate("control"))
+_chinese = _Members(predicate("chinese"))
+_numeric = _Members(predicate("numeric"))
+_word = _Members(_word_bounds())
+
+WHITESPACE_CLASS = _bracket_body(predicate("whitespace"))  # char::is_whitespace (WhitespaceSplit, Bert)
+BERT_WHITESPACE_CLASS = _bracket_body(predicate("bert_whitespace"))  # BertNormalizer clean_text -> " "
+PUNCTUATION_CLASS = _bracket_body(predicate("punctuation"))  # Punctuation / BertPreTokenizer split points
+CONTROL_CLASS = _bracket_body(predicate("control"))  # BertNormalizer clean_text removes these
+CHINESE_CLASS = _bracket_body(predicate("chinese"))  # BertNormalizer handle_chinese_chars
+NUMERIC_CLASS = _bracket_body(predicate("numeric"))  # Digits pre-tokenizer (char::is_numeric)
+WORD_CLASS = _bracket_body(_word_bounds())  # Oniguruma \w (Whitespace pre-tokenizer's \w+|[^\w\s]+)
 
 
 def is_whitespace(ch: str) -> bool:
-    return ch.isspace()
+    """Rust char::is_whitespace: WhitespaceSplit and BertPreTokenizer split on these."""
+    return _whitespace(ch)
+
+
+def is_bert_whitespace(ch: str) -> bool:
+    """BertNormalizer clean_text turns these into a plain space."""
+    return _bert_whitespace(ch)
 
 
 def is_punctuation(ch: str) -> bool:
-    return unicodedata.category(ch).startswith("P") or (ch.isascii() and not ch.isalnum() and not ch.isspace() and ch.isprintable())
+    """What the Punctuation and BertPreTokenizer pre-tokenizers isolate (ASCII punctuation or P*)."""
+    return _punctuation(ch)
 
 
 def is_control(ch: str) -> bool:
-    return ch not in "\t\n\r" and unicodedata.category(ch) in ("Cc", "Cf")
+    """What BertNormalizer clean_text removes (NUL and U+FFFD included)."""
+    return _control(ch)
 
 
 def is_chinese_char(ch: str) -> bool:
-    return regex.match(f"[{CHINESE_CLASS}]", ch) is not None
+    """BertNormalizer handle_chinese_chars puts spaces around these."""
+    return _chinese(ch)
+
+
+def is_numeric(ch: str) -> bool:
+    """Rust char::is_numeric, as the Digits pre-tokenizer uses it."""
+    return _numeric(ch)
 
 
 def is_alphanumeric(ch: str) -> bool:
-    return regex.match(r"\w", ch) is not None
+    """Oniguruma's \\w as `tokenizers` compiles it (the Whitespace pre-tokenizer's word characters)."""
+    return _word(ch)
+
+
+@functools.lru_cache(maxsize=1)
+def _lowercase_table() -> dict[int, str]:
+    return {int(cp): lowered for cp, lowered in data()["predicates"]["lowercase"].items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _strip_table() -> dict[int, None]:
+    return {c: None for a, b in charset.ranges(predicate("strip_accents")) for c in range(a, b)}
 
 
 def to_lowercase(text: str) -> str:
-    return text.lower()
+    """The Lowercase normalizer: Rust's char::to_lowercase per character (no final-sigma rule)."""
+    if text.isascii():
+        return text.lower()
+    return text.translate(_lowercase_table())
 
 
 def strip_accents(text: str) -> str:
-    """Remove nonspacing marks (Mn); apply after NFD as tokenizers' StripAccents expects."""
-    return "".join(c for c in text if unicodedata.category(c) != "Mn")
+    """The StripAccents normalizer: drops the combining marks of its table (apply after NFD)."""
+    if text.isascii():
+        return text
+    return text.translate(_strip_table())
