@@ -79,14 +79,45 @@ def mistral_named(calls, before="", after=""):
     return before + "".join("[TOOL_CALLS]%s[ARGS]%s" % (name, dumps(args)) for name, args in calls) + after
 
 
+def deepseek_v3(calls, before="", after=""):
+    # vllm-examples-tool_chat_template_deepseekv3.jinja: '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' TYPE
+    # '<｜tool▁sep｜>' NAME '\n```json\n' ARGS '\n```<｜tool▁call▁end｜>', later calls after '\n', then '<｜tool▁calls▁end｜>'
+    body = "\n".join("<｜tool▁call▁begin｜>function<｜tool▁sep｜>%s\n```json\n%s\n```<｜tool▁call▁end｜>"
+                     % (name, dumps(args)) for name, args in calls)
+    return before + "<｜tool▁calls▁begin｜>" + body + "<｜tool▁calls▁end｜>" + after
+
+
+def deepseek_v31(calls, before="", after=""):
+    # deepseek-ai-DeepSeek-V3.1.jinja: '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' NAME '<｜tool▁sep｜>' ARGS
+    # '<｜tool▁call▁end｜>', later calls directly, then '<｜tool▁calls▁end｜>'
+    body = "".join("<｜tool▁call▁begin｜>%s<｜tool▁sep｜>%s<｜tool▁call▁end｜>" % (name, dumps(args))
+                   for name, args in calls)
+    return before + "<｜tool▁calls▁begin｜>" + body + "<｜tool▁calls▁end｜>" + after
+
+
+def kimi_k2(calls, before="", after=""):
+    # moonshotai-Kimi-K2.jinja: '<|tool_calls_section_begin|>' then per call '<|tool_call_begin|>'
+    # 'functions.' NAME ':' IDX '<|tool_call_argument_begin|>' ARGS '<|tool_call_end|>', then '<|tool_calls_section_end|>'
+    body = "".join("<|tool_call_begin|>functions.%s:%d<|tool_call_argument_begin|>%s<|tool_call_end|>"
+                   % (name, i, dumps(args)) for i, (name, args) in enumerate(calls))
+    return before + "<|tool_calls_section_begin|>" + body + "<|tool_calls_section_end|>" + after
+
+
+DEEPSEEK_MARKERS = ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁calls▁end｜>"]
+KIMI_MARKERS = ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_calls_section_end|>"]
+
 # format name, renderer, whether content may precede the calls, markers that content must not contain
 JSON_FORMATS = [
     ("hermes", hermes, True, ["<tool_call>"]),
     ("llama3_json", llama3_json, False, []),
     ("mistral", mistral_array, True, ["[TOOL_CALLS]"]),
     ("mistral", mistral_named, True, ["[TOOL_CALLS]"]),
+    ("deepseek_v3", deepseek_v3, True, DEEPSEEK_MARKERS),
+    ("deepseek_v31", deepseek_v31, True, DEEPSEEK_MARKERS),
+    ("kimi_k2", kimi_k2, True, KIMI_MARKERS),
 ]
-JSON_IDS = ["hermes", "llama3_json", "mistral_array", "mistral_named"]
+JSON_IDS = ["hermes", "llama3_json", "mistral_array", "mistral_named", "deepseek_v3", "deepseek_v31", "kimi_k2"]
+MARKERS = {name: markers for name, _, _, markers in JSON_FORMATS}
 
 
 def test_registry_names_and_unknown_name():
@@ -135,11 +166,11 @@ def test_json_formats_every_split_and_every_prefix(name, render, content_first, 
             assert all(c in full["calls"] for c in complete)
 
 
-@pytest.mark.parametrize("name", ["hermes", "mistral"])
+@pytest.mark.parametrize("name", ["hermes", "mistral", "deepseek_v3", "deepseek_v31", "kimi_k2"])
 @SETTINGS
 @given(text=nasty_text, chunking=cuts)
 def test_text_without_calls_is_content_intact(name, text, chunking):
-    assume("<tool_call>" not in text and "[TOOL_CALLS]" not in text)
+    assume(not any(m in text for m in MARKERS[name]))
     result = assert_split_invariant(name, text, cuts=chunking)
     assert result == {"content": text or None, "reasoning_content": None, "calls": []}
 
@@ -165,6 +196,10 @@ MALFORMED = [
     ("mistral", "[TOOL_CALLS]{not a call}"),
     ("mistral", '[TOOL_CALLS]get weather[ARGS]{"a": 1}'),
     ("mistral", "x[TOOL_CALLS]"),
+    ("deepseek_v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{\"a\": 1}<｜tool▁call▁end｜>"),
+    ("deepseek_v31", "<｜tool▁calls▁begin｜>plain words"),
+    ("deepseek_v31", "<｜tool▁call▁begin｜><｜tool▁sep｜>{}<｜tool▁call▁end｜>"),
+    ("kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0 {}"),
 ]
 
 
@@ -193,7 +228,10 @@ def test_tool_without_parameters_streams_empty_object():
     for name, text in [("hermes", '<tool_call>\n{"name": "now"}\n</tool_call>'),
                        ("hermes", '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'),
                        ("llama3_json", '{"name": "now", "parameters": {}}'),
-                       ("mistral", "[TOOL_CALLS]now[ARGS]{}")]:
+                       ("mistral", "[TOOL_CALLS]now[ARGS]{}"),
+                       ("deepseek_v3", deepseek_v3([("now", {})])),
+                       ("deepseek_v31", deepseek_v31([("now", {})])),
+                       ("kimi_k2", kimi_k2([("now", {})]))]:
         deltas = stream(name, [text])
         assert summary(deltas)["calls"] == [("now", "{}")], name
 

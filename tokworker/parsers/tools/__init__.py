@@ -16,6 +16,9 @@ _PARSERS = {
     "hermes": ("hermes", "HermesToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
     "mistral": ("mistral", "MistralToolParser"),
+    "deepseek_v3": ("deepseek", "DeepSeekV3ToolParser"),
+    "deepseek_v31": ("deepseek", "DeepSeekV31ToolParser"),
+    "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))
