@@ -280,10 +280,11 @@ class TokenizerPool:
                 out[stream_id] = update
             for stream_id, error in reply.errors.items():
                 stream = streams.get(stream_id)
-                if stream is not None:
-                    stream.fail(error_for(error.code, error.message))
-                    stream.take_failure()
-                    self._forget(stream)
+                if stream is None or stream.link is not link:
+                    continue                                 # finished or closed before this step arrived
+                stream.fail(error_for(error.code, error.message))
+                stream.take_failure()
+                self._forget(stream)
                 out[stream_id] = FAILED
             for stream_id in (*batch_ids, *finished):
                 if stream_id not in out and stream_id in streams:

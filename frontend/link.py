@@ -41,11 +41,12 @@ class _Disconnected(Exception):
 
 
 class _Pending:
-    __slots__ = ("body", "future", "on_reply", "on_error", "stateful", "attempts", "timer", "rid")
+    __slots__ = ("body", "future", "on_reply", "on_error", "stateful", "attempts", "timer", "rid", "replay")
 
-    def __init__(self, body, future, on_reply, on_error, stateful):
+    def __init__(self, body, future, on_reply, on_error, stateful, replay=False):
         self.body, self.future, self.on_reply, self.on_error = body, future, on_reply, on_error
         self.stateful, self.attempts, self.timer, self.rid = stateful, 0, None, 0
+        self.replay = replay                 # a rebuild of a stream: superseded by the next epoch's own
 
 
 class WorkerLink:
@@ -299,15 +300,17 @@ class WorkerLink:
                 continue
             body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
                                              prompt_text=stream.prompt_text, replay=stream.log))
-            pending = _Pending(body, self.loop.create_future(), None, self._stream_failer(stream), True)
+            pending = _Pending(body, self.loop.create_future(), None, self._stream_failer(stream), True, replay=True)
             pending.future.add_done_callback(_quiet)
             pending.timer = self.loop.call_later(self.request_timeout, self._expire, pending)
             rid = pending.rid = next(self._ids)
             self.pending[rid] = pending
             self._transmit(rid, pending)
         for pending in waiting:
-            if pending.future.done() and not pending.stateful:
-                pending.timer.cancel()                       # the caller gave up on it
+            if pending.replay or (pending.future.done() and not pending.stateful):
+                pending.timer.cancel()                       # replayed afresh above, or the caller gave up
+                if not pending.future.done():
+                    pending.future.cancel()
                 continue
             if pending.attempts >= self.max_attempts:
                 self._fail(pending, WorkerLost(ErrorCode.WORKER_LOST, f"sent {pending.attempts} times to "

@@ -36,13 +36,13 @@ class Script(msgspec.Struct):
     prompt_text: str | None = None
 
 
-def make_scripts(tokenizer, count: int, seed: int) -> list[Script]:
+def make_scripts(tokenizer, count: int, seed: int, fragments: int = 12) -> list[Script]:
     rng = random.Random(seed)
     eos = tokenizer.eos_token_ids[0]
     scripts = []
     for n in range(count):
         kind = rng.choice(["plain", "stop", "reasoning", "tools", "both"])
-        text = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, 12)))
+        text = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, fragments)))
         params = {}
         if kind == "stop":
             params.update(stop=["STOP", "</answer>"], include_stop_str_in_output=rng.random() < 0.3)
