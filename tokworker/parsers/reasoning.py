@@ -99,8 +99,8 @@ class ReasoningParser:
     """One stream's reasoning state: `feed(text) -> list[Delta]`, `finish() -> list[Delta]`, and the
     whole-text `parse(text) -> (reasoning, content)` (None for an empty part)."""
 
-    __slots__ = ("fmt", "special_tokens", "_initial", "_mode", "_held", "_started", "_emitted_content",
-                 "_tags_first", "_end_firsts")
+    __slots__ = ("fmt", "special_tokens", "_initial", "_mode", "_steady", "_held", "_started", "_emitted_content",
+                 "_end_firsts")
 
     def __init__(self, fmt: ReasoningFormat, mode: str):
         self.fmt = fmt
@@ -108,6 +108,7 @@ class ReasoningParser:
         self._initial = mode
         self._end_firsts = frozenset(tag[0] for tag in fmt.ends + fmt.implicit_ends)
         self._mode = mode
+        self._steady = None
         self._held = ""          # text not yet decided (a possible tag, or whitespace at an edge)
         self._started = False    # the current section has shown a non-whitespace character
         self._emitted_content = False
@@ -120,14 +121,15 @@ class ReasoningParser:
         return reasoning or None, content or None
 
     def feed(self, text: str) -> list[Delta]:
-        mode = self._mode
-        if mode is CONTENT and self._started:
+        steady = self._steady  # the hot path: plain text in a section that has started, nothing held
+        if steady is CONTENT:
             return [Delta(content=text)] if text else []
-        if (mode is _REASONING and self._started and not self._held and text
-                and text[-1] not in _WHITESPACE and self._end_firsts.isdisjoint(text)):
+        if steady is _REASONING and text and text[-1] not in _WHITESPACE and self._end_firsts.isdisjoint(text):
             return [Delta(reasoning_content=text)]
         out: list[Delta] = []
         self._run(self._held + text, out, final=False)
+        mode = self._mode
+        self._steady = mode if (mode is CONTENT or mode is _REASONING) and self._started and not self._held else None
         return out
 
     def finish(self) -> list[Delta]:
@@ -135,6 +137,7 @@ class ReasoningParser:
         held, self._held = self._held, ""
         if held:
             self._run(held, out, final=True)
+        self._steady = None
         return out
 
     # ------------------------------------------------------------------ the machine

@@ -122,6 +122,18 @@ class IncrementalDetokenizer:
         self._segments = 0  # spaces mode: segments emitted so far
 
     # ------------------------------------------------------------------ public
+    @property
+    def texts(self):
+        """Text per id for the one-lookup path, or None when this tokenizer has none (byte fallback,
+        windowed decode). While `idle`, one id whose entry is a str decodes to exactly that str and changes
+        no state, so a caller may look it up itself (TextStream's hot path does)."""
+        return self._texts
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is held (no unfinished character) and no leading space is left to strip."""
+        return self._texts is not None and not self._pending and not self._at_start
+
     def check(self, ids) -> None:
         """Raise DetokenizeError unless every id is an int in the vocabulary."""
         size = self._size

@@ -57,6 +57,13 @@ class TextStream:
         self._include_stop_token = params.include_stop_str_in_output
         self._count = 0
         self._tool_calls = False
+        # hot-path facts: ids with no stop rule to apply (count in [quiet_from, quiet_until)), text per id
+        self._quiet_from = params.min_tokens
+        self._quiet_until = params.max_tokens - 1 if params.max_tokens is not None else float("inf")
+        self._size = tokenizer.vocab_size
+        self._texts = self._detok.texts
+        self._stop_firsts = self._stop.firsts if self._stop is not None else None
+        self._steady = self._texts is not None and self._detok.idle
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
 
@@ -72,63 +79,72 @@ class TextStream:
     def push(self, ids) -> StreamUpdate:
         """The ids the engine generated this step. A bad id raises DetokenizeError (a ValueError) before
         anything changes, so the stream stays usable."""
+        if len(ids) == 1 and self._steady:
+            # The usual step, without a call per stage: one id that ends nothing, a detokenizer with nothing
+            # held, a stop checker with nothing held that this text cannot start a stop in.
+            token_id = ids[0]
+            count = self._count
+            if (self._quiet_from <= count < self._quiet_until and type(token_id) is int
+                    and 0 <= token_id < self._size and token_id not in self._enders):
+                text = self._texts[token_id]
+                if text is not None and (self._stop_firsts is None or self._stop_firsts.isdisjoint(text)):
+                    self._count = count + 1
+                    if not text:
+                        return StreamUpdate()
+                    if self._tools is None:
+                        if self._reasoning is None:
+                            return StreamUpdate([Delta(text)])
+                        return StreamUpdate(self._reasoning.feed(text))
+                    return self._update(text, None, None, abort=False)
         if self.finish_reason is not None or not ids:
             return StreamUpdate()
+        update = self._step(ids)
+        stop = self._stop
+        self._steady = (self.finish_reason is None and self._detok.idle and (stop is None or not stop.holding))
+        return update
+
+    def _step(self, ids) -> StreamUpdate:
+        detok, stop = self._detok, self._stop
+        detok.check(ids)
         count, n = self._count, len(ids)
-        limit = self._max_tokens
-        if count >= self._min_tokens and (limit is None or count + n < limit) and self._enders.isdisjoint(ids):
-            # The usual step: nothing ends on a token and every token may complete a stop string.
-            text = self._detok.add(ids)
-            self._count = count + n
-            stop = self._stop
-            if stop is not None:
-                text = stop.add(text)
-                if stop.stopped:
-                    return self._update(text, "stop", stop.matched, abort=True)
-            if self._tools is None:
-                reasoning = self._reasoning
-                if reasoning is None:
-                    return StreamUpdate([Delta(text)]) if text else StreamUpdate()
-                return StreamUpdate(_coalesce(reasoning.feed(text))) if text else StreamUpdate()
-            return self._update(text, None, None, abort=False)
-        self._detok.check(ids)
         finish_reason = stop_reason = None
-        keep = n  # ids[:keep] are accepted, ids[:text_end] are detokenized
-        text_end = n
-        if (limit is not None and count + n >= limit) or not self._enders.isdisjoint(ids):
+        keep = text_end = n  # ids[:keep] are accepted, ids[:text_end] are detokenized
+        if count + n - 1 >= self._quiet_until or not self._enders.isdisjoint(ids):
+            limit, first_armed = self._max_tokens, self._min_tokens + 1
             for k, token_id in enumerate(ids):
                 position = count + k + 1
                 if limit is not None and position >= limit:
-                    finish_reason, keep, text_end = "length", k + 1, k + 1
+                    finish_reason, keep = "length", k + 1
+                    text_end = keep
                     break
-                if position > self._min_tokens and token_id in self._enders:
+                if position >= first_armed and token_id in self._enders:
                     finish_reason, keep = "stop", k + 1
                     stop_reason = None if token_id == self._eos else token_id
                     text_end = keep if self._include_stop_token else k
                     break
         self._count = count + keep
         # The first min_tokens tokens cannot complete a stop string: detokenize them apart.
-        disarmed = min(text_end, max(0, self._min_tokens - count))
-        detok, stop = self._detok, self._stop
-        if disarmed:
+        disarmed = self._min_tokens - count
+        if disarmed <= 0:
+            text = ""
+            armed = detok.add(ids if text_end == n else ids[:text_end], checked=True)
+        else:
+            disarmed = min(disarmed, text_end)
             text = detok.add(ids[:disarmed], checked=True)
             if stop is not None:
                 text = stop.add(text, can_stop=False)
-        else:
-            text = ""
-        armed = detok.add(ids[disarmed:text_end], checked=True) if text_end > disarmed else ""
+            armed = detok.add(ids[disarmed:text_end], checked=True)
         if finish_reason is not None:
             armed += detok.flush()
-        if stop is not None:
-            if armed:
-                text += stop.add(armed, can_stop=count + text_end > self._min_tokens)
-            if stop.stopped:
-                finish_reason, stop_reason = "stop", stop.matched
-            elif finish_reason is not None:
-                text += stop.finish()
-        else:
-            text += armed
-        return self._update(text, finish_reason, stop_reason, abort=stop is not None and stop.stopped)
+        if stop is None:
+            return self._update(text + armed, finish_reason, stop_reason, abort=False)
+        if armed:
+            text += stop.add(armed, can_stop=count + text_end > self._min_tokens)
+        if stop.stopped:
+            return self._update(text, "stop", stop.matched, abort=True)
+        if finish_reason is not None:
+            text += stop.finish()
+        return self._update(text, finish_reason, stop_reason, abort=False)
 
     def finish(self, finish_reason: str = "length") -> StreamUpdate:
         """The engine ended the request itself (max_model_len: "length", or e.g. "abort"); flush what is
@@ -155,6 +171,7 @@ class TextStream:
         else:
             deltas = self._parse(text, ending)
         if ending:
+            self._steady = False
             if self._tool_calls and finish_reason == "stop":
                 finish_reason = "tool_calls"
             self.finish_reason, self.stop_reason = finish_reason, stop_reason

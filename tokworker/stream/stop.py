@@ -43,6 +43,17 @@ class StopChecker:
         self.stopped = False
         self.matched: str | None = None
 
+    @property
+    def firsts(self) -> frozenset:
+        """The first characters of the stop strings. While `holding` is False, a delta containing none of
+        them is returned unchanged by add() and changes nothing (a caller may skip the call)."""
+        return self._firsts
+
+    @property
+    def holding(self) -> bool:
+        """A tail is held back, or the checker has stopped."""
+        return bool(self._held) or self.stopped
+
     def add(self, delta: str, can_stop: bool = True) -> str:
         """Append `delta`. With can_stop=False (the first min_tokens tokens) a stop string completed in
         this delta does not count, but the tail is still held so that a stop beginning here and ending
