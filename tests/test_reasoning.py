@@ -78,7 +78,7 @@ def split(text: str, cuts: list[int]) -> list[str]:
 def test_split_anywhere_equals_whole_and_reference(name, mode):
     fmt = FORMATS[name]
 
-    @settings(max_examples=120, deadline=None)
+    @settings(max_examples=60, deadline=None)
     @given(pieces_for(fmt), st.lists(st.integers(0, 500), max_size=10))
     def check(pieces, cuts):
         text = "".join(pieces)

@@ -267,3 +267,56 @@ def test_tool_calls_finish_with_tool_calls(tok, ref):
     assert reasoning == "weather?" and content == ""
     assert calls == {"0": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
     assert end == ["tool_calls", None, False]
+
+
+CALL_PIECES = ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+               '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>', "\n", "Sure.", "<tool_call>", "{",
+               '"}', "</tool_call>", "<think>\nhmm\n</think>\n\n", " 日本", "🧑‍🚀"]
+
+
+def test_tool_calls_agree_across_groupings_and_with_whole_parse(tok, ref):
+    """Whatever the grouping (one token, k, random: the last brace of a call arriving with the next
+    tokens), the calls are those of the whole-text parse; a call with no arguments streams "{}"."""
+    pytest.importorskip("tokworker.parsers.tools.hermes")
+    from tokworker.parsers.reasoning import get_reasoning_parser
+    from tokworker.parsers.tools import get_tool_parser
+    eos = tok.token_to_id(tok.eos_token)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.sampled_from(CALL_PIECES), max_size=6), st.lists(st.integers(0, 1000), max_size=6),
+           st.booleans())
+    def check(pieces, cuts, with_eos):
+        ids = ref.encode("".join(pieces), add_special_tokens=False).ids + ([eos] if with_eos else [])
+        params = StreamParams(reasoning_parser="qwen3", tool_parser="hermes")
+        results = {json.dumps(run(tok, params, steps)[0]) for steps in splits(ids, cuts)}
+        assert len(results) == 1
+        content, reasoning, calls, (finish, _, _) = json.loads(results.pop())
+        text = ref.decode(ids, skip_special_tokens=True)
+        whole_reasoning, whole_content = get_reasoning_parser("qwen3").parse(text)
+        whole_calls = get_tool_parser("hermes").parse(whole_content or "")[1]
+        assert (reasoning or None) == whole_reasoning
+        assert [(c["name"], c["arguments"]) for c in calls.values()] == \
+            [(c["function"]["name"], c["function"]["arguments"]) for c in whole_calls]
+        if with_eos:
+            assert finish == ("tool_calls" if whole_calls else "stop")
+        if '"now"' in json.dumps(calls):
+            assert any(c["arguments"] == "{}" for c in calls.values() if c["name"] == "now")
+
+    check()
+
+
+def test_deepseek_reasoning_and_tool_call_markers_on_the_real_vocabulary():
+    pytest.importorskip("tokworker.parsers.tools.deepseek")
+    path = vocabulary("deepseek")
+    tok = Tokenizer.from_file(path, {"eos_token": "<｜end▁of▁sentence｜>"})
+    text = ("Weather in Paris needed.\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+            "get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>")
+    ids = tok.encode(text)
+    params = StreamParams(reasoning_parser="deepseek_r1", tool_parser="deepseek_v3")
+    prompt = "<｜User｜>Weather in Paris?<｜Assistant｜><think>\n"
+    results = {json.dumps(run(tok, params, steps, prompt_text=prompt)[0]) for steps in splits(ids, [5, 11, 30])}
+    assert len(results) == 1
+    content, reasoning, calls, end = json.loads(results.pop())
+    assert reasoning == "Weather in Paris needed." and content == ""
+    assert calls == {"0": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    assert end == ["tool_calls", None, False]
