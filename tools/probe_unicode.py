@@ -288,11 +288,10 @@ def probe_normalization() -> dict:
         ccc = unicodedata.combining(chr(cp))
         if not ccc:
             continue
-        if ccc < 230:  # known iff it moves before an acute (230) placed ahead of it
-            probe, moved = "a\u0301" + chr(cp), "a" + chr(cp) + "\u0301"
-        else:  # known iff a ccc-1 overlay moves before it
-            probe, moved = "a" + chr(cp) + "\u0334", "a\u0334" + chr(cp)
-        if nfd.normalize_str(probe) != moved:
+        # reordering happens iff the mark's class is known: after an acute (230) for classes below 230,
+        # before a ccc-1 overlay otherwise
+        probe = "a\u0301" + chr(cp) if ccc < 230 else "a" + chr(cp) + "\u0334"
+        if nfd.normalize_str(probe) != unicodedata.normalize("NFD", probe):
             inert.add(cp)
     nfc = normalizers.NFC()
     not_composed = []

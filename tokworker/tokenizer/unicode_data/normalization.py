@@ -29,9 +29,9 @@ def _tables():
     for pair in not_composed:
         for char in pair:
             divergent = charset.union(divergent, charset.of_char(ord(char)))
-    window = regex.compile(r"(?V1)[\x00-\x7f]?[^\x00-\x7f]*" + charset.explicit(divergent) + r"[^\x00-\x7f]*")
+    divergent_chars = regex.compile("(?V1)" + charset.explicit(divergent))
     inert_chars = frozenset(chr(c) for a, b in charset.ranges(inert) for c in range(a, b))
-    return window, inert_chars, not_composed
+    return divergent_chars, inert_chars, not_composed
 
 
 def normalize(form: str, text: str) -> str:
@@ -40,15 +40,23 @@ def normalize(form: str, text: str) -> str:
         raise ValueError(f"unknown normalization form {form!r}; expected one of {', '.join(FORMS)}")
     if text.isascii():
         return text
-    window, inert, not_composed = _tables()
-    pieces, cursor = [], 0
-    for match in window.finditer(text):
-        start, end = match.span()
+    divergent, inert, not_composed = _tables()
+    found = divergent.search(text)
+    if found is None:
+        return unicodedata.normalize(form, text)
+    pieces, cursor, length = [], 0, len(text)
+    while found is not None:
+        start = found.start()
+        while start > cursor and text[start - 1] >= "\x80":  # back to an ASCII character (kept in the window)
+            start -= 1
+        start = max(cursor, start - 1)
+        end = found.end()
+        while end < length and text[end] >= "\x80":
+            end += 1
         pieces.append(unicodedata.normalize(form, text[cursor:start]))
         pieces.append(_normalize_slowly(form, text[start:end], inert, not_composed))
         cursor = end
-    if not pieces:
-        return unicodedata.normalize(form, text)
+        found = divergent.search(text, cursor)
     pieces.append(unicodedata.normalize(form, text[cursor:]))
     return "".join(pieces)
 
