@@ -19,6 +19,7 @@ import threading
 import time
 
 _POLL_SECONDS = 0.01
+_QUIET_POLLS = 100           # keep polling this long (1 s) after the last job before sleeping
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
@@ -30,21 +31,29 @@ class Interrupted(BaseException):
     """Injected into a guarded thread; never seen outside `Watchdog.run`."""
 
 
+_statm = {"pid": None, "fd": None}
+
+
 def resident_bytes() -> int | None:
-    """The process' resident set size, or None where /proc is not available."""
+    """The process' resident set size, or None where /proc is not available. The file stays open (a pread
+    costs a few microseconds, an open 50); it is reopened after a fork, since the inherited descriptor would
+    still describe the parent."""
     try:
-        with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * _PAGE_SIZE
+        if _statm["pid"] != os.getpid():
+            _statm["fd"] = os.open("/proc/self/statm", os.O_RDONLY)
+            _statm["pid"] = os.getpid()
+        return int(os.pread(_statm["fd"], 128, 0).split()[1]) * _PAGE_SIZE
     except (OSError, ValueError, IndexError):
         return None
 
 
 class _Job:
-    __slots__ = ("thread_id", "deadline", "memory_ceiling", "verdict", "done")
+    __slots__ = ("thread_id", "deadline", "memory_growth", "memory_ceiling", "verdict", "done")
 
-    def __init__(self, thread_id: int, deadline: float, memory_ceiling: int | None):
-        self.thread_id, self.deadline, self.memory_ceiling = thread_id, deadline, memory_ceiling
-        self.verdict: str | None = None   # "time" or "memory" once fired
+    def __init__(self, thread_id: int, deadline: float, memory_growth: int | None):
+        self.thread_id, self.deadline, self.memory_growth = thread_id, deadline, memory_growth
+        self.memory_ceiling: int | None = None   # set by the watchdog at its first look at the job
+        self.verdict: str | None = None          # "time" or "memory" once fired
         self.done = False
 
 
@@ -56,16 +65,20 @@ class Watchdog:
         self._wake = threading.Condition(self._lock)
         self._jobs: set[_Job] = set()
         self._thread: threading.Thread | None = None
+        self._idle = True          # waiting with no timeout: a new job must wake it
 
     def run(self, function, seconds: float, max_memory_growth: int | None):
-        """function() or raise TimeoutError / MemoryError when it overruns its budget."""
-        baseline = resident_bytes() if max_memory_growth else None
-        job = _Job(threading.get_ident(), time.monotonic() + seconds,
-                   baseline + max_memory_growth if baseline is not None else None)
+        """function() or raise TimeoutError / MemoryError when it overruns its budget.
+
+        Costs a lock round trip: the watchdog, once busy, polls every 10 ms for a second after its last job,
+        so a steady stream of renders never has to wake it, and the memory baseline is read by the watchdog
+        at its first poll (a render shorter than that never pays for reading it)."""
+        job = _Job(threading.get_ident(), time.monotonic() + seconds, max_memory_growth or None)
         with self._wake:
             self._start_locked()
             self._jobs.add(job)
-            self._wake.notify()
+            if self._idle:
+                self._wake.notify()
         try:
             return function()
         except Interrupted:
@@ -95,22 +108,31 @@ class Watchdog:
             self._thread.start()
 
     def _watch(self) -> None:
+        quiet_polls = 0
         with self._wake:
             while True:
                 if not self._jobs:
-                    self._wake.wait()
+                    quiet_polls += 1
+                    if quiet_polls > _QUIET_POLLS:
+                        self._idle = True
+                        self._wake.wait()
+                        self._idle = False
+                    else:
+                        self._wake.wait(_POLL_SECONDS)
                     continue
-                now = time.monotonic()
+                quiet_polls = 0
                 next_deadline = min(job.deadline for job in self._jobs)
-                self._wake.wait(max(0.0, min(_POLL_SECONDS, next_deadline - now)))
+                self._wake.wait(max(0.0, min(_POLL_SECONDS, next_deadline - time.monotonic())))
                 now = time.monotonic()
-                rss = resident_bytes() if any(j.memory_ceiling is not None for j in self._jobs) else None
+                rss = resident_bytes() if any(j.memory_growth for j in self._jobs) else None
                 for job in self._jobs:
                     if job.done or job.verdict is not None:
                         continue
+                    if job.memory_growth and job.memory_ceiling is None and rss is not None:
+                        job.memory_ceiling = rss + job.memory_growth
                     if now >= job.deadline:
                         job.verdict = "time"
-                    elif rss is not None and job.memory_ceiling is not None and rss > job.memory_ceiling:
+                    elif job.memory_ceiling is not None and rss is not None and rss > job.memory_ceiling:
                         job.verdict = "memory"
                     else:
                         continue
