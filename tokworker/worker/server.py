@@ -120,6 +120,10 @@ class Worker:
         parent = os.getppid()
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
+        wake_read, wake_write = socketlib.socketpair()     # SIGTERM wakes the poll at once, not at its timeout
+        wake_write.setblocking(False)
+        signal.set_wakeup_fd(wake_write.fileno())
+        poller.register(wake_read, zmq.POLLIN)
         next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         try:
             while not stop[0]:
@@ -139,7 +143,12 @@ class Worker:
                         log.warning("parent process went away; worker exits")
                         break
         finally:
+            signal.set_wakeup_fd(-1)
+            wake_read.close()
+            wake_write.close()
             sock.close(linger=0)
+            if options.bind.startswith("ipc://"):
+                Path(options.bind[len("ipc://"):]).unlink(missing_ok=True)
             if authenticator is not None:
                 authenticator.stop()
             context.term()
