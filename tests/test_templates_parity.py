@@ -96,3 +96,58 @@ def test_corpus_renders_on_most_templates(oracle):
             except Exception:
                 pass
     assert ok / total > 0.6, (ok, total)
+
+
+def read_file(path: str, lines: list[int] | None = None, mode: str = "text") -> str:
+    """
+    Read a file of the repository.
+
+    Args:
+        path: Where the file is,
+            relative to the root.
+        lines: First and last line
+        mode: How to read it (choices: ["text", "bytes"])
+
+    Returns:
+        The file's text.
+    """
+    return path
+
+
+TOOL_TEMPLATES = ["Qwen-Qwen3-0.6B.jinja", "meta-llama-Llama-3.3-70B-Instruct.jinja",
+                  "vllm-examples-tool_chat_template_hermes.jinja", "mistralai-Mistral-Nemo-Instruct-2407.jinja"]
+
+
+@pytest.mark.parametrize("file", TOOL_TEMPLATES)
+def test_python_functions_as_tools(file, oracle):
+    entry = TEMPLATES[file]
+    messages = [{"role": "user", "content": "Open README.md"}]
+    expected = oracle(entry, copy.deepcopy(messages), tools=[read_file])
+    assert _ours(entry, messages, {"tools": [read_file]}) == expected
+    assert "Where the file is, relative to the root." in expected
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(system=TEXT, user=TEXT, answer=TEXT, thinking=st.booleans(),
+       file=st.sampled_from(["Qwen-Qwen3-0.6B.jinja", "meta-llama-Llama-3.3-70B-Instruct.jinja",
+                             "google-gemma-2-2b-it.jinja", "deepseek-ai-DeepSeek-V3.1.jinja",
+                             "moonshotai-Kimi-K2.jinja", "openai-gpt-oss-120b.jinja"]))
+def test_arbitrary_text_renders_identically(oracle, system, user, answer, thinking, file):
+    entry = TEMPLATES[file]
+    messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer},
+                {"role": "user", "content": system}]
+    if file != "google-gemma-2-2b-it.jinja":
+        messages.insert(0, {"role": "system", "content": system})
+    kwargs = {"enable_thinking": thinking, "thinking": thinking}
+    try:
+        expected = oracle(entry, copy.deepcopy(messages), **kwargs)
+    except Exception:
+        with pytest.raises(TemplateError):
+            _ours(entry, messages, kwargs)
+        return
+    assert _ours(entry, messages, kwargs) == expected
