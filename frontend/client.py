@@ -80,7 +80,7 @@ class TokenizerPool:
         """Start `workers` local worker processes on private ipc:// sockets and connect to them.
         `worker_options` are WorkerOptions fields (tool_parser, reasoning_parser, memory_limit_mb, ...)."""
         run_dir = tempfile.mkdtemp(prefix="tokworker-")         # mode 0700: only this user can reach the sockets
-        endpoints = [f"ipc://{run_dir}/worker-{i}" for i in range(workers)]
+        endpoints = worker_endpoints(f"ipc://{run_dir}/worker", workers)    # the daemon's naming: discoverable
         worker_options.setdefault("log_level", "WARNING")
         options = [WorkerOptions(model_dir=str(model_dir or default_model_dir()), bind=endpoint, index=i,
                                  pool_size=workers, **worker_options) for i, endpoint in enumerate(endpoints)]

@@ -74,7 +74,7 @@ class Handlers:
         self._check_nesting(msg.json_schema, "json_schema")
         self._check_nesting(msg.tools, "tools")
         try:
-            from tokworker.constrain.automaton import TokenAutomaton, VocabTrie
+            from tokworker.constrain import TokenAutomaton, VocabTrie
             if msg.pattern is not None:
                 pattern = msg.pattern
             elif msg.json_schema is not None:

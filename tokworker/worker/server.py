@@ -92,7 +92,7 @@ class Worker:
         if self.options.allow_request_templates:
             caps.append("request_templates")
         try:
-            import tokworker.constrain.automaton  # noqa: F401
+            import tokworker.constrain  # noqa: F401
             caps.append("compile")
         except ImportError:
             pass
