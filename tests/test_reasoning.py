@@ -188,3 +188,12 @@ def test_real_template_generation_prompts(file, name, variables, mode):
               EXPECT: FORMATS[name].starts[0] + "\nAdd them.\n" + FORMATS[name].ends[0] + "\n\n4",
               CONTENT: "4"}[mode]
     assert parser.parse(answer) == ((None, "4") if mode == CONTENT else ("Add them.", "4"))
+
+
+def test_a_long_run_of_whitespace_is_held_without_rescanning():
+    """A model stuck on newlines must not make each step re-scan everything held (quadratic)."""
+    parser = get_reasoning_parser("qwen3")
+    out = [d for _ in range(20000) for d in parser.feed("\n")]
+    assert out == [] and parser._held == ""  # the whitespace waits apart, never re-scanned per step
+    out += parser.feed("x\n") + parser.feed("</think>") + parser.feed("\n" * 3) + parser.feed("y") + parser.finish()
+    assert [(d.reasoning_content, d.content) for d in out] == [("x", None), (None, "y")]

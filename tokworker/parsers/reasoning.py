@@ -99,8 +99,8 @@ class ReasoningParser:
     """One stream's reasoning state: `feed(text) -> list[Delta]`, `finish() -> list[Delta]`, and the
     whole-text `parse(text) -> (reasoning, content)` (None for an empty part)."""
 
-    __slots__ = ("fmt", "special_tokens", "_initial", "_mode", "_steady", "_held", "_started", "_emitted_content",
-                 "_end_firsts")
+    __slots__ = ("fmt", "special_tokens", "_initial", "_mode", "_steady", "_held", "_held_blank", "_started",
+                 "_emitted_content", "_end_firsts")
 
     def __init__(self, fmt: ReasoningFormat, mode: str):
         self.fmt = fmt
@@ -110,6 +110,7 @@ class ReasoningParser:
         self._mode = mode
         self._steady = None
         self._held = ""          # text not yet decided (a possible tag, or whitespace at an edge)
+        self._held_blank: list[str] = []  # whitespace held after _held, kept apart so a run of it is O(1) a step
         self._started = False    # the current section has shown a non-whitespace character
         self._emitted_content = False
 
@@ -126,19 +127,37 @@ class ReasoningParser:
             return [Delta(content=text)] if text else []
         if steady is _REASONING and text and text[-1] not in _WHITESPACE and self._end_firsts.isdisjoint(text):
             return [Delta(reasoning_content=text)]
+        if self._held_blank or not self._held.strip(_WHITESPACE):
+            if self._holds_blank() and not text.strip(_WHITESPACE):
+                self._held_blank.append(text)  # still only whitespace: the machine would hold it all
+                self._steady = None
+                return []
         out: list[Delta] = []
-        self._run(self._held + text, out, final=False)
+        self._run(self._take_held() + text, out, final=False)
         mode = self._mode
         self._steady = mode if (mode is CONTENT or mode is _REASONING) and self._started and not self._held else None
         return out
 
     def finish(self) -> list[Delta]:
         out: list[Delta] = []
-        held, self._held = self._held, ""
+        held = self._take_held()
         if held:
             self._run(held, out, final=True)
         self._steady = None
         return out
+
+    def _holds_blank(self) -> bool:
+        """Whether whitespace fed now would be held whole (nothing shown yet in this section)."""
+        mode = self._mode
+        return mode is INSIDE or mode is _REASONING or (mode is EXPECT and not self._emitted_content)
+
+    def _take_held(self) -> str:
+        held = self._held
+        if self._held_blank:
+            held += "".join(self._held_blank)
+            self._held_blank.clear()
+        self._held = ""
+        return held
 
     # ------------------------------------------------------------------ the machine
     def _run(self, text: str, out: list[Delta], final: bool) -> None:

@@ -116,7 +116,8 @@ class IncrementalDetokenizer:
         else:
             self._texts, self._pending = None, b""
             self._step = self._windowed
-        # windowed state: ids decoded together, how many of them form the already-emitted prefix
+        # windowed state: the ids decoded together (one visible token of context + new ones), and the
+        # decoded text of the context, already emitted
         self._window: list[int] = []
         self._prefix_text = ""
         self._segments = 0  # spaces mode: segments emitted so far
@@ -258,6 +259,8 @@ class IncrementalDetokenizer:
         text = self.tokenizer.decode(window, skip_special_tokens=False)
         if not final and (text.endswith(_REPLACEMENT) or len(text) <= len(self._prefix_text)):
             return ""
+        # Every decoder tokenizers has is local (a token's text depends on itself and on being first), so
+        # the context's text is a prefix of the window's; a decoder breaking that would lose this text.
         new = text[len(self._prefix_text):] if text.startswith(self._prefix_text) else ""
         # Keep only the last token as context: the next window decodes it as its first token, exactly as
         # the prefix text was decoded, so the difference is the new tokens' text.
