@@ -28,4 +28,7 @@ CORPUS = [
     "https://example.com/path?query=1&b=2#frag user@example.org",
     "CamelCaseIdentifier snake_case_identifier kebab-case-identifier",
     "Tab\tseparated\tvalues\nand\u00a0non-breaking\u3000ideographic space",
+    # code points newer than tokenizers' Unicode tables (TRAPS: each split differently under Python's)
+    "the \u0558 the \U00011de0 \u07f3\u0d3c \U0001fae8 \u0c5d \U00016fe4 \u1dfa",
+    "never seen: \U000e0100 \U0010fffd \uffff \U0001d7ff \u2e5d",
 ]

@@ -4,7 +4,7 @@ Everything is precomputed once per vocabulary: a table from a pair of adjacent s
 int, to one int that packs (merge rank, merged id), and the symbol id of every byte for byte-level words.
 A word then merges lowest rank first (leftmost on ties, as `tokenizers`' heap does). Short words use a list
 of pair values scanned with `min` in C; long ones (a minified file, a document with no pre-tokenizer split)
-use a heap and a linked list, so merging stays O(n log n) instead of quadratic.
+take merges by value from a heap of values over a linked list of symbols, so merging stays near-linear.
 
 The same table reproduces tiktoken when every valid split (left, right) of a token is listed as a merge
 ranked by the token's rank (see `loaders.py`).
@@ -183,42 +183,69 @@ class BPE:
         return symbols
 
     def _merge_long(self, symbols: list[int]) -> list[int]:
-        """Heap of candidate merges over a doubly linked list of symbols: near-linear on any word length."""
+        """Merges grouped by value (rank and merged id) over a doubly linked list of symbols: near-linear on
+        any word length (a 50,000-character word, a document with no pre-tokenizer split).
+
+        The positions of one value are merged left to right, as a heap keyed by (value, position) would. A
+        merge cannot create another pair of the same value (its result would have to contain itself), so a
+        value's positions are all known when it is taken; a merge that creates a pair of lower value (tiktoken
+        tables allow it) suspends the current value until that pair is done."""
         get, shift, mask = self.pairs.get, self.shift, self.id_mask
         n = len(symbols)
-        pos_bits = n.bit_length()
-        pos_mask = (1 << pos_bits) - 1
         nxt = list(range(1, n + 1))
         nxt[-1] = -1
         prv = list(range(-1, n - 1))
-        heap = []
+        buckets: dict[int, list[int]] = {}
         for i in range(n - 1):
             value = get(symbols[i] << shift | symbols[i + 1])
             if value is not None:
-                heap.append(value << pos_bits | i)
+                bucket = buckets.get(value)
+                if bucket is None:
+                    buckets[value] = [i]
+                else:
+                    bucket.append(i)
+        heap = list(buckets)
         heapify(heap)
         while heap:
-            entry = heappop(heap)
-            i = entry & pos_mask
-            j = nxt[i]
-            if j < 0 or symbols[i] < 0:
-                continue
-            value = entry >> pos_bits
-            if get(symbols[i] << shift | symbols[j]) != value:
-                continue                      # stale: one side merged since this entry was pushed
+            value = heappop(heap)
+            positions = buckets.pop(value)
+            positions.sort()
             merged = value & mask
-            symbols[i] = merged
-            symbols[j] = -1
-            k = nxt[j]
-            nxt[i] = k
-            if k >= 0:
-                prv[k] = i
-                value = get(merged << shift | symbols[k])
-                if value is not None:
-                    heappush(heap, value << pos_bits | i)
-            h = prv[i]
-            if h >= 0:
-                value = get(symbols[h] << shift | merged)
-                if value is not None:
-                    heappush(heap, value << pos_bits | h)
+            for index, i in enumerate(positions):
+                j = nxt[i]
+                if j < 0 or symbols[i] < 0 or get(symbols[i] << shift | symbols[j]) != value:
+                    continue                  # stale: a neighbour merged since this position was recorded
+                symbols[i] = merged
+                symbols[j] = -1
+                k = nxt[j]
+                nxt[i] = k
+                lowest = value
+                if k >= 0:
+                    prv[k] = i
+                    new = get(merged << shift | symbols[k])
+                    if new is not None:
+                        bucket = buckets.get(new)
+                        if bucket is None:
+                            buckets[new] = [i]
+                            heappush(heap, new)
+                        else:
+                            bucket.append(i)
+                        lowest = min(lowest, new)
+                h = prv[i]
+                if h >= 0:
+                    new = get(symbols[h] << shift | merged)
+                    if new is not None:
+                        bucket = buckets.get(new)
+                        if bucket is None:
+                            buckets[new] = [h]
+                            heappush(heap, new)
+                        else:
+                            bucket.append(h)
+                        lowest = min(lowest, new)
+                if lowest < value:
+                    rest = positions[index + 1:]
+                    if rest:
+                        buckets[value] = rest
+                        heappush(heap, value)
+                    break
         return [s for s in symbols if s >= 0]

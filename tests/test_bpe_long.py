@@ -1,0 +1,106 @@
+"""Long BPE words: exact ids against `tokenizers`, and the heap merge equal to the list merge.
+
+Speed is measured side by side in bench/encode.py; here only that these inputs finish and are exact.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+tokenizers = pytest.importorskip("tokenizers")
+
+from tests.realdata import vocabulary  # noqa: E402
+from tokworker.tokenizer import Tokenizer  # noqa: E402
+from tokworker.tokenizer.models import bpe as bpe_module  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    path = vocabulary("qwen3_dir") / "tokenizer.json"
+    return Tokenizer.from_file(path), tokenizers.Tokenizer.from_file(str(path))
+
+
+def _long_inputs():
+    rng = random.Random(11)
+    return {
+        "50k letters": "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(50_000)),
+        "20k spaces": " " * 20_000,
+        "CJK run": "日" * 10_000,
+        "minified code": "".join(rng.choice(["a=1;", "b.c()", "{x:[1,2]}", "if(a){b}", "function(){}"])
+                                 for _ in range(5_000)),
+        "no split 100k": "".join(rng.choice("abcdefghij.,;:-_") for _ in range(100_000)),
+        "emoji run": "🧑‍🚀" * 2_000,
+        "tabs and newlines": "\t" * 3_000 + "\n" * 3_000,
+    }
+
+
+@pytest.mark.parametrize("name", list(_long_inputs()))
+def test_long_words_match_tokenizers(qwen, name):
+    ours, ref = qwen
+    text = _long_inputs()[name]
+    assert ours.encode(text) == ref.encode(text, add_special_tokens=False).ids
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(list(b"abcdeth ing\xe6\x97\xa5")), min_size=2, max_size=400))
+def test_heap_merge_equals_list_merge(qwen, data):
+    """Both merge paths pick the lowest rank, leftmost on ties; the heap path must agree exactly."""
+    model = qwen[0].model
+    symbols = [model.byte_ids[b] for b in data]
+    assert model._merge_long(list(symbols)) == _list_merge(model, list(symbols))
+
+
+@pytest.fixture(scope="module")
+def llama3_model():
+    from tokworker.tokenizer import loaders
+    return Tokenizer.from_tiktoken(vocabulary("llama3_tiktoken"), loaders.LLAMA3_PATTERN,
+                                   loaders.llama3_special_tokens()).model
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(list("абвгдеж ин".encode()) + list(b"the ing")), min_size=2, max_size=300))
+def test_heap_merge_equals_list_merge_on_tiktoken_table(llama3_model, data):
+    """tiktoken tables can create a pair ranked below the one just merged: the long path must still agree."""
+    symbols = [llama3_model.byte_ids[b] for b in data]
+    assert llama3_model._merge_long(list(symbols)) == _list_merge(llama3_model, list(symbols))
+
+
+def _list_merge(model, symbols):
+    """The plain definition: scan for the lowest-ranked adjacent pair, merge it, repeat."""
+    while True:
+        best = None
+        for i in range(len(symbols) - 1):
+            value = model.pairs.get(symbols[i] << model.shift | symbols[i + 1])
+            if value is not None and (best is None or value < best[0]):
+                best = (value, i)
+        if best is None:
+            return symbols
+        value, i = best
+        symbols[i:i + 2] = [value & model.id_mask]
+
+
+def test_short_path_threshold_is_exercised(qwen):
+    ours, ref = qwen
+    for length in (bpe_module._LONG_WORD - 1, bpe_module._LONG_WORD, bpe_module._LONG_WORD + 1):
+        word = ("unbelievable" * 10)[:length]
+        assert ours.encode(word) == ref.encode(word, add_special_tokens=False).ids
+
+
+def test_sentencepiece_style_document_is_one_word():
+    """With no pre-tokenizer every document is a single BPE word (Mistral-style)."""
+    from tokenizers import decoders as D, models as M, normalizers as N, trainers as T
+    corpus = ["the cat sat on the mat", "a quick brown fox", "日本語の文章", "numbers 12345"] * 20
+    ref = tokenizers.Tokenizer(M.BPE(byte_fallback=True, unk_token="<unk>"))
+    ref.normalizer = N.Sequence([N.Prepend("▁"), N.Replace(" ", "▁")])
+    ref.decoder = D.Sequence([D.Replace("▁", " "), D.ByteFallback(), D.Fuse(), D.Strip(" ", 1, 0)])
+    ref.train_from_iterator(corpus, T.BpeTrainer(vocab_size=300, show_progress=False, special_tokens=[
+        "<unk>"] + [f"<0x{b:02X}>" for b in range(256)]))
+    import json
+    ours = Tokenizer.from_spec(json.loads(ref.to_str()))
+    rng = random.Random(3)
+    text = " ".join(rng.choice(corpus) for _ in range(3_000))
+    assert ours.encode(text) == ref.encode(text, add_special_tokens=False).ids
+    assert ours.decode(ours.encode(text)) == ref.decode(ref.encode(text).ids)
