@@ -194,6 +194,7 @@ def test_untrusted_template_is_refused_unless_allowed():
     assert apply_chat_template(tokenizer, messages, chat_template="{{ messages[0].content }}",
                                allow_untrusted_template=True, tokenize=False) == "hi"
     assert apply_chat_template(tokenizer, messages, tokenize=False).startswith("<|im_start|>user\nhi")
+    assert tokenizer.apply_chat_template(messages) == apply_chat_template(tokenizer, messages)
 
 
 def test_named_templates_are_picked_like_transformers():

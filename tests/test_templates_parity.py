@@ -151,3 +151,58 @@ def test_arbitrary_text_renders_identically(oracle, system, user, answer, thinki
             _ours(entry, messages, kwargs)
         return
     assert _ours(entry, messages, kwargs) == expected
+
+
+HELPERS = [
+    "{{ messages|tojson }}|{{ messages|tojson(indent=2) }}|{{ {'b': 1, 'a': 'é'}|tojson(sort_keys=true) }}",
+    "{{ {'a': [1, 2]}|tojson(separators=(',', ':')) }}{{ 'é'|tojson(ensure_ascii=true) }}{{ none|tojson }}",
+    "{{ strftime_now('%Y-%m-%d %H:%M %A %B') }}",
+    "{% if messages|length > 1 %}{{ raise_exception('too many: ' ~ messages|length) }}{% endif %}ok",
+    "{% for m in messages %}{% generation %}{% set inner = 1 %}[{{ m.content }}]{% endgeneration %}"
+    "{{ inner is defined }}{% endfor %}",
+    "{% set ns = namespace(a=1) %}{% set ns.b = 2 %}{{ ns.a }}{{ ns.b }}{{ dict(x=1) }}{{ dict.fromkeys(['a'], 0) }}",
+    "{% for m in messages %}{% if loop.first %}{% continue %}{% endif %}{{ m.role }}{% break %}{% endfor %}",
+    "  {% for m in messages %}\n    {{ m.role }}\n  {% endfor %}\n{{ messages[0].missing }}|{{ none }}|{{ tools }}",
+    "line one\r\n{% if true %}\r\n  two\r\n{% endif %}\r\nthree\r\n",
+    "{{ '%s-%05d' % ('a', 7) }}{{ '{:>6}|{!r}'.format('x', 'y') }}{{ 'a,b'.split(',')|join('+') }}"
+    "{{ ('x' * 3) ~ ('y' + 'z') }}{{ 2 ** 10 }}{{ 7 % 3 }}{{ [1] * 3 }}{{ 'ab'|center(6) }}",
+    "{{ ' a\n b'|indent(2, true) }}{{ [1, 2, 3]|batch(2, 0)|list }}{{ [[1], [2]]|sum(start=[]) }}"
+    "{{ 'a b c'|wordwrap(3) }}{{ 'x%sy'|format(1) }}{{ 'aXa'|replace('a', 'bb') }}",
+    "{{ '{x}'.format_map({'x': 1}) }}{{ ''.join(['a', 'b']) }}{{ 'ab'.zfill(4) }}{{ 'a\tb'.expandtabs(4) }}",
+]
+
+
+@pytest.mark.parametrize("template", HELPERS)
+def test_environment_helpers_match(template, oracle):
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "héllo"}]
+    entry = {"text": template}
+    try:
+        expected = oracle(entry, copy.deepcopy(messages))
+    except Exception:
+        with pytest.raises(TemplateError):
+            render_chat(template, messages, now=NOW)
+        return
+    assert render_chat(template, messages, now=NOW) == expected
+
+
+def test_each_failure_has_its_type():
+    from tokworker.templates import (TemplateInputError, TemplateRaisedError, TemplateRenderError,
+                                     TemplateSyntaxError)
+    messages = [{"role": "user", "content": "hi"}]
+    cases = [
+        (TemplateRaisedError, "{{ raise_exception('roles must alternate') }}", messages, {}),
+        (TemplateSyntaxError, "{% for m in messages %}", messages, {}),
+        (TemplateRenderError, "{{ messages[0].content.nope() }}", messages, {}),
+        (TemplateInputError, "{{ messages }}", [], {}),
+        (TemplateInputError, "{{ messages }}", ["not a dict"], {}),
+        (TemplateInputError, "{{ messages }}", messages, {"continue_final_message": True}),
+        (TemplateInputError, "{{ messages[0].content }}", messages,
+         {"continue_final_message": "reasoning_content", "add_generation_prompt": False}),
+        (TemplateInputError, "{{ messages }}", messages, {"tools": ["not a schema"]}),
+        (TemplateInputError, "{{ messages }}", messages, {"documents": ["not a dict"]}),
+    ]
+    for error, template, chat, kwargs in cases:
+        with pytest.raises(error):
+            render_chat(template, chat, **kwargs)
+    with pytest.raises(TemplateRaisedError, match="roles must alternate"):
+        render_chat(cases[0][1], messages)
