@@ -91,11 +91,11 @@ class TextStream:
                     self._count = count + 1
                     if not text:
                         return StreamUpdate()
-                    if self._tools is None:
-                        if self._reasoning is None:
-                            return StreamUpdate([Delta(text)])
-                        return StreamUpdate(self._reasoning.feed(text))
-                    return self._update(text, None, None, abort=False)
+                    reasoning = self._reasoning
+                    deltas = [Delta(text)] if reasoning is None else reasoning.feed(text)
+                    if self._tools is None or all(d.content is None for d in deltas):
+                        return StreamUpdate(deltas)
+                    return StreamUpdate(self._through_tools(deltas, False))
         if self.finish_reason is not None or not ids:
             return StreamUpdate()
         update = self._step(ids)
@@ -180,7 +180,7 @@ class TextStream:
 
     def _parse(self, text: str, ending: bool) -> list[Delta]:
         reasoning, tools = self._reasoning, self._tools
-        stage = []
+        stage: list[Delta] = []
         if reasoning is None:
             if text:
                 stage.append(Delta(content=text))
@@ -189,9 +189,11 @@ class TextStream:
                 stage = reasoning.feed(text)
             if ending:
                 stage += reasoning.finish()
-        if tools is None:
-            return _coalesce(stage)
-        out = []
+        return _coalesce(stage) if tools is None else self._through_tools(stage, ending)
+
+    def _through_tools(self, stage: list[Delta], ending: bool) -> list[Delta]:
+        """The tool parser reads the content; reasoning passes by it."""
+        tools, out = self._tools, []
         for delta in stage:
             if delta.content is None:
                 out.append(delta)
