@@ -146,7 +146,7 @@ def _differing_code_points(ours, ref, limit: int = 20) -> list[str]:
 @pytest.mark.parametrize("spec", [{"type": "Lowercase"}, {"type": "StripAccents"}, {"type": "NFC"}, {"type": "NFD"},
                                   {"type": "NFKC"}, {"type": "NFKD"}, {"type": "Nmt"},
                                   {"type": "Strip", "strip_left": True, "strip_right": True},
-                                  *BERT_VARIANTS], ids=lambda spec: json.dumps(spec))
+                                  BERT_VARIANTS[0], BERT_VARIANTS[2]], ids=lambda spec: json.dumps(spec))
 def test_every_code_point_alone(spec):
     assert _differing_code_points(normalizers.from_spec(spec), reference(spec).normalizer) == []
 

@@ -34,39 +34,15 @@ class UnicodeForm(Normalizer):
         return _unicode.normalize(self.form, text)
 
 
-class _PerCharacter(dict):
-    """A str.translate table filled on first sight of each code point by `rule(char) -> str` (bounded).
-
-    The per-character normalizers are exact as per-character rules, so they run at str.translate speed
-    without precomputing a table over all of Unicode.
-    """
-
-    def __init__(self, rule):
-        super().__init__()
-        self.rule = rule
-
-    def __missing__(self, code: int) -> str:
-        if len(self) >= _TABLE_LIMIT:
-            self.clear()
-        value = self[code] = self.rule(chr(code))
-        return value
-
-
-_TABLE_LIMIT = 100_000
-
-
 class Lowercase(Normalizer):
     """Per-character lowercase (Rust's `char::to_lowercase`: no final-sigma rule)."""
 
-    def __init__(self):
-        self._table = _PerCharacter(_unicode.to_lowercase)
-
     def normalize(self, text: str) -> str:
-        return text.lower() if text.isascii() else text.translate(self._table)
+        return _unicode.to_lowercase(text)
 
 
 # Rust's char::is_whitespace is the White_Space property (Python's isspace adds U+001C..U+001F).
-WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+_WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 
 
 class Strip(Normalizer):
@@ -75,24 +51,17 @@ class Strip(Normalizer):
 
     def normalize(self, text: str) -> str:
         if self.left and self.right:
-            return text.strip(WHITE_SPACE)
+            return text.strip(_WHITE_SPACE)
         if self.left:
-            return text.lstrip(WHITE_SPACE)
-        return text.rstrip(WHITE_SPACE) if self.right else text
-
-
-def _is_combining_mark(char: str) -> bool:
-    return unicodedata.category(char)[0] == "M"
+            return text.lstrip(_WHITE_SPACE)
+        return text.rstrip(_WHITE_SPACE) if self.right else text
 
 
 class StripAccents(Normalizer):
-    """Drops every combining mark (Mn, Mc, Me), unlike BertNormalizer which drops only Mn."""
-
-    def __init__(self):
-        self._table = _PerCharacter(lambda char: "" if _is_combining_mark(char) else char)
+    """Drops every combining mark (Mn, Mc, Me) of tokenizers' table, unlike BertNormalizer (Mn only)."""
 
     def normalize(self, text: str) -> str:
-        return text if text.isascii() else text.translate(self._table)
+        return _unicode.strip_accents(text)
 
 
 class Replace(Normalizer):
@@ -127,14 +96,31 @@ class Prepend(Normalizer):
         return self.prepend + text if text else text
 
 
-# The CJK blocks tokenizers' bert.rs spaces out (its own list: Extension B..F with a gap at U+2B820..U+2B91F).
-_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
-               (0x2B920, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+class _PerCharacter(dict):
+    """A str.translate table filled on first sight of each code point by `rule(char) -> str` (bounded).
+
+    BertNormalizer's steps are per-character rules, so they run at str.translate speed without a table
+    precomputed over all of Unicode.
+    """
+
+    def __init__(self, rule):
+        super().__init__()
+        self.rule = rule
+
+    def __missing__(self, code: int) -> str:
+        if len(self) >= _TABLE_LIMIT:
+            self.clear()
+        value = self[code] = self.rule(chr(code))
+        return value
 
 
-def _is_chinese_char(char: str) -> bool:
-    code = ord(char)
-    return any(low <= code <= high for low, high in _CJK_RANGES)
+_TABLE_LIMIT = 100_000
+
+
+def _is_nonspacing_mark(char: str) -> bool:
+    """BertNormalizer's strip_accents set (Mn). unicode.py has no probed Mn table yet: this intersects its
+    combining-mark table with Python's Mn, which still strips ~125 marks newer than tokenizers' table."""
+    return unicodedata.category(char) == "Mn" and not _unicode.strip_accents(char)
 
 
 class BertNormalizer(Normalizer):
@@ -142,7 +128,7 @@ class BertNormalizer(Normalizer):
 
     clean_text drops NUL, U+FFFD and control characters (tab, newline and carriage return count as
     whitespace), then turns whitespace into a plain space; CJK ideographs get a space on each side.
-    Both are per-character rules, as are dropping Mn and lowercasing after NFD, so each half is one table.
+    Dropping Mn and lowercasing after NFD are per-character too, so each side of the NFD is one table.
     """
 
     def __init__(self, clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True):
@@ -155,17 +141,17 @@ class BertNormalizer(Normalizer):
 
     def _clean_and_space(self, char: str) -> str:
         if self.clean_text:
-            if char in "\0\ufffd" or _unicode.is_control(char):
+            if _unicode.is_control(char):
                 return ""
-            if _unicode.is_whitespace(char):
+            if _unicode.is_bert_whitespace(char):
                 return " "
-        if self.handle_chinese_chars and _is_chinese_char(char):
+        if self.handle_chinese_chars and _unicode.is_chinese_char(char):
             return f" {char} "
         return char
 
     def _strip_and_lower(self, char: str) -> str:
-        if self.strip_accents:
-            char = _unicode.strip_accents(char)
+        if self.strip_accents and _is_nonspacing_mark(char):
+            return ""
         return _unicode.to_lowercase(char) if self.lowercase and char else char
 
     def normalize(self, text: str) -> str:
