@@ -12,9 +12,9 @@ Which reference each assertion follows:
   combining marks (`tokenizers`' Precompiled replaces a short grapheme cluster by its shortest matching
   prefix: "\uff21\u0301" becomes "A"; sentencepiece normalizes by longest match over the whole text),
   a trailing "\x85" (the one whitespace nmt_nfkc keeps: the converter's Strip removes it, sentencepiece
-  does not), and long runs of one character (many near-equal segmentations: sentencepiece sums scores in float32,
-  `tokenizers` in float64, so they break near-ties differently: "a" * 300 differs). Decode is compared only without <unk> ids, which
-  sentencepiece renders as " ⁇ " and tokenizers as "<unk>".
+  does not), and long runs of one character (many near-equal segmentations: sentencepiece sums scores in
+  float32, `tokenizers` in float64, so they break near-ties differently: "a" * 300 differs).
+  Decode is compared only without <unk> ids, which sentencepiece renders as " ⁇ ", tokenizers as "<unk>".
 """
 
 from __future__ import annotations
