@@ -235,3 +235,15 @@ def test_interpreter_is_healthy_after_bombs_in_process():
     assert counter > 0
     assert render_chat("{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}", MESSAGES) == "user:hi"
     assert threading.active_count() < 10
+
+
+def test_watchdog_works_in_a_forked_child():
+    """A worker forked from a process that already rendered gets its own watchdog (no inherited lock)."""
+    render_chat("{{ 1 }}", MESSAGES)
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_bomb_in_child, args=(BOMBS["nested_loops"], sender))
+    child.start()
+    outcome, elapsed, _ = receiver.recv() if receiver.poll(30) else ("HUNG", 30, 0)
+    child.join(5)
+    assert outcome == "TemplateTimeoutError" and elapsed < 10

@@ -61,6 +61,12 @@ class Watchdog:
     """Runs callables under a time and memory budget (one shared daemon thread, started on first use)."""
 
     def __init__(self):
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            # a forked worker gets no watchdog thread and maybe a lock held by it at the fork: start afresh
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._jobs: set[_Job] = set()
