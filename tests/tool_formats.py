@@ -7,6 +7,7 @@ The format strings are small literals taken from the real templates in ../shared
 
 from __future__ import annotations
 
+import copy
 import json
 
 import msgspec
@@ -28,7 +29,7 @@ def stream(name: str, chunks: list[str], tools=None) -> list:
     return deltas + parser.finish()
 
 
-def summary(deltas: list) -> dict:
+def summary(deltas: list, validate: bool = True) -> dict:
     """Deltas -> what a client assembles: content, reasoning, [(name, arguments)], checking OpenAI's
     streaming rules on the way: one kind per delta, the first delta of call i carries id, type and
     name with arguments "", later ones only argument fragments, and indexes go 0, 1, 2, ..."""
@@ -36,7 +37,8 @@ def summary(deltas: list) -> dict:
     for delta in deltas:
         chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
                  "choices": [{"index": 0, "delta": msgspec.to_builtins(delta), "finish_reason": None}]}
-        ChatCompletionChunk.model_validate(chunk)
+        if validate:
+            ChatCompletionChunk.model_validate(chunk)
         kinds = [delta.content is not None, delta.reasoning_content is not None, delta.tool_calls is not None]
         assert sum(kinds) == 1, delta
         if delta.content is not None:
@@ -96,3 +98,18 @@ def assert_split_invariant(name: str, text: str, tools=None, cuts=(), every_spli
         for i in range(1, len(text)):
             assert summary(stream(name, [text[:i], text[i:]], tools)) == expected, i
     return expected
+
+
+def assert_every_prefix(name: str, text: str, tools=None) -> list[dict]:
+    """Feed text one character at a time and, at every position, end the stream there (on a copy of
+    the parser): the result equals the whole-text parse of that prefix. Returns the results."""
+    parser = get_tool_parser(name, tools)
+    deltas, results = [], []
+    for i in range(len(text) + 1):
+        if i:
+            deltas += parser.feed(text[i - 1])
+        ended = copy.deepcopy(parser)
+        got = summary(deltas + ended.finish(), validate=False)
+        assert got == whole(name, text[:i], tools), (i, text[:i])
+        results.append(got)
+    return results

@@ -19,6 +19,8 @@ _PARSERS = {
     "deepseek_v3": ("deepseek", "DeepSeekV3ToolParser"),
     "deepseek_v31": ("deepseek", "DeepSeekV31ToolParser"),
     "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
+    "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),
+    "glm45": ("glm45", "Glm45ToolParser"),
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))

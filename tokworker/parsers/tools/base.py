@@ -18,7 +18,7 @@ construction; the tests check that the result is the same however the text is sp
 from __future__ import annotations
 
 import json
-import uuid
+import os
 
 import regex
 
@@ -48,16 +48,21 @@ class ToolParser:
         self._after_call = False  # whitespace right after a call is formatting, not content
         self._content_seen = False
         self._index = -1
-        self._id_base = uuid.uuid4().hex[:16]
+        self._id_base = os.urandom(8).hex()
         self._scanner: JsonScanner | None = None
         self._after_args = None  # the mode to enter once the arguments object closes
         self.called = False
-        if self.starts:
-            self._start_re = regex.compile("|".join(regex.escape(s) for s in sorted(self.starts, key=len, reverse=True)))
-            self._start_prefixes = frozenset(s[:k] for s in self.starts for k in range(1, len(s)))
-            self._start_firsts = frozenset(s[0] for s in self.starts)
-            self._start_hold = max(map(len, self.starts)) - 1
         self._mode = self._initial_mode()
+
+    def __init_subclass__(cls, **kwargs):
+        """Compile each format's marker search once, for all its streams."""
+        super().__init_subclass__(**kwargs)
+        if cls.starts:
+            ordered = sorted(cls.starts, key=len, reverse=True)
+            cls._start_re = regex.compile("|".join(regex.escape(s) for s in ordered))
+            cls._start_prefixes = frozenset(s[:k] for s in cls.starts for k in range(1, len(s)))
+            cls._start_firsts = frozenset(s[0] for s in cls.starts)
+            cls._start_hold = max(map(len, cls.starts)) - 1
 
     # ---- public surface ----
 
@@ -200,6 +205,7 @@ class ToolParser:
         self._held_ws = ""
         self._after_call = False
         self._index += 1
+        self._call_name = name
         self.called = True
         call_id = f"call_{self._id_base}{self._index:08x}"
         header = ToolCallDelta(index=self._index, id=call_id, type="function",

@@ -1,0 +1,165 @@
+"""Arguments written as tagged text values (qwen3_coder, glm45): the parser builds the JSON itself.
+
+The values carry no JSON types, so the tool's schema decides: a parameter typed "string" (or not
+described at all) streams as a JSON string while the model writes it, which is what makes long code
+arguments arrive incrementally; other types are converted when the value is complete. The object is
+written as json.dumps(..., ensure_ascii=False) would write it, so whole and streamed results are equal.
+"""
+
+from __future__ import annotations
+
+import json
+
+import regex
+
+_NUMBER = regex.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_INTEGER = regex.compile(r"-?(?:0|[1-9]\d*)")
+
+
+def dumps(value) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def string_fragment(text: str) -> str:
+    """text as it appears inside a JSON string (escapes are per character, so pieces concatenate)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+def value_types(schema: dict, key: str) -> tuple[str, ...]:
+    """The JSON types the tool's schema allows for parameter `key`; () when it does not say."""
+    properties = schema.get("properties")
+    prop = properties.get(key) if isinstance(properties, dict) else None
+    return _types_of(prop) if isinstance(prop, dict) else ()
+
+
+def _types_of(prop: dict) -> tuple[str, ...]:
+    found = prop.get("type")
+    types = [found] if isinstance(found, str) else [t for t in found if isinstance(t, str)] if isinstance(found, list) else []
+    for key in ("anyOf", "oneOf"):
+        for option in prop.get(key) or ():
+            if isinstance(option, dict):
+                types += [t for t in _types_of(option) if t not in types]
+    if not types and "enum" in prop and all(isinstance(v, str) for v in prop["enum"]):
+        types = ["string"]
+    return tuple(types)
+
+
+def convert(text: str, types: tuple[str, ...], untyped_as_json: bool) -> str:
+    """A complete text value -> its JSON text, trying the schema's types in order; text that fits
+    none stays a string. Untyped values are strings (qwen3_coder) or JSON when they parse (glm45)."""
+    stripped = text.strip()
+    if not types:
+        types = ("json",) if untyped_as_json else ("string",)
+    for kind in types:
+        if kind == "string":
+            return dumps(text)
+        if kind == "integer" and _INTEGER.fullmatch(stripped):
+            return str(int(stripped))
+        if kind == "number" and _NUMBER.fullmatch(stripped):
+            return stripped
+        if kind == "boolean" and stripped.lower() in ("true", "false"):
+            return stripped.lower()
+        if kind == "null" and stripped.lower() in ("null", "none"):
+            return "null"
+        if kind in ("object", "array", "json"):
+            try:
+                value = json.loads(stripped)
+            except ValueError:
+                continue
+            if kind == "json" or isinstance(value, dict if kind == "object" else list):
+                return dumps(value)
+    if "null" not in types and stripped.lower() in ("null", "none"):
+        return "null"  # an optional parameter the model left empty
+    return dumps(text)
+
+
+def streams_as_string(types: tuple[str, ...], untyped_as_json: bool) -> bool:
+    return types == ("string",) or (not types and not untyped_as_json)
+
+
+class TextValuedArgs:
+    """Mixin for ToolParser: write {"key": value, ...} as keys and values are read.
+
+    A format calls _begin_args after committing a call, _begin_value when a key is complete (giving
+    the regex that ends the value), and _end_args when the call closes; _value_mode streams values.
+    """
+
+    untyped_as_json = False
+    strip_value_newlines = False  # drop one "\n" after the opening tag and one before the closing tag
+
+    def _begin_args(self, params_mode) -> None:
+        self._arg_count = 0
+        self._params_mode = params_mode
+        self._mode = params_mode
+
+    def _end_args(self) -> None:
+        self._args("}" if self._arg_count else "{}")
+        self._close_call()
+
+    def _begin_value(self, key: str, end, end_prefixes: frozenset, end_hold: int) -> None:
+        """end: regex whose match ends the value; group "own" set when the match is the value's own
+        closing tag (consumed), else the value just stops there (the params mode reads on)."""
+        self._args(("{" if not self._arg_count else ", ") + dumps(key) + ": ")
+        self._arg_count += 1
+        schema = self._schemas.get(self._call_name) or {}
+        types = value_types(schema, key)
+        self._value_types = types
+        self._value_streams = streams_as_string(types, self.untyped_as_json)
+        self._value_raw = []
+        self._value_begun = not self.strip_value_newlines
+        self._value_end, self._value_end_prefixes, self._value_end_hold = end, end_prefixes, end_hold
+        if self._value_streams:
+            self._args('"')
+        self._mode = self._value_mode
+
+    def _value_mode(self, final: bool) -> bool:
+        buf = self._buf
+        if not self._value_begun:
+            if not buf:
+                return False
+            self._value_begun = True
+            if buf[0] == "\n":
+                self._consume(1)
+                return True
+        m = self._value_end.search(buf)
+        if m is None:
+            if final:  # cut off inside a value: the call keeps what was sent
+                self._value_piece(buf)
+                self._buf = ""
+                return False
+            keep = self._held_end_prefix(buf)
+            if self.strip_value_newlines and len(buf) > keep and buf[len(buf) - keep - 1] == "\n":
+                keep += 1
+            if len(buf) > keep:
+                self._value_piece(buf[: len(buf) - keep])
+                self._consume(len(buf) - keep)
+            return False
+        piece = buf[: m.start()]
+        if self.strip_value_newlines and piece.endswith("\n"):
+            piece = piece[:-1]
+        self._value_piece(piece)
+        if self._value_streams:
+            self._args('"')
+        else:
+            self._args(convert("".join(self._value_raw), self._value_types, self.untyped_as_json))
+        self._consume(m.end() if m["own"] is not None else m.start())
+        self._mode = self._params_mode
+        return True
+
+    def _value_piece(self, text: str) -> None:
+        if self._value_streams:
+            self._args(string_fragment(text))
+        else:
+            self._value_raw.append(text)
+
+    def _held_end_prefix(self, buf: str) -> int:
+        prefixes = self._value_end_prefixes
+        for pos in range(max(0, len(buf) - self._value_end_hold), len(buf)):
+            if buf[pos] == "<" and buf[pos:] in prefixes:
+                return len(buf) - pos
+        return 0
+
+
+def marker_prefixes(*markers: str) -> tuple[frozenset, int]:
+    """The proper prefixes of markers (all starting with "<") and the longest of them."""
+    return frozenset(m[:k] for m in markers for k in range(1, len(m))), max(map(len, markers)) - 1
