@@ -38,7 +38,7 @@ def run(stops, include, deltas, armed_from_delta=0):
     return "".join(out), checker, emitted
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(st.lists(st.sampled_from(PIECES), max_size=25), st.lists(st.sampled_from(STOPS), min_size=1, max_size=3),
        st.booleans(), st.lists(st.integers(0, 1000), max_size=12))
 def test_split_anywhere_equals_whole_and_reference(pieces, stops, include, cuts):
@@ -57,7 +57,7 @@ def test_split_anywhere_equals_whole_and_reference(pieces, stops, include, cuts)
     assert len(checker._held) < longest
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=20), st.lists(st.sampled_from(STOPS), min_size=1, max_size=3),
        st.lists(st.integers(0, 1000), min_size=1, max_size=10), st.integers(0, 12))
 def test_disarmed_deltas_never_stop(pieces, stops, cuts, armed_from_delta):

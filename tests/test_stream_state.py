@@ -4,16 +4,15 @@ reference built on `tokenizers`' decode."""
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 
 import pytest
-import tokenizers
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from protocol.deltas import StreamParams, StreamUpdate
 from tests.realdata import vocabulary
+from tests.test_detokenizer import load
 from tokworker.stream.detokenizer import IncrementalDetokenizer
 from tokworker.stream.state import TextStream
 from tokworker.tokenizer import Tokenizer
@@ -23,10 +22,9 @@ PIECES = ["Hello", " world", ".", "\n", "\n\n", "</answer>", "STOP", " 日本語
 STOPS = ["</answer>", "STOP", "\n\n", "42", "🧑", "answer is", "b", "User:"]
 
 
-@functools.lru_cache(maxsize=None)
 def qwen():
-    path = vocabulary("qwen3_dir")
-    return Tokenizer.from_dir(path), tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+    """(tokworker, tokenizers) for Qwen3, loaded once per test session (shared with the detokenizer tests)."""
+    return load("qwen3_dir")
 
 
 @pytest.fixture(scope="module")
