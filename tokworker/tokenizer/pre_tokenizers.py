@@ -13,6 +13,7 @@ from __future__ import annotations
 import regex
 
 from . import unicode
+from .ascii_regex import ascii_twin
 from .errors import UnsupportedComponent
 
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -99,13 +100,19 @@ class Split:
         self.pattern, self.behavior, self.invert = pattern, behavior, invert
         # One C call per piece for the common behaviours: regex.split with the whole pattern captured
         # returns gaps and matches alternately (Isolated); uncaptured, gaps only (Removed); findall gives
-        # matches only (Removed + invert). Patterns with their own groups take the general path.
-        self._fast = None
-        if not pattern.groups:
+        # matches only (Removed + invert). Patterns with their own groups take the general path. An all-ASCII
+        # piece goes through the pattern's `re` twin, about twice as fast.
+        self._fast = self._fast_ascii = None
+        if not pattern.groups and regex.compile(pattern.pattern).flags == pattern.flags:
             if behavior == "Isolated":
-                self._fast = regex.compile(f"({pattern.pattern})", pattern.flags).split
+                source, method = f"({pattern.pattern})", "split"
             elif behavior == "Removed":
-                self._fast = pattern.findall if invert else pattern.split
+                source, method = pattern.pattern, "findall" if invert else "split"
+            else:
+                return
+            self._fast = getattr(regex.compile(source), method)
+            twin = ascii_twin(source)
+            self._fast_ascii = getattr(twin, method) if twin is not None else None
 
     @classmethod
     def from_spec(cls, spec: dict) -> "Split":
@@ -118,9 +125,11 @@ class Split:
 
     def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
         out: list[str] = []
-        fast = self._fast
+        fast, fast_ascii = self._fast, self._fast_ascii
         for piece in pieces:
-            if fast is not None:
+            if fast_ascii is not None and piece.isascii():
+                out.extend(filter(None, fast_ascii(piece)))
+            elif fast is not None:
                 out.extend(filter(None, fast(piece)))
             else:
                 spans = [match.span() for match in self.pattern.finditer(piece)]

@@ -1,0 +1,250 @@
+"""Encode throughput, long-word time and load cost: tokworker beside `tokenizers` (and tiktoken where the
+vocabulary is tiktoken's), on the same real vocabularies and text, in one run, reported as ratios.
+
+Cases per vocabulary:
+- unseen text: fresh tokenizers on both sides, documents encoded once (caches cold);
+- repeated words: the same documents again (caches warm);
+- random words: words that never repeat, from several scripts (the cache cannot help);
+- 50,000-char word: one word with no pre-tokenizer split;
+- load: seconds to a first encode and resident memory added, each side in a fresh process.
+`ratio` is tokworker's tokens/s over tokenizers' (for the long word and load, tokenizers' time over ours).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import random
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _stdlib_text(limit: int) -> str:
+    """Real English prose and code nobody tuned for: the standard library's own source files."""
+    parts, size = [], 0
+    for path in sorted(glob.glob(sysconfig.get_paths()["stdlib"] + "/*.py")):
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        parts.append(text)
+        size += len(text)
+        if size >= limit:
+            break
+    return "".join(parts)[:limit]
+
+
+def _documents(limit: int, size: int = 4000) -> list[str]:
+    text = _stdlib_text(limit)
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+_ALPHABETS = ["abcdefghijklmnopqrstuvwxyz", "абвгдежзийклмнопрстуфхцчшщыэюя", "αβγδεζηθικλμνξοπρστυφχψω",
+              "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对可她里后",
+              "ابتثجحخدذرزسشصضطظعغفقكلمنهوي", "अआइईउऊएऐओऔकखगघचछजझटठडढणतथदधनपफबभमयरलवशसह"]
+
+
+def _random_word_documents(count: int, seed: int = 5) -> list[str]:
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(count):
+        words = []
+        for _ in range(400):
+            alphabet = rng.choice(_ALPHABETS)
+            words.append("".join(rng.choice(alphabet) for _ in range(rng.randint(3, 9))))
+        docs.append(" ".join(words) + ".")
+    return docs
+
+
+def _long_word(length: int = 50_000, seed: int = 9) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(length))
+
+
+# ---------------------------------------------------------------------- vocabularies
+def _vocabularies(model_dirs):
+    """name -> (make_ours, make_rust, make_tiktoken or None); None entries are vocabularies not installed."""
+    sys.path.insert(0, str(REPO))
+    from tests.realdata import VOCABULARIES
+    from tokworker.tokenizer import Tokenizer, loaders
+
+    out = {}
+    for name in ("deepseek", "qwen3_dir"):
+        path = VOCABULARIES[name]()
+        if path is not None:
+            path = path / "tokenizer.json" if path.is_dir() else path
+            out[name] = (lambda p=path: Tokenizer.from_file(p), lambda p=path: _rust_from_file(p), None)
+    tiktoken_cases = {"llama3_tiktoken": (loaders.LLAMA3_PATTERN, loaders.llama3_special_tokens, "<|begin_of_text|>"),
+                      "qwen_tiktoken": (loaders.QWEN_PATTERN, loaders.qwen_special_tokens, None)}
+    for name, (pattern, specials, bos) in tiktoken_cases.items():
+        path = VOCABULARIES[name]()
+        if path is not None:
+            out[name] = (lambda p=path, pat=pattern, s=specials, b=bos: Tokenizer.from_tiktoken(p, pat, s(), bos_token=b),
+                         lambda p=path, pat=pattern, s=specials: _rust_from_tiktoken(p, pat, s()),
+                         lambda p=path, pat=pattern, s=specials: _tiktoken(p, pat, s()))
+    mistral = VOCABULARIES["mistral_v3_sp"]()
+    if mistral is not None:
+        try:
+            from tests.sentencepiece_convert import convert
+            spec = convert(mistral)
+            Tokenizer.from_spec(spec)
+        except Exception as error:            # the SentencePiece side is another module's; report, don't stop
+            print(json.dumps({"skipped": "mistral_v3_sp", "reason": repr(error)[:200]}), file=sys.stderr)
+        else:
+            out["mistral_v3_sp"] = (lambda s=spec: Tokenizer.from_spec(s), lambda s=spec: _rust_from_spec(s), None)
+    for directory in model_dirs:
+        path = Path(directory) / "tokenizer.json"
+        if path.is_file():
+            out[Path(directory).name] = (lambda d=directory: Tokenizer.from_dir(d),
+                                         lambda p=path: _rust_from_file(p), None)
+    return out
+
+
+def _rust_from_file(path):
+    import tokenizers
+    return tokenizers.Tokenizer.from_file(str(path))
+
+
+def _rust_from_spec(spec):
+    import tokenizers
+    return tokenizers.Tokenizer.from_str(json.dumps(spec))
+
+
+def _tiktoken(path, pattern, specials):
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+    return tiktoken.Encoding(Path(path).name, pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(str(path)),
+                             special_tokens=specials)
+
+
+def _rust_from_tiktoken(path, pattern, specials):
+    """A tokenizer.json for a tiktoken file the way transformers converts one: byte-level vocabulary, every
+    valid split of a token as a merge ordered by the token's rank, ignore_merges, the same split pattern."""
+    from tokworker.tokenizer.loaders import read_tiktoken_ranks
+    from tokworker.tokenizer.pre_tokenizers import BYTE_SYMBOLS
+    ranks = read_tiktoken_ranks(path)
+    table = {byte: symbol for byte, symbol in enumerate(BYTE_SYMBOLS)}
+    spell = {token: token.decode("latin-1").translate(table) for token in ranks}
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in ranks and right in ranks:
+                merges.append((rank, ranks[left], ranks[right], spell[left], spell[right]))
+    merges.sort()
+    spec = {
+        "version": "1.0",
+        "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for c, i in specials.items()],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                  "vocab": {spell[t]: r for t, r in ranks.items()}, "merges": [[l, r] for *_, l, r in merges]},
+    }
+    return _rust_from_spec(spec)
+
+
+# ---------------------------------------------------------------------- measuring
+def _time(function):
+    started = time.perf_counter()
+    result = function()
+    return time.perf_counter() - started, result
+
+
+def _throughput_rows(name, makers, docs_text, docs_random, repeats):
+    make_ours, make_rust, make_tiktoken = makers
+    ours, rust = make_ours(), make_rust()
+    tik = make_tiktoken() if make_tiktoken else None
+    encoders = {
+        "tokworker": lambda docs: [ours.encode(d) for d in docs],
+        "tokenizers": lambda docs: [rust.encode(d, add_special_tokens=False).ids for d in docs],
+    }
+    if tik is not None:
+        encoders["tiktoken"] = lambda docs: [tik.encode(d, allowed_special="all") for d in docs]
+    rows = []
+    for case, docs, passes in (("unseen text", docs_text, 1), ("repeated words (warm cache)", docs_text, repeats),
+                               ("random words, no repeats", docs_random, 1)):
+        row = {"vocabulary": name, "case": case}
+        results = {}
+        for side, encode in encoders.items():
+            best = None
+            for _ in range(passes):
+                seconds, ids = _time(lambda: encode(docs))
+                best = seconds if best is None else min(best, seconds)
+            results[side] = ids
+            row[f"{side}_tokens_per_s"] = round(sum(map(len, ids)) / best)
+        row["tokens"] = sum(map(len, results["tokworker"]))
+        row["ratio"] = round(row["tokworker_tokens_per_s"] / row["tokenizers_tokens_per_s"], 2)
+        row["identical_ids"] = all(ids == results["tokworker"] for ids in results.values())
+        rows.append(row)
+    word = _long_word()
+    row = {"vocabulary": name, "case": "50,000-char word"}
+    results = {}
+    for side, encode in encoders.items():
+        seconds, ids = _time(lambda: encode([word]))
+        results[side] = ids
+        row[f"{side}_seconds"] = round(seconds, 4)
+        row[f"{side}_tokens_per_s"] = round(len(ids[0]) / seconds)
+    row["ratio"] = round(row["tokenizers_seconds"] / row["tokworker_seconds"], 3)
+    row["identical_ids"] = all(ids == results["tokworker"] for ids in results.values())
+    rows.append(row)
+    return rows
+
+
+_LOAD_SCRIPT = """
+import json, sys, time
+sys.path.insert(0, {repo!r})
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) / 1024
+import bench.encode as bench
+makers = bench._vocabularies([])[{name!r}]
+before = rss()
+started = time.perf_counter()
+tokenizer = makers[{side}]()
+(tokenizer.encode("warm up", add_special_tokens=False) if {side} == 1 else tokenizer.encode("warm up"))
+print(json.dumps({{"seconds": time.perf_counter() - started, "rss_mb": rss(), "added_mb": rss() - before}}))
+"""
+
+
+def _load_row(name):
+    row = {"vocabulary": name, "case": "load"}
+    for side, label in ((0, "tokworker"), (1, "tokenizers")):
+        script = _LOAD_SCRIPT.format(repo=str(REPO), name=name, side=side)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            row[f"{label}_error"] = done.stderr.strip().splitlines()[-1:] or ["failed"]
+            continue
+        measured = json.loads(done.stdout.strip().splitlines()[-1])
+        row[f"{label}_load_s"] = round(measured["seconds"], 3)
+        row[f"{label}_rss_mb"] = round(measured["rss_mb"], 1)
+        row[f"{label}_added_mb"] = round(measured["added_mb"], 1)
+    if "tokworker_load_s" in row and "tokenizers_load_s" in row:
+        row["ratio"] = round(row["tokenizers_load_s"] / row["tokworker_load_s"], 2)
+    return row
+
+
+def run(quick: bool = False, model_dirs=()) -> list[dict]:
+    vocabularies = _vocabularies(model_dirs)
+    if quick:
+        vocabularies = {k: v for k, v in vocabularies.items() if k in ("qwen3_dir", "llama3_tiktoken")} or vocabularies
+    docs_text = _documents(200_000 if quick else 2_000_000)
+    docs_random = _random_word_documents(10 if quick else 60)
+    rows = []
+    for name, makers in vocabularies.items():
+        rows.extend(_throughput_rows(name, makers, docs_text, docs_random, repeats=2 if quick else 3))
+        rows.append(_load_row(name))
+    return rows
+
+
+if __name__ == "__main__":
+    for result in run(quick="--quick" in sys.argv):
+        print(json.dumps(result, ensure_ascii=False), flush=True)
