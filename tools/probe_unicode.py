@@ -367,7 +367,30 @@ def probe_all() -> dict:
     }
 
 
+def compact(data: dict) -> dict:
+    """Drop what tiktoken shares with tokenizers (most classes and case folds: both are Unicode 16) and
+    store single-character lowercase mappings as (code point delta, offset) pairs;
+    tokworker.tokenizer.unicode_data.expand reverses this."""
+    ours, theirs = data["flavors"]["tokenizers"], data["flavors"]["tiktoken"]
+    for section in ("atoms", "regex_diff", "regex_exprs", "aliases"):
+        shared = sorted(k for k, v in theirs[section].items() if ours[section].get(k) == v)
+        theirs[section] = {k: v for k, v in theirs[section].items() if k not in shared}
+        theirs[section]["shared"] = shared
+    if theirs["folds"] == ours["folds"]:
+        theirs["folds"] = "shared"
+    single, multi, previous = [], {}, 0
+    for cp, lowered in sorted(data["predicates"]["lowercase"].items(), key=lambda kv: int(kv[0])):
+        if len(lowered) == 1:
+            single += [int(cp) - previous, ord(lowered) - int(cp)]
+            previous = int(cp)
+        else:
+            multi[cp] = lowered
+    data["predicates"]["lowercase"] = {"single": single, "multi": multi}
+    return data
+
+
 def render(data: dict) -> str:
+    data = compact(data)
     blob = base64.b64encode(zlib.compress(json.dumps(data, sort_keys=True, separators=(",", ":")).encode(), 9))
     lines = [blob[i:i + 100].decode() for i in range(0, len(blob), 100)]
     body = "\n".join(f'    "{line}"' for line in lines)

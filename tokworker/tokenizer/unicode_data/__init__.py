@@ -19,7 +19,25 @@ from . import tables
 @functools.lru_cache(maxsize=1)
 def data() -> dict:
     """The decoded tables (decoded once, on first use, so importing costs nothing)."""
-    return json.loads(zlib.decompress(base64.b64decode("".join(tables.BLOB))))
+    return expand(json.loads(zlib.decompress(base64.b64decode("".join(tables.BLOB)))))
+
+
+def expand(stored: dict) -> dict:
+    """Undo tools/probe_unicode.py's compact(): shared tiktoken entries, paired lowercase mappings."""
+    ours, theirs = stored["flavors"]["tokenizers"], stored["flavors"]["tiktoken"]
+    for section in ("atoms", "regex_diff", "regex_exprs", "aliases"):
+        for key in theirs[section].pop("shared"):
+            theirs[section][key] = ours[section][key]
+    if theirs["folds"] == "shared":
+        theirs["folds"] = ours["folds"]
+    lowercase = stored["predicates"]["lowercase"]
+    table, cp = dict(lowercase["multi"]), 0
+    pairs = lowercase["single"]
+    for delta, offset in zip(pairs[::2], pairs[1::2]):
+        cp += delta
+        table[str(cp)] = chr(cp + offset)
+    stored["predicates"]["lowercase"] = table
+    return stored
 
 
 def boundaries(deltas: list[int]) -> list[int]:

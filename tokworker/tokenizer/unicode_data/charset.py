@@ -24,48 +24,43 @@ _MAX_CORRECTIONS = 48  # ranges; beyond this the set is spelled out explicitly
 
 
 def _combine(a, b, keep) -> tuple[int, ...]:
-    """Boundary list of {x : keep(x in a, x in b)}."""
-    out: list[int] = []
-    i = j = 0
-    in_a = in_b = False
-    inside = keep(False, False)
-    if inside:
-        out.append(0)
-    while i < len(a) or j < len(b):
-        point = min(a[i] if i < len(a) else MAX_CODE, b[j] if j < len(b) else MAX_CODE)
-        if i < len(a) and a[i] == point:
-            in_a, i = not in_a, i + 1
-        if j < len(b) and b[j] == point:
-            in_b, j = not in_b, j + 1
-        now = keep(in_a, in_b)
-        if now != inside:
-            out.append(point)
-            inside = now
-    if inside:
-        out.append(MAX_CODE)
-    if len(out) >= 2 and out[-1] == out[-2]:
-        del out[-2:]
-    return tuple(out)
+    """Boundary list of {x : keep(x in a, x in b)}, for keep(False, False) == False."""
+    points = sorted(set(a).union(b))
+    right = bisect.bisect_right
+    states = list(map(keep, [right(a, p) & 1 for p in points], [right(b, p) & 1 for p in points]))
+    return tuple(p for p, now, before in zip(points, states, [0] + states) if now != before)
 
 
 def union(a, b):
-    return _combine(a, b, lambda x, y: x or y)
+    if not a or not b:
+        return tuple(a or b)
+    return _combine(a, b, int.__or__)
 
 
 def intersection(a, b):
-    return _combine(a, b, lambda x, y: x and y)
+    if not a or not b:
+        return EMPTY
+    return _combine(a, b, int.__and__)
 
 
 def difference(a, b):
-    return _combine(a, b, lambda x, y: x and not y)
+    if not a or not b:
+        return tuple(a)
+    return _combine(a, b, lambda x, y: x & (1 - y))
 
 
 def symmetric_difference(a, b):
-    return _combine(a, b, lambda x, y: x != y)
+    return _combine(a, b, int.__xor__)
 
 
 def complement(a):
-    return _combine(a, EMPTY, lambda x, y: not x)
+    """Toggle membership at 0 and at the end of the code space."""
+    body = list(a[1:]) if a[:1] == (0,) or a[:1] == [0] else [0, *a]
+    if body[-1:] == [MAX_CODE]:
+        body.pop()
+    else:
+        body.append(MAX_CODE)
+    return tuple(body)
 
 
 def of_char(cp: int) -> tuple[int, int]:
@@ -128,6 +123,48 @@ def spell(wanted, regex_set, expression: str | None) -> str:
     if missing:
         spelled = f"[{spelled}{explicit(missing)}]"
     return spelled
+
+
+class CharSet:
+    """A set being built: the reference's members, and the same set as the `regex` module reads
+    `expression` (None when there is no such expression and the set must be spelled out)."""
+
+    __slots__ = ("wanted", "regex_set", "expression")
+
+    def __init__(self, wanted, regex_set=None, expression=None):
+        self.wanted, self.regex_set, self.expression = wanted, regex_set, expression
+
+    @classmethod
+    def literal(cls, bounds):
+        return cls(bounds, bounds, explicit(bounds))
+
+    def negated(self) -> CharSet:
+        if self.expression is None:
+            return CharSet(complement(self.wanted))
+        return CharSet(complement(self.wanted), complement(self.regex_set), f"[^{self.expression}]")
+
+    def spell(self) -> str:
+        return spell(self.wanted, self.regex_set, self.expression)
+
+
+def set_union(items: list[CharSet]) -> CharSet:
+    wanted = EMPTY
+    for item in items:
+        wanted = union(wanted, item.wanted)
+    if any(item.expression is None for item in items):
+        return CharSet(wanted)
+    regex_set = EMPTY
+    for item in items:
+        regex_set = union(regex_set, item.regex_set)
+    return CharSet(wanted, regex_set, "[" + "".join(item.expression for item in items) + "]")
+
+
+def set_intersection(left: CharSet, right: CharSet) -> CharSet:
+    wanted = intersection(left.wanted, right.wanted)
+    if left.expression is None or right.expression is None:
+        return CharSet(wanted)
+    return CharSet(wanted, intersection(left.regex_set, right.regex_set),
+                f"[{left.expression}&&{right.expression}]")
 
 
 class Atoms:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from . import charset
-from .charset import Atoms
+from .charset import Atoms, CharSet as _Set, set_intersection as _intersection, set_union as _union
 
 _SIMPLE_ESCAPES = {"t": 0x09, "n": 0x0A, "r": 0x0D, "f": 0x0C, "v": 0x0B, "a": 0x07, "e": 0x1B}
 _ASCII_PUNCT = r"""!"#$%&'()*+,-./:;<=>?@[\]^_`{|}~ """
@@ -26,48 +26,6 @@ class UnsupportedPattern(ValueError):
 
     def __init__(self, pattern: str, position: int, what: str):
         super().__init__(f"unsupported regex construct {what} at position {position} in {pattern!r}")
-
-
-class _Set:
-    """A set being built: the reference's members, and the same set as the `regex` module reads
-    `expression` (None when there is no such expression and the set must be spelled out)."""
-
-    __slots__ = ("wanted", "regex_set", "expression")
-
-    def __init__(self, wanted, regex_set=None, expression=None):
-        self.wanted, self.regex_set, self.expression = wanted, regex_set, expression
-
-    @classmethod
-    def literal(cls, bounds):
-        return cls(bounds, bounds, charset.explicit(bounds))
-
-    def negated(self) -> _Set:
-        if self.expression is None:
-            return _Set(charset.complement(self.wanted))
-        return _Set(charset.complement(self.wanted), charset.complement(self.regex_set), f"[^{self.expression}]")
-
-    def spell(self) -> str:
-        return charset.spell(self.wanted, self.regex_set, self.expression)
-
-
-def _union(items: list[_Set]) -> _Set:
-    wanted = charset.EMPTY
-    for item in items:
-        wanted = charset.union(wanted, item.wanted)
-    if any(item.expression is None for item in items):
-        return _Set(wanted)
-    regex_set = charset.EMPTY
-    for item in items:
-        regex_set = charset.union(regex_set, item.regex_set)
-    return _Set(wanted, regex_set, "[" + "".join(item.expression for item in items) + "]")
-
-
-def _intersection(left: _Set, right: _Set) -> _Set:
-    wanted = charset.intersection(left.wanted, right.wanted)
-    if left.expression is None or right.expression is None:
-        return _Set(wanted)
-    return _Set(wanted, charset.intersection(left.regex_set, right.regex_set),
-                f"[{left.expression}&&{right.expression}]")
 
 
 class Translator:
@@ -168,7 +126,7 @@ class Translator:
         if char == "(":
             return self._group(flags)
         if char == "[":
-            return self._emit_set(self._bracket(flags)), True
+            return self._bracket(flags).spell(), True
         if char == ".":
             return ("(?s:.)" if flags["s"] else "."), True
         if char == "^":
@@ -258,7 +216,7 @@ class Translator:
         char = self._take()
         found = self._class_escape(char, flags, in_bracket=False)
         if found is not None:
-            return self._emit_set(found), True
+            return found.spell(), True
         if char in "AzZbBG":
             return self._assertion(char), False
         if self.oniguruma and char == "R":
@@ -377,9 +335,6 @@ class Translator:
         closed = _Set(self.atoms.fold_closure(found.wanted))
         return closed.negated() if negate else closed
 
-    def _emit_set(self, found: _Set) -> str:
-        return found.spell()
-
     def _bracket(self, flags: dict) -> _Set:
         """A bracket expression after its '[': ranges, escapes, POSIX classes, nesting, '&&'."""
         negate = self._peek() == "^"
@@ -398,7 +353,7 @@ class Translator:
             if self._startswith("&&"):
                 self.pos += 2
                 left = _union(items) if items else _Set(charset.EVERYTHING, charset.EVERYTHING, r"[\x00-\U0010ffff]")
-                right = self._bracket_rest(flags)
+                right = self._bracket(dict(flags, i=False))  # the rest, read as a bracket of its own
                 items = [_intersection(left, right)]
                 break
             if self._startswith("[:") and self.pattern.find(":]", self.pos + 2) > 0:
@@ -415,10 +370,6 @@ class Translator:
         if flags["i"]:
             return self._closed(found, negate)
         return found.negated() if negate else found
-
-    def _bracket_rest(self, flags: dict) -> _Set:
-        """The right side of '&&': the rest of the bracket, read as a bracket of its own."""
-        return self._bracket(dict(flags, i=False))
 
     def _posix(self) -> _Set:
         end = self.pattern.find(":]", self.pos + 2)
