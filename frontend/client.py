@@ -23,7 +23,6 @@ import uuid
 from collections import OrderedDict
 from pathlib import Path
 
-import msgspec
 import zmq
 
 from protocol.deltas import StreamParams, StreamUpdate
@@ -227,23 +226,28 @@ class TokenizerPool:
         """Send one engine step now (one message per worker) and return a future of {stream id: update}.
         An engine loop can keep several steps in flight; each stream's updates still arrive in order."""
         results: dict[str, StreamUpdate] = {}
-        groups: dict[WorkerLink, tuple[dict, list]] = {}
+        groups: dict[WorkerLink, dict] = {}
+        streams = self._streams
         for stream_id, batch in ids.items():
-            stream = self._stream_for(stream_id, results)
-            if stream is not None:
-                group = groups.get(stream.link)
-                if group is None:
-                    group = groups[stream.link] = ({}, [])
-                group[0][stream_id] = batch
+            stream = streams.get(stream_id)
+            if stream is None or stream.finished:
+                self._late(stream_id, results)
+                continue
+            group = groups.get(stream.link)
+            if group is None:
+                group = groups[stream.link] = {}
+            group[stream_id] = batch
+        ending: dict[WorkerLink, list] = {}
         for stream_id in finish:
-            stream = self._stream_for(stream_id, results)
-            if stream is not None:
-                group = groups.get(stream.link)
-                if group is None:
-                    group = groups[stream.link] = ({}, [])
-                group[1].append(stream_id)
+            stream = streams.get(stream_id)
+            if stream is None or stream.finished:
+                self._late(stream_id, results)
+                continue
+            ending.setdefault(stream.link, []).append(stream_id)
+            groups.setdefault(stream.link, {})
         futures = []
-        for link, (batch_ids, finished) in groups.items():
+        for link, batch_ids in groups.items():
+            finished = ending.get(link, [])
             body = _encode(Step(ids=batch_ids, finish=finished))
             futures.append(link.request(body, stateful=True, on_reply=self._step_applier(link, batch_ids, finished),
                                         on_error=self._step_failer(link, batch_ids, finished)))
@@ -254,45 +258,53 @@ class TokenizerPool:
         A stream that already finished gets an empty update (or, once, the error update if it failed)."""
         return await self.submit_step(ids, finish)
 
-    def _stream_for(self, stream_id: str, results: dict) -> Stream | None:
-        stream = self._streams.get(stream_id)
+    def _late(self, stream_id: str, results: dict) -> None:
+        """Ids for a stream that has ended (the engine had not seen the abort yet), or that never was."""
+        stream = self._streams.get(stream_id) or self._forgotten.get(stream_id)
         if stream is None:
-            stream = self._forgotten.get(stream_id)
-            if stream is None:
-                raise UnknownStream(ErrorCode.UNKNOWN_STREAM, f"no stream {stream_id!r}")
-        if stream.finished:
-            results[stream_id] = stream.take_failure() or EMPTY
-            self._forget(stream)
-            return None
-        return stream
+            raise UnknownStream(ErrorCode.UNKNOWN_STREAM, f"no stream {stream_id!r}")
+        results[stream_id] = stream.take_failure() or EMPTY
+        self._forget(stream)
 
     def _step_applier(self, link: WorkerLink, batch_ids: dict, finished: list):
         def apply(reply: StepReply) -> dict[str, StreamUpdate]:
-            out = {}
+            """The hot path of every step: log each stream's acknowledged ids (its replay record) and
+            hand the reply's dict back as the result."""
             streams = self._streams
-            for stream_id, update in reply.updates.items():
+            updates = reply.updates
+            for stream_id, update in updates.items():
                 stream = streams.get(stream_id)
                 if stream is None or stream.link is not link:
                     continue                                 # closed while the step was in flight
-                stream.acknowledged(batch_ids.get(stream_id), update)
-                if stream.finished:
-                    self._forget(stream)
-                out[stream_id] = update
-            for stream_id, error in reply.errors.items():
-                stream = streams.get(stream_id)
-                if stream is None or stream.link is not link:
-                    continue                                 # finished or closed before this step arrived
-                stream.fail(error_for(error.code, error.message))
-                stream.take_failure()
-                self._forget(stream)
-                out[stream_id] = FAILED
-            for stream_id in (*batch_ids, *finished):
-                if stream_id not in out and stream_id in streams:
-                    streams[stream_id].fail(PoolError(ErrorCode.INTERNAL, "the worker's step reply left it out"))
-                    self._forget(streams[stream_id])
-                    out[stream_id] = FAILED
-            return out
+                batch = batch_ids.get(stream_id)
+                if batch is not None:
+                    stream.log.append(batch)
+                if update.finish_reason is not None or stream.buffered:
+                    stream.acknowledged(update)
+                    if stream.finished:
+                        self._forget(stream)
+            if reply.errors or len(updates) != len(batch_ids) + sum(1 for s in finished if s not in batch_ids):
+                self._step_errors(link, batch_ids, finished, reply)
+            return updates
         return apply
+
+    def _step_errors(self, link: WorkerLink, batch_ids: dict, finished: list, reply: StepReply) -> None:
+        """Streams the worker could not step fail (their error update goes into the result)."""
+        streams, updates = self._streams, reply.updates
+        for stream_id, error in reply.errors.items():
+            stream = streams.get(stream_id)
+            if stream is None or stream.link is not link:
+                continue                                     # finished or closed before this step arrived
+            stream.fail(error_for(error.code, error.message))
+            stream.take_failure()
+            self._forget(stream)
+            updates[stream_id] = FAILED
+        for stream_id in (*batch_ids, *finished):
+            stream = streams.get(stream_id)
+            if stream_id not in updates and stream is not None and stream.link is link:
+                stream.fail(PoolError(ErrorCode.INTERNAL, "the worker's step reply left it out"))
+                self._forget(stream)
+                updates[stream_id] = FAILED
 
     def _step_failer(self, link: WorkerLink, batch_ids: dict, finished: list):
         """A step that failed as a whole (timeout, worker lost, rejected): its streams' state is unknown to

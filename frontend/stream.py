@@ -44,15 +44,14 @@ class Stream:
         self.finished = False
         self.finish_reason: str | None = None
         self.error: PoolError | None = None
+        self.buffered = buffer
         self._buffer: deque | None = deque() if buffer else None
         self._waiter: asyncio.Future | None = None
         self._unreported_failure = False
 
     # ------------------------------------------------------------ fed by the pool
-    def acknowledged(self, batch: list[int] | None, update: StreamUpdate) -> None:
-        """The worker applied `batch` and produced `update`."""
-        if batch is not None:
-            self.log.append(batch)
+    def acknowledged(self, update: StreamUpdate) -> None:
+        """The worker produced `update` (the pool has already logged the ids that made it)."""
         if update.finish_reason is not None:
             self.finished = True
             self.finish_reason = update.finish_reason

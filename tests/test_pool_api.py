@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from frontend import InvalidRequest, Overloaded, RequestTimeout, StreamFailed, TokenizerPool
+from frontend import InvalidRequest, Overloaded, RequestTimeout, TokenizerPool
 from protocol.deltas import StreamParams, StreamUpdate
 from tokworker.tokenizer import Tokenizer
 

@@ -1,0 +1,212 @@
+"""The pool: what moving text work out of the API process costs per step, and what it buys the engine loop.
+
+1. Step round trip. S open streams, one id each per step, `await pool.step(...)` in a loop: p50/p99 of the
+   round trip and tokens/s, with 1..N workers.
+2. A simulated engine loop in the API process. Each step does a fixed amount of pure-Python work (the
+   scheduler/sampler stand-in) and emits one id for each of N concurrent streams. Their text is handled
+   either in-process (TextStream.push in the loop, as a server without a pool does) or through the pool
+   (one message per worker per step, pipelined: the loop does not wait for the deltas). Reported: engine
+   step time p50/p99, and the delay from a token's emission to its delta being available to the API.
+   A third case adds one new ~1,500-token chat per step, rendered and encoded in the loop or by the pool.
+   `loop_cpu_ms_per_step` is the CPU the loop's own thread spent per step (what holds the GIL; robust on
+   a busy machine, unlike wall times). `cpu_ratio` = in-process / pool of that, `step_ratio` the same for
+   step time p50 (above 1: the pool gives the engine loop time back).
+
+`python -m bench --only pool [--quick]`; `run(quick)` returns the rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from pathlib import Path
+
+from protocol.deltas import StreamParams
+
+MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
+TEXT = ("The pool moves tokenization, template rendering and detokenization out of the API process. "
+        "Naïve café, 日本語のテキスト, emoji 🧑‍🚀🚀 and code like `print(x)` all stream through it. ") * 40
+PARAMS = StreamParams(stop=["</answer>", "STOP HERE"])
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+PARSED_TEXT = ("<think>\nThe user asks about Paris; the tool knows the weather.\n</think>\n\nLet me check. "
+               "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>") * 20
+
+
+def new_chats(count: int, seed: int = 0) -> list[list[dict]]:
+    """Distinct conversations of about 1,500 tokens, with words no cache has seen (as real traffic is)."""
+    rng = random.Random(seed)
+    words = ["alpha", "β", "日本", "🚀", "naïve", "café", "code", "stream", "token", "pool"]
+
+    def text(n: int) -> str:
+        return " ".join(f"{rng.choice(words)}{rng.randrange(10**6)}" for _ in range(n))
+    return [[{"role": "system", "content": "You are a careful assistant."},
+             {"role": "user", "content": text(70)}, {"role": "assistant", "content": text(70)},
+             {"role": "user", "content": text(30)}] for _ in range(count)]
+
+
+KINDS = {"stop strings": (TEXT, PARAMS),
+         "reasoning + tools": (PARSED_TEXT, StreamParams(stop=["</answer>"], reasoning_parser="qwen3",
+                                                         tool_parser="hermes", tools=TOOLS))}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def _busy(iterations: int) -> int:
+    total = 0
+    for i in range(iterations):
+        total += i * i % 7
+    return total
+
+
+async def _round_trips(workers: int, streams: int, steps: int, ids: list[int]) -> dict:
+    """`await pool.step` in a loop: the latency of one step through the pool and the tokens it moves."""
+    from frontend import TokenizerPool
+
+    async with await TokenizerPool.spawn(MODEL, workers=workers) as pool:
+        names = [f"s{i}" for i in range(streams)]
+        for name in names:
+            await pool.open_stream(name, PARAMS, buffer=False)
+        times = []
+        started = time.perf_counter()
+        for k in range(steps):
+            batch = {name: [ids[(k + i) % len(ids)]] for i, name in enumerate(names)}
+            t0 = time.perf_counter()
+            await pool.step(batch)
+            times.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - started
+    return {"case": "step round trip", "workers": workers, "streams": streams, "steps": steps,
+            "p50_ms": _ms(_percentile(times, 0.5)), "p99_ms": _ms(_percentile(times, 0.99)),
+            "tokens_per_s": round(streams * steps / elapsed)}
+
+
+async def _engine_loop(mode: str, streams: int, steps: int, work: int, ids: list[int], params: StreamParams,
+                       tokenizer, workers: int, arrivals: bool) -> dict:
+    """One simulated engine run, text "in-process" or through the "pool". With `arrivals`, a new chat is
+    rendered and encoded every step too (in the loop, or sent to the pool and awaited elsewhere)."""
+    from frontend import TokenizerPool
+    from tokworker.stream.state import TextStream
+
+    names = [f"s{i}" for i in range(streams)]
+    step_times, delays = [], []
+    pool = None
+    if mode == "pool":
+        pool = await TokenizerPool.spawn(MODEL, workers=workers)
+        for name in names:
+            await pool.open_stream(name, params, buffer=False)
+    else:
+        local = {name: TextStream(tokenizer, params) for name in names}
+    in_flight: list[asyncio.Future] = []
+    prompts: list[asyncio.Future] = []
+    chats = new_chats(steps) if arrivals else []
+
+    def arrived(emitted: float):
+        def record(future: asyncio.Future) -> None:
+            if not future.cancelled() and future.exception() is None:
+                delays.append(time.perf_counter() - emitted)
+        return record
+
+    try:
+        started = time.perf_counter()
+        cpu_started = time.thread_time()
+        for k in range(steps):
+            t0 = time.perf_counter()
+            _busy(work)                                            # the engine's own Python work
+            batch = {name: [ids[(k + i) % len(ids)]] for i, name in enumerate(names)}
+            emitted = time.perf_counter()
+            if pool is None:
+                for name, new in batch.items():
+                    local[name].push(new)
+                delays.append(time.perf_counter() - emitted)
+                if arrivals:
+                    tokenizer.apply_chat_template(chats[k], add_generation_prompt=True)
+            else:
+                future = pool.submit_step(batch)
+                future.add_done_callback(arrived(emitted))
+                in_flight.append(future)
+                while len(in_flight) > 4:                          # bounded pipelining
+                    await in_flight.pop(0)
+                in_flight = [f for f in in_flight if not f.done()]
+                if arrivals:
+                    prompts.append(asyncio.ensure_future(pool.render(chats[k])))
+                    while len(prompts) > 8:
+                        await prompts.pop(0)
+            await asyncio.sleep(0)                                 # the API's other tasks run here
+            step_times.append(time.perf_counter() - t0)
+        for future in in_flight + prompts:
+            await future
+        elapsed = time.perf_counter() - started
+        cpu = time.thread_time() - cpu_started
+    finally:
+        if pool is not None:
+            await pool.close()
+    return {"loop_cpu_ms_per_step": _ms(cpu / steps), "step_p50_ms": _ms(_percentile(step_times, 0.5)),
+            "step_p99_ms": _ms(_percentile(step_times, 0.99)), "delay_p50_ms": _ms(_percentile(delays, 0.5)),
+            "delay_p99_ms": _ms(_percentile(delays, 0.99)), "tokens_per_s": round(streams * steps / elapsed)}
+
+
+def _calibrate(target_s: float) -> tuple[int, float]:
+    """Iterations of _busy that take about target_s of CPU (the fixed per-step engine work), and the CPU
+    they really took (thread time: not inflated by other processes on a busy machine)."""
+    iterations = 20_000
+    t0 = time.thread_time()
+    _busy(iterations)
+    iterations = max(1, int(iterations * target_s / max(time.thread_time() - t0, 1e-6)))
+    t0 = time.thread_time()
+    for _ in range(5):
+        _busy(iterations)
+    return iterations, (time.thread_time() - t0) / 5
+
+
+async def _run(quick: bool) -> list[dict]:
+    from tokworker.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_dir(MODEL)
+    ids = tokenizer.encode(TEXT)
+    cpus = os.cpu_count() or 1
+    print(f"pool bench: os.cpu_count() = {cpus}", flush=True)
+    rows = []
+    steps = 100 if quick else 300
+    for workers in range(1, max(2, cpus) + 1):
+        rows.append(await _round_trips(workers, 64, steps, ids))
+    work, work_s = _calibrate(0.002)
+    workers = max(1, min(2, cpus))
+    kinds = [(kind, text, params, False) for kind, (text, params) in KINDS.items()]
+    kinds.append(("stop strings + one new chat per step", TEXT, PARAMS, True))
+    for kind, text, params, arrivals in kinds:
+        kind_ids = tokenizer.encode(text)
+        for streams in ((64, 256) if quick else (64, 256, 512)):
+            base = {"case": f"engine loop, {kind}", "streams": streams, "cpus": cpus,
+                    "engine_work_cpu_ms": _ms(work_s)}
+            local = await _engine_loop("in-process", streams, steps, work, kind_ids, params, tokenizer, 1, arrivals)
+            pooled = await _engine_loop("pool", streams, steps, work, kind_ids, params, tokenizer, workers, arrivals)
+            rows.append({**base, "text": "in-process", **local})
+            rows.append({**base, "text": f"pool ({workers} workers)", **pooled,
+                         "cpu_ratio": round(local["loop_cpu_ms_per_step"] / max(pooled["loop_cpu_ms_per_step"], 1e-6),
+                                            2),
+                         "step_ratio": round(local["step_p50_ms"] / max(pooled["step_p50_ms"], 1e-6), 2)})
+    return rows
+
+
+def run(quick: bool = False, model_dirs=()) -> list[dict]:
+    try:
+        import uvloop
+        return uvloop.run(_run(quick))
+    except ImportError:
+        return asyncio.run(_run(quick))
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+    for row in run(quick="--quick" in sys.argv):
+        print(json.dumps(row, ensure_ascii=False))
