@@ -30,7 +30,6 @@ class TextStream:
     update: ids the engine produced before it saw the abort are ignored."""
 
     def __init__(self, tokenizer, params: StreamParams, prompt_ids=None, prompt_text=None):
-        self.params = params
         self._reasoning = self._tools = None
         if params.reasoning_parser:
             from tokworker.parsers.reasoning import get_reasoning_parser
@@ -56,14 +55,14 @@ class TextStream:
         self._max_tokens = params.max_tokens
         self._include_stop_token = params.include_stop_str_in_output
         self._count = 0
-        self._tool_calls = False
         # hot-path facts: ids with no stop rule to apply (count in [quiet_from, quiet_until)), text per id
         self._quiet_from = params.min_tokens
         self._quiet_until = params.max_tokens - 1 if params.max_tokens is not None else float("inf")
         self._size = tokenizer.vocab_size
         self._texts = self._detok.texts
         self._stop_firsts = self._stop.firsts if self._stop is not None else None
-        self._steady = self._texts is not None and self._detok.idle
+        self._stop_holding = False
+        self._idle = self._detok.idle
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
 
@@ -79,28 +78,37 @@ class TextStream:
     def push(self, ids) -> StreamUpdate:
         """The ids the engine generated this step. A bad id raises DetokenizeError (a ValueError) before
         anything changes, so the stream stays usable."""
-        if len(ids) == 1 and self._steady:
-            # The usual step, without a call per stage: one id that ends nothing, a detokenizer with nothing
-            # held, a stop checker with nothing held that this text cannot start a stop in.
+        if len(ids) == 1 and self.finish_reason is None:
+            # The usual step, with as few calls as possible: one id that ends nothing; one lookup decodes it
+            # while the detokenizer holds nothing; the stop checker is asked only when the text could matter.
             token_id = ids[0]
             count = self._count
             if (self._quiet_from <= count < self._quiet_until and type(token_id) is int
                     and 0 <= token_id < self._size and token_id not in self._enders):
-                text = self._texts[token_id]
-                if text is not None and (self._stop_firsts is None or self._stop_firsts.isdisjoint(text)):
-                    self._count = count + 1
-                    if not text:
-                        return StreamUpdate()
-                    reasoning = self._reasoning
-                    deltas = [Delta(text)] if reasoning is None else reasoning.feed(text)
-                    if self._tools is None or all(d.content is None for d in deltas):
-                        return StreamUpdate(deltas)
-                    return StreamUpdate(self._through_tools(deltas, False))
+                text = self._texts[token_id] if self._idle else None
+                if text is None:
+                    detok = self._detok
+                    text = detok.add(ids, checked=True)
+                    self._idle = detok.idle
+                self._count = count + 1
+                stop = self._stop
+                if stop is not None and (self._stop_holding or not self._stop_firsts.isdisjoint(text)):
+                    text = stop.add(text)
+                    if stop.stopped:
+                        return self._update(text, "stop", stop.matched, abort=True)
+                    self._stop_holding = stop.holding
+                if not text:
+                    return StreamUpdate()
+                reasoning = self._reasoning
+                deltas = [Delta(text)] if reasoning is None else reasoning.feed(text)
+                if self._tools is None:
+                    return StreamUpdate(deltas)
+                return StreamUpdate(self._through_tools(deltas, False))
         if self.finish_reason is not None or not ids:
             return StreamUpdate()
         update = self._step(ids)
-        stop = self._stop
-        self._steady = (self.finish_reason is None and self._detok.idle and (stop is None or not stop.holding))
+        self._idle = self._detok.idle
+        self._stop_holding = self._stop is not None and self._stop.holding
         return update
 
     def _step(self, ids) -> StreamUpdate:
@@ -171,8 +179,7 @@ class TextStream:
         else:
             deltas = self._parse(text, ending)
         if ending:
-            self._steady = False
-            if self._tool_calls and finish_reason == "stop":
+            if finish_reason == "stop" and self._tools is not None and self._tools.called:
                 finish_reason = "tool_calls"
             self.finish_reason, self.stop_reason = finish_reason, stop_reason
             return StreamUpdate(deltas=deltas, finish_reason=finish_reason, stop_reason=stop_reason, abort=abort)
@@ -201,8 +208,6 @@ class TextStream:
                 out += tools.feed(delta.content)
         if ending:
             out += tools.finish()
-        if not self._tool_calls:
-            self._tool_calls = any(d.tool_calls for d in out)
         return _coalesce(out)
 
 
