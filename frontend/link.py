@@ -184,28 +184,26 @@ class WorkerLink:
         self._task = self.loop.create_task(self._recover())
 
     async def _recover(self, first: bool = False) -> HelloReply | None:
+        """Handshake on fresh sockets until the worker answers, then resume. The first connection raises
+        on failure; a later one fails what waits (WorkerLost), marks the link down and keeps trying."""
         self.ready = False
         if not first:
             self.recoveries += 1
-        started = self.loop.time()
+        deadline = self.loop.time() + self.connect_timeout
         delay = 0.02
         while not self.closed:
             self._open_socket()
-            remaining = started + self.connect_timeout - self.loop.time()
             try:
-                reply = await asyncio.wait_for(self._hello, max(remaining, 0.01))
-            except _Disconnected:
+                reply = await asyncio.wait_for(self._hello, max(deadline - self.loop.time(), 0.01))
+            except (_Disconnected, asyncio.TimeoutError):
                 reply = None
-            except asyncio.TimeoutError:
-                reply = None
-                started = -self.connect_timeout                 # out of time: give up below
             except PoolError as exc:                             # the security handshake was refused
                 if first:
                     self._close_socket()
                     raise
                 reply, self._auth_error = None, exc
             if reply is None:
-                if self.loop.time() - started < self.connect_timeout:
+                if self.loop.time() < deadline:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 0.5)
                     continue
@@ -215,22 +213,30 @@ class WorkerLink:
                     self._close_socket()
                     raise error
                 self._give_up(error)
+                deadline = self.loop.time() + self.connect_timeout
                 await asyncio.sleep(delay)
-                started = self.loop.time()
                 continue
-            if type(reply) is ErrorReply:
+            error = self._refusal(reply)
+            if error is not None:                                # wrong version or model: no point retrying
                 self._close_socket()
-                raise error_for(reply.code, reply.message)
-            if self.expected_fingerprint and reply.model_fingerprint != self.expected_fingerprint:
-                self._close_socket()
-                raise PoolError("model_mismatch", f"{self.endpoint} serves model {reply.model_fingerprint}, "
-                                                  f"the pool expects {self.expected_fingerprint}")
+                if first:
+                    raise error
+                self._give_up(error)
+                return None
             self.info = reply
             self.max_message_bytes = min(self.max_message_bytes, reply.limits.max_message_bytes)
             self.down = False
             self._auth_error = None
             self._resume()
             return reply
+        return None
+
+    def _refusal(self, reply) -> PoolError | None:
+        if type(reply) is ErrorReply:
+            return error_for(reply.code, reply.message)
+        if self.expected_fingerprint and reply.model_fingerprint != self.expected_fingerprint:
+            return PoolError("model_mismatch", f"{self.endpoint} serves model {reply.model_fingerprint}, the pool "
+                                               f"expects {self.expected_fingerprint}")
         return None
 
     def _open_socket(self) -> None:
@@ -242,6 +248,8 @@ class WorkerLink:
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.RECONNECT_IVL, 20)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, 2000)             # a peer gone silent (no FIN on tcp) counts as
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)       # a disconnect, and recovery starts
         if self.keys is not None:
             self.keys.apply(sock)
         self._monitor = sock.get_monitor_socket(_WATCHED)

@@ -74,7 +74,7 @@ class Handlers:
         self._check_nesting(msg.json_schema, "json_schema")
         self._check_nesting(msg.tools, "tools")
         try:
-            from tokworker.constrain import TokenAutomaton, VocabTrie
+            from tokworker.constrain import TokenAutomaton
             if msg.pattern is not None:
                 pattern = msg.pattern
             elif msg.json_schema is not None:
@@ -87,13 +87,19 @@ class Handlers:
             raise WorkerError(ErrorCode.UNAVAILABLE, f"constraints are not available: {exc}") from None
         except (ValueError, TypeError, KeyError) as exc:
             raise WorkerError(ErrorCode.INVALID, f"cannot compile this constraint: {exc}") from None
-        if self._trie is None:
-            self._trie = VocabTrie(self.tokenizer.vocab_bytes())
         try:
-            automaton = TokenAutomaton(pattern, self._trie, eos_ids=self.tokenizer.eos_token_ids)
+            automaton = TokenAutomaton(pattern, self.vocab_trie(), eos_ids=self.tokenizer.eos_token_ids)
             return self._tables(pattern, automaton)
         except ValueError as exc:
             raise WorkerError(ErrorCode.INVALID, f"cannot compile this constraint: {exc}") from None
+
+    def vocab_trie(self):
+        """The vocabulary as a byte trie, built once (seconds on a 150k vocabulary): the server builds it
+        before the first compile request's time budget starts, so no request pays for it."""
+        if self._trie is None:
+            from tokworker.constrain import VocabTrie
+            self._trie = VocabTrie(self.tokenizer.vocab_bytes())
+        return self._trie
 
     def _tables(self, pattern: str, automaton) -> CompileReply:
         """Number the reachable states from 0 (the start) and list each one's allowed tokens and targets,

@@ -193,6 +193,8 @@ class Worker:
                                "this connection's session moved to a newer connection")
         self.cpu.arm()
         try:
+            if kind is Compile:
+                self.handlers.vocab_trie()                  # one-time preparation, outside any request's budget
             if stateless is not None:
                 with self.budget(self.options.budget_s):
                     reply = stateless(msg)
