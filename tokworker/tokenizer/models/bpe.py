@@ -75,11 +75,14 @@ class BPE:
 
     def _pair_table(self, merges) -> dict[int, int]:
         """Packed (left id, right id) -> (rank, merged id), built with C-level maps."""
-        merges = [merge.split(" ", 1) if isinstance(merge, str) else merge for merge in merges]
         if not merges:
             return {}
+        if isinstance(merges[0], str):                        # the older "left right" string form
+            merges = [merge.split(" ", 1) for merge in merges]
+        if any(len(merge) != 2 for merge in merges):
+            raise ValueError("a BPE merge is not a (left, right) pair")
         vocab, shift, prefix_len = self.vocab, self.shift, len(self.prefix)
-        lefts, rights = zip(*merges)
+        lefts, rights = list(map(itemgetter(0), merges)), list(map(itemgetter(1), merges))
         merged = map(str.__add__, lefts, map(itemgetter(slice(prefix_len, None)), rights)) if prefix_len \
             else map(str.__add__, lefts, rights)
         try:
