@@ -87,7 +87,14 @@ class TokenizerPool:
         pool = cls(endpoints, request_timeout=request_timeout, connect_timeout=startup_timeout,
                    max_inflight=max_inflight, launcher=launcher, run_dir=run_dir)
         try:
-            await pool._start()
+            starting = asyncio.ensure_future(pool._start())
+            while not starting.done():
+                await asyncio.wait([starting], timeout=0.1)
+                if launcher.crash_looping and not starting.done():
+                    starting.cancel()
+                    raise PoolError("worker_failed", f"workers for {model_dir or default_model_dir()} exit as "
+                                                     "soon as they start; their stderr says why")
+            starting.result()
         except BaseException:
             await pool.close()
             raise

@@ -24,6 +24,7 @@ log = logging.getLogger("tokworker.launcher")
 POLL_S = 0.02
 YOUNG_S = 2.0                       # a worker that dies younger than this is restarted with backoff
 BACKOFF_S = (0.05, 5.0)
+CRASH_LOOP = 3                      # this many young deaths in a row: the workers cannot start at all
 
 
 def _child_env() -> dict:
@@ -43,6 +44,7 @@ class Launcher:
         self._started = [0.0] * len(self.options)
         self._next_start = [0.0] * len(self.options)
         self._backoff = [BACKOFF_S[0]] * len(self.options)
+        self._young_deaths = [0] * len(self.options)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -52,6 +54,12 @@ class Launcher:
     def pids(self) -> list[int | None]:
         with self._lock:
             return [p.pid if p is not None and p.poll() is None else None for p in self._procs]
+
+    @property
+    def crash_looping(self) -> bool:
+        """True when some worker died young CRASH_LOOP times in a row (a bad model directory, a broken
+        install): waiting for it to answer is pointless, its stderr says why."""
+        return max(self._young_deaths) >= CRASH_LOOP
 
     def start(self) -> "Launcher":
         with self._lock:
@@ -75,6 +83,7 @@ class Launcher:
                 for index, proc in enumerate(self._procs):
                     if proc is not None and proc.poll() is not None:
                         lived = now - self._started[index]
+                        self._young_deaths[index] = self._young_deaths[index] + 1 if lived < YOUNG_S else 0
                         self._backoff[index] = (min(self._backoff[index] * 2, BACKOFF_S[1]) if lived < YOUNG_S
                                                 else BACKOFF_S[0])
                         self._next_start[index] = now + (self._backoff[index] if lived < YOUNG_S else 0.0)

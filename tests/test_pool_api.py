@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
 import uvloop
 
-from frontend import InvalidRequest, Overloaded, RequestTimeout, TokenizerPool
+from frontend import InvalidRequest, Overloaded, PoolError, RequestTimeout, TokenizerPool
 from protocol.deltas import StreamParams, StreamUpdate
 from tokworker.tokenizer import Tokenizer
 
@@ -76,6 +77,24 @@ def test_request_templates_when_the_operator_allows_them():
                                       chat_template="{% for m in messages %}[{{ m.content }}]{% endfor %}")
             assert reply.text == "[x]"
             assert "request_templates" in pool.info.capabilities
+            runaway = "{% for i in range(10**7) %}{% for j in range(10**7) %}{% endfor %}{% endfor %}"
+            started = time.monotonic()
+            with pytest.raises(InvalidRequest) as stopped:
+                await pool.render([{"role": "user", "content": "x"}], chat_template=runaway)
+            assert stopped.value.code == "template_error" and time.monotonic() - started < 10
+            assert await pool.encode("still here")
+
+    uvloop.run(main())
+
+
+def test_a_model_dir_that_cannot_load_fails_fast(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("{not json")
+
+    async def main():
+        started = time.monotonic()
+        with pytest.raises(PoolError) as failed:
+            await TokenizerPool.spawn(tmp_path, workers=1)
+        assert failed.value.code == "worker_failed" and time.monotonic() - started < 30
 
     uvloop.run(main())
 
