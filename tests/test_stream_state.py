@@ -4,6 +4,7 @@ reference built on `tokenizers`' decode."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 
@@ -236,19 +237,52 @@ def test_prompt_closed_think_means_all_content(tok, ref):
     assert (content, reasoning) == ("there", "Hello")
 
 
-def test_parser_special_tokens_survive_skip_special_tokens():
-    """A vocabulary where <think> is special: skip_special_tokens would drop it, the parser keeps it."""
+HARMONY = ("<|start|>", "<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>")
+
+
+@functools.lru_cache(maxsize=None)
+def special_markers_vocabulary():
+    """Qwen3 with <think>/</think> made special and gpt-oss's harmony markers added as special tokens:
+    skip_special_tokens would drop every one of them."""
     path = vocabulary("qwen3_dir")
     spec = json.loads((path / "tokenizer.json").read_text())
     for token in spec["added_tokens"]:
         if token["content"] in ("<think>", "</think>"):
             token["special"] = True
-    tok = Tokenizer.from_spec(spec, {"eos_token": "<|im_end|>"})
+    next_id = max(t["id"] for t in spec["added_tokens"]) + 1
+    for k, marker in enumerate(HARMONY):
+        spec["added_tokens"].append({"id": next_id + k, "content": marker, "single_word": False, "lstrip": False,
+                                     "rstrip": False, "normalized": False, "special": True})
+    return Tokenizer.from_spec(spec, {"eos_token": "<|return|>"})
+
+
+def test_parser_special_tokens_survive_skip_special_tokens():
+    tok = special_markers_vocabulary()
     ids = tok.encode("<think>\nplan\n</think>\n\nanswer")
     (content, reasoning, _, _), _ = run(tok, StreamParams(reasoning_parser="qwen3"), [[i] for i in ids])
     assert (reasoning, content) == ("plan", "answer")
     (content, reasoning, _, _), _ = run(tok, StreamParams(), [[i] for i in ids])
     assert content == "\nplan\n\n\nanswer"  # without a parser the specials follow skip_special_tokens
+
+
+def test_gpt_oss_harmony_channels_with_special_markers():
+    pytest.importorskip("tokworker.parsers.tools.openai")
+    tok = special_markers_vocabulary()
+    assert all(tok.token_to_id(m) in tok.special_ids for m in HARMONY)
+    text = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+            'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>')
+    ids = tok.encode(text)
+    for params in (StreamParams(tool_parser="openai"),
+                   StreamParams(reasoning_parser="openai_gptoss", tool_parser="openai")):
+        results = {json.dumps(run(tok, params, steps)[0]) for steps in splits(ids, [4, 9, 21])}
+        assert len(results) == 1
+        content, reasoning, calls, end = json.loads(results.pop())
+        assert (content, reasoning) == ("", "Need the weather.")
+        assert calls == {"0": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    final = tok.encode("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final"
+                       "<|message|>Sunny.<|return|>")
+    (content, reasoning, _, end), _ = run(tok, StreamParams(reasoning_parser="openai_gptoss"), [[i] for i in final])
+    assert (reasoning, content, end) == ("Think.", "Sunny.", ("stop", None, False))
 
 
 def test_tool_calls_finish_with_tool_calls(tok, ref):

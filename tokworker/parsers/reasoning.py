@@ -69,6 +69,23 @@ FORMATS = {
 }
 
 
+class HarmonyReasoningParser:
+    """openai_gptoss: gpt-oss's harmony channels (analysis is reasoning, final is content). The channel
+    grammar lives once, in the `openai` tool parser; this is its reasoning-only face. A stream that also
+    asks for the `openai` tool parser needs only that one (TextStream drops this stage then)."""
+
+    def __init__(self):
+        from tokworker.parsers.tools import get_tool_parser
+        self._channels = get_tool_parser("openai")
+        self.special_tokens = self._channels.special_tokens
+        self.feed = self._channels.feed
+        self.finish = self._channels.finish
+
+    def parse(self, text: str) -> tuple[str | None, str | None]:
+        message = self._channels.parse_message(text)
+        return message["reasoning_content"], message["content"]
+
+
 def starting_mode(fmt: ReasoningFormat, prompt_text: str | None) -> str:
     """Where generation starts, from the end of the rendered prompt."""
     if prompt_text is None:
@@ -85,9 +102,12 @@ def get_reasoning_parser(name: str, prompt_text: str | None = None, prompt_ids=N
     """A fresh per-stream parser for the format vLLM calls `name`, aware of how the prompt ended.
 
     Give prompt_text, or prompt_ids with the tokenizer (only the prompt's tail is decoded)."""
+    if name == "openai_gptoss":
+        return HarmonyReasoningParser()
     fmt = FORMATS.get(name)
     if fmt is None:
-        raise ReasoningParserError(f"unknown reasoning parser {name!r}; known: {', '.join(sorted(FORMATS))}")
+        known = ", ".join(sorted([*FORMATS, "openai_gptoss"]))
+        raise ReasoningParserError(f"unknown reasoning parser {name!r}; known: {known}")
     if prompt_text is None and prompt_ids is not None:
         if tokenizer is None:
             raise ReasoningParserError("prompt_ids need the tokenizer to be read")

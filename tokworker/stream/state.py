@@ -31,7 +31,9 @@ class TextStream:
 
     def __init__(self, tokenizer, params: StreamParams, prompt_ids=None, prompt_text=None):
         self._reasoning = self._tools = None
-        if params.reasoning_parser:
+        # gpt-oss: the openai tool parser reads every harmony channel, reasoning included
+        harmony_twice = params.reasoning_parser == "openai_gptoss" and params.tool_parser == "openai"
+        if params.reasoning_parser and not harmony_twice:
             from tokworker.parsers.reasoning import get_reasoning_parser
             self._reasoning = get_reasoning_parser(params.reasoning_parser, prompt_text=prompt_text,
                                                    prompt_ids=prompt_ids, tokenizer=tokenizer)
