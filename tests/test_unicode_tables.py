@@ -194,6 +194,9 @@ def test_lowercase_and_strip_accents_match_tokenizers(text):
     assert unicode.to_lowercase(text) == normalizers.Lowercase().normalize_str(text)
     stripped = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()]).normalize_str(text)
     assert unicode.strip_accents(unicode.normalize("NFD", text)) == stripped
+    bert = normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False, strip_accents=True,
+                                      lowercase=True).normalize_str(text)
+    assert unicode.to_lowercase(unicode.bert_strip_accents(unicode.normalize("NFD", text))) == bert
 
 
 @SETTINGS

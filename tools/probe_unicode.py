@@ -351,7 +351,12 @@ def probe_predicates() -> dict:
     lowercase = {str(cp): out for cp, out in per_character(normalizers.Lowercase()).items() if out != chr(cp)}
     stripped = per_character(normalizers.StripAccents())
     accents = scalars_to_boundaries(sorted(cp for cp, out in stripped.items() if out == ""))
-    return {"whitespace": deltas(whitespace), "punctuation": deltas(punctuation), "numeric": deltas(numeric),
+    # BertNormalizer's strip_accents drops Mn by its own (older) table; StripAccents drops all marks
+    bert_strip = normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False, strip_accents=True,
+                                            lowercase=False)
+    bert_accents = scalars_to_boundaries(sorted(cp for cp, out in per_character(bert_strip).items()
+                                                if out == ""))
+    return {"bert_strip_accents": deltas(bert_accents), "whitespace": deltas(whitespace), "punctuation": deltas(punctuation), "numeric": deltas(numeric),
             "control": deltas(control), "bert_whitespace": deltas(bert_space), "chinese": deltas(chinese),
             "lowercase": lowercase, "strip_accents": deltas(accents)}
 

@@ -24,7 +24,7 @@ from .unicode_data.pattern import Translator, UnsupportedPattern
 
 __all__ = ["translate_pattern", "compile_pattern", "normalize", "UnsupportedPattern", "is_whitespace",
            "is_bert_whitespace", "is_punctuation", "is_control", "is_chinese_char", "is_alphanumeric",
-           "is_numeric", "to_lowercase", "strip_accents", "WHITESPACE_CLASS", "BERT_WHITESPACE_CLASS",
+           "is_numeric", "to_lowercase", "strip_accents", "bert_strip_accents", "WHITESPACE_CLASS", "BERT_WHITESPACE_CLASS",
            "PUNCTUATION_CLASS", "CONTROL_CLASS", "CHINESE_CLASS", "WORD_CLASS", "NUMERIC_CLASS"]
 
 FLAVORS = ("tokenizers", "tiktoken")
@@ -139,6 +139,19 @@ def _strip_table() -> dict[int, None]:
     return {c: None for a, b in charset.ranges(predicate("strip_accents")) for c in range(a, b)}
 
 
+@functools.lru_cache(maxsize=1)
+def _bert_strip_table() -> dict[int, None]:
+    return {c: None for a, b in charset.ranges(predicate("bert_strip_accents")) for c in range(a, b)}
+
+
+def bert_strip_accents(text: str) -> str:
+    """BertNormalizer's strip_accents: drops the nonspacing marks (Mn) of its own, older table (apply after
+    NFD). Not the StripAccents normalizer's set, which drops every combining mark (Mn, Mc, Me)."""
+    if text.isascii():
+        return text
+    return text.translate(_bert_strip_table())
+
+
 def to_lowercase(text: str) -> str:
     """The Lowercase normalizer: Rust's char::to_lowercase per character (no final-sigma rule)."""
     if text.isascii():
@@ -147,7 +160,7 @@ def to_lowercase(text: str) -> str:
 
 
 def strip_accents(text: str) -> str:
-    """The StripAccents normalizer: drops the combining marks of its table (apply after NFD)."""
+    """The StripAccents normalizer: drops the combining marks (Mn, Mc, Me) of its table (apply after NFD)."""
     if text.isascii():
         return text
     return text.translate(_strip_table())
