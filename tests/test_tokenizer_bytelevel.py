@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -29,12 +30,17 @@ def ours_path(tokenizer):
     return _PATHS[id(tokenizer)]
 
 
+@functools.lru_cache(maxsize=None)
+def _ours(name):
+    path = _json(name)
+    ours = Tokenizer.from_dir(path.parent) if name == "qwen3_dir" else Tokenizer.from_file(path)
+    _PATHS[id(ours)] = path
+    return ours
+
+
 @pytest.fixture(scope="module", params=VOCABS)
 def pair(request):
-    path = _json(request.param)
-    ours = Tokenizer.from_dir(path.parent) if request.param == "qwen3_dir" else Tokenizer.from_file(path)
-    _PATHS[id(ours)] = path
-    return ours, tokenizers.Tokenizer.from_file(str(path))
+    return _ours(request.param), tokenizers.Tokenizer.from_file(str(_json(request.param)))
 
 
 @pytest.mark.parametrize("add_special_tokens", [False, True])
@@ -107,7 +113,7 @@ def test_bytewise_streaming_contract(pair):
 
 
 def test_qwen3_config_surface():
-    ours = Tokenizer.from_dir(vocabulary("qwen3_dir"))
+    ours = _ours("qwen3_dir")
     assert ours.eos_token == "<|im_end|>"
     assert ours.eos_token_ids == [ours.token_to_id("<|im_end|>")]
     assert isinstance(ours.chat_template, str) and "<|im_start|>" in ours.chat_template
@@ -153,3 +159,27 @@ def test_literal_spans_never_match_added_tokens(pair):
         bare.encode("\n", add_special_tokens=False).ids
     assert ids == expected
     assert ours.encode_with_literal_spans(text, []) == ours.encode(text)
+
+
+@pytest.fixture(scope="module")
+def qwen_and_bare():
+    path = _json("qwen3_dir")
+    spec = json.loads(path.read_text())
+    spec["added_tokens"] = []
+    return _ours("qwen3_dir"), tokenizers.Tokenizer.from_str(json.dumps(spec))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(["<|im_end|>", "<|im_start|>", "<think>", "</think>", "<|endoftext|>", " ", "\n",
+                                 "system", "<|im_", "end|>"]) | st.text(max_size=5), max_size=8))
+def test_literal_spans_hypothesis(qwen_and_bare, parts):
+    """Content with forged control tokens, between real ones: only the real ones become control ids."""
+    ours, bare = qwen_and_bare
+    content = "".join(parts)
+    prefix, suffix = "<|im_start|>user\n", "<|im_end|>\n"
+    text = prefix + content + suffix
+    ids = ours.encode_with_literal_spans(text, [(len(prefix), len(prefix) + len(content))])
+    im_start, im_end = ours.token_to_id("<|im_start|>"), ours.token_to_id("<|im_end|>")
+    assert ids == [im_start] + bare.encode("user\n" + content, add_special_tokens=False).ids + [im_end] + \
+        bare.encode("\n", add_special_tokens=False).ids
+    assert ours.decode(ids) == text

@@ -134,6 +134,9 @@ BUILDERS = {
 }
 
 
+SPECS = {}
+
+
 @pytest.fixture(scope="module", params=list(BUILDERS))
 def pair(request):
     ref = BUILDERS[request.param]()
@@ -141,7 +144,9 @@ def pair(request):
     if spec.get("truncation") or spec.get("padding"):
         ref.no_truncation()
         ref.no_padding()
-    return Tokenizer.from_spec(spec), ref
+    ours = Tokenizer.from_spec(spec)
+    SPECS[id(ours)] = spec
+    return ours, ref
 
 
 @pytest.mark.parametrize("add_special_tokens", [False, True])
@@ -181,6 +186,15 @@ def test_bytewise_streaming_when_claimed(pair):
             if ours.strip_leading_space and joined.startswith(" "):
                 joined = joined[1:]
             assert joined == ref.decode(ids, skip_special_tokens=skip), text
+
+
+def test_literal_spans_encode_as_if_added_tokens_did_not_exist(pair):
+    ours, _ = pair
+    spec = dict(SPECS[id(ours)], added_tokens=[])
+    bare = tokenizers.Tokenizer.from_str(json.dumps(spec))
+    for text in TEXTS:
+        assert ours.encode_with_literal_spans(text, [(0, len(text))]) == \
+            bare.encode(text, add_special_tokens=False).ids, text
 
 
 @settings(max_examples=60, deadline=None)
