@@ -3,7 +3,8 @@
 Every supported format is one pair of tag sets around the reasoning ("<think>" ... "</think>", "[THINK]" ...
 "[/THINK]", Granite's "Here is my thought process:" ... "Here is my response:"), so one small state machine
 serves them all and a table says what differs: the tags, the tags that end reasoning implicitly and stay in
-the content (Kimi's tool-call section), and where generation starts.
+the content (Kimi's tool-call section), and where generation starts. gpt-oss's harmony channels
+(openai_gptoss) are not a tag pair: that name is served by the harmony grammar of the `openai` tool parser.
 
 Where generation starts is read from the prompt, not guessed. A template that opened the block
 (DeepSeek R1's and QwQ's generation prompt ends with "<think>\\n") means the output starts inside the
