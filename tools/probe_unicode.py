@@ -339,6 +339,13 @@ def probe_predicates() -> dict:
     others = [cp for cp in SCALARS if cp != ord("a")]
     pieces = pre_tokenizers.Digits(individual_digits=True).pre_tokenize_str("a".join(map(chr, others)))
     numeric = scalars_to_boundaries(sorted(ord(p) for p, _ in pieces if len(p) == 1 and p != "a"))
+    # The Whitespace pre-tokenizer is Rust regex's \w+|[^\w\s]+ (not Oniguruma): between "a"s, a word
+    # character merges with them, any other non-space comes out alone, and a space is dropped
+    pieces = pre_tokenizers.Whitespace().pre_tokenize_str("a".join(map(chr, others)))
+    seen = set(map(ord, "".join(p for p, _ in pieces)))
+    apart = {ord(p) for p, _ in pieces if len(p) == 1 and p != "a"}
+    word = scalars_to_boundaries(cp for cp in SCALARS if cp in seen and cp not in apart or cp == ord("a"))
+    assert scalars_to_boundaries(cp for cp in others if cp not in seen) == whitespace
     bert = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=False, strip_accents=False,
                                       lowercase=False)
     cleaned = per_character(bert, exclude="a")
@@ -356,7 +363,7 @@ def probe_predicates() -> dict:
                                             lowercase=False)
     bert_accents = scalars_to_boundaries(sorted(cp for cp, out in per_character(bert_strip).items()
                                                 if out == ""))
-    return {"bert_strip_accents": deltas(bert_accents), "whitespace": deltas(whitespace), "punctuation": deltas(punctuation), "numeric": deltas(numeric),
+    return {"bert_strip_accents": deltas(bert_accents), "whitespace": deltas(whitespace), "word": deltas(word), "punctuation": deltas(punctuation), "numeric": deltas(numeric),
             "control": deltas(control), "bert_whitespace": deltas(bert_space), "chinese": deltas(chinese),
             "lowercase": lowercase, "strip_accents": deltas(accents)}
 

@@ -73,17 +73,13 @@ class _Members:
         return bisect.bisect_right(self.bounds, ord(ch)) % 2 == 1
 
 
-def _word_bounds():
-    return _atoms("tokenizers").members("perl:w")
-
-
 _whitespace = _Members(predicate("whitespace"))
 _bert_whitespace = _Members(predicate("bert_whitespace"))
 _punctuation = _Members(predicate("punctuation"))
 _control = _Members(predicate("control"))
 _chinese = _Members(predicate("chinese"))
 _numeric = _Members(predicate("numeric"))
-_word = _Members(_word_bounds())
+_word = _Members(predicate("word"))
 
 WHITESPACE_CLASS = _bracket_body(predicate("whitespace"))  # char::is_whitespace (WhitespaceSplit, Bert)
 BERT_WHITESPACE_CLASS = _bracket_body(predicate("bert_whitespace"))  # BertNormalizer clean_text -> " "
@@ -91,7 +87,7 @@ PUNCTUATION_CLASS = _bracket_body(predicate("punctuation"))  # Punctuation / Ber
 CONTROL_CLASS = _bracket_body(predicate("control"))  # BertNormalizer clean_text removes these
 CHINESE_CLASS = _bracket_body(predicate("chinese"))  # BertNormalizer handle_chinese_chars
 NUMERIC_CLASS = _bracket_body(predicate("numeric"))  # Digits pre-tokenizer (char::is_numeric)
-WORD_CLASS = _bracket_body(_word_bounds())  # Oniguruma \w (Whitespace pre-tokenizer's \w+|[^\w\s]+)
+WORD_CLASS = _bracket_body(predicate("word"))  # Whitespace pre-tokenizer: Rust regex \w+|[^\w\s]+
 
 
 def is_whitespace(ch: str) -> bool:
@@ -125,7 +121,8 @@ def is_numeric(ch: str) -> bool:
 
 
 def is_alphanumeric(ch: str) -> bool:
-    """Oniguruma's \\w as `tokenizers` compiles it (the Whitespace pre-tokenizer's word characters)."""
+    """The Whitespace pre-tokenizer's word characters: Rust regex's \\w (its pattern \\w+|[^\\w\\s]+ is
+    compiled with the regex crate, not Oniguruma: translate_pattern(..., flavor="tiktoken") matches it)."""
     return _word(ch)
 
 
