@@ -59,6 +59,9 @@ class Tokenizer:
                                 and hasattr(model, "use_byte_alphabet")
                                 and model.use_byte_alphabet(pre_tokenizers.BYTE_SYMBOLS))
         self._byte_level_words = bool(pre_tokenizer is not None and pre_tokenizer.byte_level)
+        unsplit = pre_tokenizer is None or (isinstance(pre_tokenizer, pre_tokenizers.Metaspace)
+                                            and not pre_tokenizer.split_words)
+        self._pieces = model.independent_pieces() if unsplit and hasattr(model, "independent_pieces") else None
         self._cache: dict[str, tuple] = {}
         self._token_bytes: list[bytes] | None = None
         form = decoders.bytewise_form(decoder, filter(None, self._id_to_token))
@@ -148,6 +151,8 @@ class Tokenizer:
 
     def _encode_normalized(self, text: str, at_start: bool, out: list[int]) -> None:
         words = self.pre_tokenizer.split([text], at_start) if self.pre_tokenizer is not None else [text]
+        if self._pieces is not None:
+            words = [piece for word in words for piece in self._pieces(word)]
         cache = self._cache
         get = cache.get
         for word in words:

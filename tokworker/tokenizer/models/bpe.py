@@ -12,10 +12,11 @@ ranked by the token's rank (see `loaders.py`).
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from heapq import heapify, heappop, heappush
 from itertools import repeat
 from operator import itemgetter, lshift, or_
+
+import regex
 
 _LONG_WORD = 48           # symbols above which the heap merge beats rescanning a list
 
@@ -60,17 +61,15 @@ class BPE:
             raise ValueError("tiktoken ranks map two tokens to the same rank")
         model = cls(vocab, (), ignore_merges=True)
         shift, table = model.shift, model.pairs
-        tokens = sorted(ranks, key=len, reverse=True)
-        lengths = [-len(token) for token in tokens]                     # ascending
         get = ranks.get
-        for cut in range(1, -lengths[0] if lengths else 0):
-            longer = tokens[:bisect_left(lengths, -cut)]                 # tokens longer than `cut` bytes
-            heads = map(get, map(itemgetter(slice(None, cut)), longer))
-            tails = map(get, map(itemgetter(slice(cut, None)), longer))
-            for head, tail, token in zip(heads, tails, longer):
-                if head is not None and tail is not None:
-                    rank = get(token)
-                    table[head << shift | tail] = rank << shift | rank
+        for token, rank in ranks.items():
+            value = rank << shift | rank
+            for cut in range(1, len(token)):
+                left = get(token[:cut])
+                if left is not None:
+                    right = get(token[cut:])
+                    if right is not None:
+                        table[left << shift | right] = value
         return model
 
     def _pair_table(self, merges) -> dict[int, int]:
@@ -94,6 +93,19 @@ class BPE:
         keys = map(or_, map(lshift, left_ids, repeat(shift)), right_ids)
         values = map(or_, map(lshift, range(len(merges)), repeat(shift)), merged_ids)
         return dict(zip(keys, values))
+
+    def independent_pieces(self, marker: str = "▁"):
+        """A findall cutting a word before each run of `marker` that follows another character, or None.
+
+        Exact when no token has `marker` after a different character: no merge can then cross such a cut,
+        so the pieces merge independently (and can be cached). SentencePiece vocabularies qualify, and
+        without it a Mistral document, which no pre-tokenizer splits, is one BPE word."""
+        if self.prefix or self.suffix or marker not in self.vocab:
+            return None
+        if any(marker in token.lstrip(marker) for token in self.vocab):
+            return None
+        marker = regex.escape(marker)
+        return regex.compile(f"{marker}*[^{marker}]+|{marker}+").findall
 
     def use_byte_alphabet(self, byte_symbols: list[str]) -> bool:
         """Enable `tokenize_bytes` when every byte's symbol is in the vocabulary (byte-level BPE)."""
@@ -128,7 +140,11 @@ class BPE:
         """Characters to ids the way `tokenizers` does: prefix/suffix, then byte fallback, then (fused) unk.
         A character with none of those is dropped, as `tokenizers` drops it."""
         vocab, prefix, suffix = self.vocab, self.prefix, self.suffix
-        symbols: list[int] = []
+        if not prefix and not suffix:
+            symbols = list(map(vocab.get, word))
+            if None not in symbols:
+                return symbols                 # every character is a token: the common case, in C
+        symbols = []
         pending_unk = None       # (id, fused) held back exactly like tokenizers' `unk`
         last = len(word) - 1
         for index, char in enumerate(word):
