@@ -104,3 +104,20 @@ def test_sentencepiece_style_document_is_one_word():
     text = " ".join(rng.choice(corpus) for _ in range(3_000))
     assert ours.encode(text) == ref.encode(text, add_special_tokens=False).ids
     assert ours.decode(ours.encode(text)) == ref.decode(ref.encode(text).ids)
+
+
+def test_mistral_document_cut_before_metaspace_runs_is_exact():
+    """Mistral v3 has no pre-tokenizer; tokworker cuts documents before ▁ runs (no token has ▁ inside), which
+    must give tokenizers' ids exactly, on prose, code, whitespace runs and a long word."""
+    convert = pytest.importorskip("tests.sentencepiece_convert").convert
+    import json
+    spec = convert(vocabulary("mistral_v3_sp"))
+    ours, ref = Tokenizer.from_spec(spec), tokenizers.Tokenizer.from_str(json.dumps(spec))
+    assert ours._pieces is not None
+    from tests.tokenizer_corpus import CORPUS
+    rng = random.Random(5)
+    texts = CORPUS + ["\n".join(CORPUS), " ".join(rng.choice(CORPUS) for _ in range(200)), _long_inputs()["50k letters"]]
+    for text in texts:
+        ids = ours.encode(text, add_special_tokens=True)
+        assert ids == ref.encode(text, add_special_tokens=True).ids, text[:60]
+        assert ours.decode(ids) == ref.decode(ids, skip_special_tokens=False)
