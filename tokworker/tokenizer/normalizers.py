@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-import unicodedata
 from array import array
 
 import regex
@@ -117,12 +116,6 @@ class _PerCharacter(dict):
 _TABLE_LIMIT = 100_000
 
 
-def _is_nonspacing_mark(char: str) -> bool:
-    """BertNormalizer's strip_accents set (Mn). unicode.py has no probed Mn table yet: this intersects its
-    combining-mark table with Python's Mn, which still strips ~125 marks newer than tokenizers' table."""
-    return unicodedata.category(char) == "Mn" and not _unicode.strip_accents(char)
-
-
 class BertNormalizer(Normalizer):
     """clean_text, CJK spacing, accent stripping (Mn after NFD; None follows lowercase), lowercase.
 
@@ -150,7 +143,7 @@ class BertNormalizer(Normalizer):
         return char
 
     def _strip_and_lower(self, char: str) -> str:
-        if self.strip_accents and _is_nonspacing_mark(char):
+        if self.strip_accents and not _unicode.bert_strip_accents(char):
             return ""
         return _unicode.to_lowercase(char) if self.lowercase and char else char
 
