@@ -10,11 +10,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from functools import partial
 from pathlib import Path
 
 import regex
 
-from . import decoders, pre_tokenizers, processors, unicode
+from . import decoders, pre_tokenizers, precomputed, processors, unicode
 from .config import TokenizerConfig
 from .models.bpe import BPE
 
@@ -45,18 +46,31 @@ CL100K_SPECIAL_TOKENS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|f
                          "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
 
 
-def read_tiktoken_ranks(path: str | Path) -> dict[bytes, int]:
-    """token bytes -> rank from a tiktoken file; ValueError names the first malformed line."""
-    ranks: dict[bytes, int] = {}
-    with open(path, "rb") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                token, rank = line.split()
-                ranks[base64.b64decode(token, validate=True)] = int(rank)
-            except (ValueError, binascii.Error):
-                raise ValueError(f"{path}:{number} is not a 'base64-token rank' line") from None
+def read_tiktoken_ranks(path: str | Path, data: bytes | None = None) -> dict[bytes, int]:
+    """token bytes -> rank from a tiktoken file (or its bytes); ValueError names the first malformed line."""
+    if data is None:
+        data = Path(path).read_bytes()
+    lines = data.splitlines()
+    fields = data.split()
+    if len(fields) == 2 * (len(lines) - lines.count(b"")):        # every line "token rank": decode in C
+        try:
+            ranks = dict(zip(map(partial(binascii.a2b_base64, strict_mode=True), fields[0::2]),
+                             map(int, fields[1::2])))
+        except (ValueError, binascii.Error):
+            ranks = None
+        if ranks is not None and len(ranks) == len(fields) // 2:
+            if not ranks:
+                raise ValueError(f"{path} holds no tokens")
+            return ranks
+    ranks = {}
+    for number, line in enumerate(lines, 1):                       # slow path: find the bad line
+        if not line.strip():
+            continue
+        try:
+            token, rank = line.split()
+            ranks[base64.b64decode(token, validate=True)] = int(rank)
+        except (ValueError, binascii.Error):
+            raise ValueError(f"{path}:{number} is not a 'base64-token rank' line") from None
     if not ranks:
         raise ValueError(f"{path} holds no tokens")
     return ranks
@@ -68,8 +82,9 @@ def tiktoken_tokenizer(cls, path, pattern: str, special_tokens: dict[str, int], 
     """A Tokenizer equal to tiktoken.Encoding(pat_str=pattern, mergeable_ranks=<file>, special_tokens=...)
     encoding with allowed_special="all". add_bos=True puts bos_token first when add_special_tokens=True,
     as Llama 3's tokenizer.json post-processor does."""
-    ranks = read_tiktoken_ranks(path)
-    model = BPE.from_ranks(ranks, pre_tokenizers.BYTE_SYMBOLS)
+    data = Path(path).read_bytes()
+    ranks = read_tiktoken_ranks(path, data)
+    model = BPE.from_ranks(ranks, pre_tokenizers.BYTE_SYMBOLS, precomputed.digest(data, "tiktoken"))
     splitter = pre_tokenizers.Split(regex.compile(unicode.translate_pattern(pattern, "tiktoken")))
     pre_tokenizer = pre_tokenizers.Sequence([splitter, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     taken = set(ranks.values())

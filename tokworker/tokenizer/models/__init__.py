@@ -17,8 +17,9 @@ _MODELS = {
 }
 
 
-def from_spec(spec: dict):
-    """The model a tokenizer.json "model" object describes; UnsupportedComponent names an unknown type."""
+def from_spec(spec: dict, cache_key: str | None = None):
+    """The model a tokenizer.json "model" object describes; UnsupportedComponent names an unknown type.
+    `cache_key` (the file's digest) lets BPE reuse its precomputed merge table from disk."""
     kind = spec.get("type")
     if kind is None and "merges" in spec:
         kind = "BPE"                       # tokenizer.json files written before "type" was stored
@@ -29,4 +30,4 @@ def from_spec(spec: dict):
         cls = getattr(import_module(module), name)
     except (ImportError, AttributeError) as error:
         raise UnsupportedComponent("model", kind, f"not available yet ({error})") from None
-    return cls.from_spec(spec)
+    return cls.from_spec(spec, cache_key) if kind == "BPE" else cls.from_spec(spec)

@@ -12,11 +12,14 @@ ranked by the token's rank (see `loaders.py`).
 
 from __future__ import annotations
 
+from codecs import charmap_decode
 from heapq import heapify, heappop, heappush
-from itertools import repeat
+from itertools import islice, repeat
 from operator import itemgetter, lshift, or_
 
 import regex
+
+from .. import precomputed
 
 _LONG_WORD = 48           # symbols above which the heap merge beats rescanning a list
 
@@ -27,7 +30,8 @@ class BPE:
 
     def __init__(self, vocab: dict[str, int], merges, *, unk_token=None, continuing_subword_prefix=None,
                  end_of_word_suffix=None, fuse_unk=False, byte_fallback=False, ignore_merges=False,
-                 pair_table: dict[int, int] | None = None):
+                 pair_table: dict[int, int] | None = None, cache_key: str | None = None):
+        """`cache_key` (the source file's digest) lets the merge table come from precomputed's disk cache."""
         self.vocab = vocab
         self.unk_token = unk_token
         self.prefix = continuing_subword_prefix or ""
@@ -38,30 +42,38 @@ class BPE:
         size = max(vocab.values(), default=0) + 1
         self.shift = max(size.bit_length(), 1)
         self.id_mask = (1 << self.shift) - 1
-        self.pairs = pair_table if pair_table is not None else self._pair_table(merges)
+        if pair_table is None:
+            build = lambda: self._pair_table(merges)                      # noqa: E731
+            pair_table = precomputed.pair_table(cache_key, build, self._consistent) if cache_key else build()
+        self.pairs = pair_table
         self.byte_ids = None        # byte value -> id of its byte-level symbol, when all 256 exist
         self._latin1_to_symbols = None   # str.translate table: chr(byte) -> byte-level symbol
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "BPE":
+    def from_spec(cls, spec: dict, cache_key: str | None = None) -> "BPE":
         merges = spec.get("merges") or []
-        return cls(dict(spec["vocab"]), merges, unk_token=spec.get("unk_token"),
+        return cls(dict(spec["vocab"]), merges, cache_key=cache_key, unk_token=spec.get("unk_token"),
                    continuing_subword_prefix=spec.get("continuing_subword_prefix"),
                    end_of_word_suffix=spec.get("end_of_word_suffix"), fuse_unk=bool(spec.get("fuse_unk")),
                    byte_fallback=bool(spec.get("byte_fallback")), ignore_merges=bool(spec.get("ignore_merges")))
 
     @classmethod
-    def from_ranks(cls, ranks: dict[bytes, int], byte_symbols: list[str]) -> "BPE":
+    def from_ranks(cls, ranks: dict[bytes, int], byte_symbols: list[str], cache_key: str | None = None) -> "BPE":
         """tiktoken's BPE from its token ranks: every split of a token into two tokens is a merge ranked
         by the token's rank (replaying merges to keep one split per token does not reproduce tiktoken),
         and a word that is itself a token is that token (ignore_merges), as tiktoken encodes it."""
-        latin1_to_symbols = {byte: symbol for byte, symbol in enumerate(byte_symbols)}
-        vocab = {token.decode("latin-1").translate(latin1_to_symbols): rank for token, rank in ranks.items()}
+        table = "".join(byte_symbols)
+        vocab = dict(zip(map(itemgetter(0), map(charmap_decode, ranks, repeat("strict"), repeat(table))),
+                         ranks.values()))
         if len(vocab) != len(ranks):
             raise ValueError("tiktoken ranks map two tokens to the same rank")
         model = cls(vocab, (), ignore_merges=True)
-        shift, table = model.shift, model.pairs
-        get = ranks.get
+        build = lambda: model._split_table(ranks)                         # noqa: E731
+        model.pairs = precomputed.pair_table(cache_key, build, model._consistent) if cache_key else build()
+        return model
+
+    def _split_table(self, ranks: dict[bytes, int]) -> dict[int, int]:
+        shift, table, get = self.shift, {}, ranks.get
         for token, rank in ranks.items():
             value = rank << shift | rank
             for cut in range(1, len(token)):
@@ -70,7 +82,17 @@ class BPE:
                     right = get(token[cut:])
                     if right is not None:
                         table[left << shift | right] = value
-        return model
+        return table
+
+    def _consistent(self, table: dict[int, int]) -> bool:
+        """A spot check of a cached table against this vocabulary: each sampled merge's parts spell its result."""
+        tokens = {token_id: token for token, token_id in self.vocab.items()}
+        shift, mask, prefix_len = self.shift, self.id_mask, len(self.prefix)
+        for key, value in islice(table.items(), 0, None, max(len(table) // 64, 1)):
+            left, right, merged = tokens.get(key >> shift), tokens.get(key & mask), tokens.get(value & mask)
+            if left is None or right is None or merged != left + right[prefix_len:]:
+                return False
+        return True
 
     def _pair_table(self, merges) -> dict[int, int]:
         """Packed (left id, right id) -> (rank, merged id), built with C-level maps."""
