@@ -6,7 +6,8 @@ Cases per vocabulary:
 - repeated words: the same documents again (caches warm);
 - random words: words that never repeat, from several scripts (the cache cannot help);
 - 50,000-char word: one word with no pre-tokenizer split;
-- load: seconds to a first encode and resident memory, each side in a fresh process.
+- load: seconds to a first encode and resident memory, each side in a fresh process; tokworker both
+  without and with its precomputed merge table on disk (the first load ever, and every later one).
 `ratio` is tokworker's tokens/s over tokenizers' (for the long word and load: the reference's time over ours).
 """
 
@@ -14,10 +15,13 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import random
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -220,9 +224,13 @@ def _load_row(name, makers):
     tokenizers side of those is a tokenizer.json built in Python here, so its load time means nothing)."""
     row = {"vocabulary": name, "case": "load"}
     reference = (2, "tiktoken") if makers[2] is not None else (1, "tokenizers")
-    for side, label in ((0, "tokworker"), reference):
+    cache = tempfile.mkdtemp(prefix="tokworker-bench-cache-")
+    environment = dict(os.environ, TOKWORKER_CACHE_DIR=cache)
+    # tokworker twice: without its precomputed merge table (first load ever), then reading it back
+    for side, label in ((0, "tokworker"), (0, "tokworker_cached"), reference):
         script = _LOAD_SCRIPT.format(repo=str(REPO), name=name, side=side)
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                              env=environment)
         if done.returncode != 0:
             row[f"{label}_error"] = (done.stderr.strip().splitlines() or ["failed"])[-1]
             continue
@@ -230,9 +238,12 @@ def _load_row(name, makers):
         row[f"{label}_load_s"] = round(measured["seconds"], 3)
         row[f"{label}_rss_mb"] = round(measured["rss_mb"], 1)
         row[f"{label}_added_mb"] = round(measured["added_mb"], 1)
+    shutil.rmtree(cache, ignore_errors=True)
     label = reference[1]
     if "tokworker_load_s" in row and f"{label}_load_s" in row:
         row["ratio"] = round(row[f"{label}_load_s"] / row["tokworker_load_s"], 2)
+        if "tokworker_cached_load_s" in row:
+            row["ratio_cached"] = round(row[f"{label}_load_s"] / row["tokworker_cached_load_s"], 2)
     return row
 
 
