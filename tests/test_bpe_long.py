@@ -121,3 +121,17 @@ def test_mistral_document_cut_before_metaspace_runs_is_exact():
         ids = ours.encode(text, add_special_tokens=True)
         assert ids == ref.encode(text, add_special_tokens=True).ids, text[:60]
         assert ours.decode(ids) == ref.decode(ids, skip_special_tokens=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("的一是不了人我在有他这中大来们国个，。 éяж𝔐🚀\u0301") + ["a", " "]),
+               min_size=1, max_size=40))
+def test_whole_character_start_equals_byte_start(qwen, llama3_model, word):
+    """Starting a word from whole-character tokens (where bpe_chars proves it safe) merges to exactly what
+    starting from bytes does, on a byte-level vocabulary and on a tiktoken one."""
+    for model in (qwen[0].model, llama3_model):
+        if model.ignore_merges and model.vocab.get("".join(
+                model._latin1_to_symbols[b] for b in word.encode())) is not None:
+            continue
+        expected = model.merge([model.byte_ids[b] for b in word.encode()])
+        assert model.tokenize_byte_word(word) == expected

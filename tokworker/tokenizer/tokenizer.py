@@ -170,7 +170,7 @@ class Tokenizer:
 
     def _word_ids(self, word: str) -> tuple:
         if self._byte_words:
-            return tuple(self.model.tokenize_bytes(word.encode("utf-8")))
+            return tuple(self.model.tokenize_byte_word(word))
         if self._byte_level_words:
             word = pre_tokenizers.to_byte_symbols(word)
         return tuple(self.model.tokenize(word))

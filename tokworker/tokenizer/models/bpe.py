@@ -20,12 +20,13 @@ from operator import itemgetter, lshift, or_
 import regex
 
 from .. import precomputed
+from .bpe_chars import CharSymbols
 
 _LONG_WORD = 48           # symbols above which the heap merge beats rescanning a list
 
 
 class BPE:
-    """A BPE model: `vocab` (token -> id), `tokenize(word) -> ids`, and a fast `tokenize_bytes` for byte-level
+    """A BPE model: `vocab` (token -> id), `tokenize(word) -> ids`, and a fast `tokenize_byte_word` for byte-level
     words. It keeps no per-word cache: the Tokenizer caches whole words in front of every model."""
 
     def __init__(self, vocab: dict[str, int], merges, *, unk_token=None, continuing_subword_prefix=None,
@@ -130,12 +131,13 @@ class BPE:
         return regex.compile(f"{marker}*[^{marker}]+|{marker}+").findall
 
     def use_byte_alphabet(self, byte_symbols: list[str]) -> bool:
-        """Enable `tokenize_bytes` when every byte's symbol is in the vocabulary (byte-level BPE)."""
+        """Enable `tokenize_byte_word` when every byte's symbol is in the vocabulary (byte-level BPE)."""
         vocab = self.vocab
         if self.prefix or self.suffix or not all(symbol in vocab for symbol in byte_symbols):
             return False
         self.byte_ids = [vocab[symbol] for symbol in byte_symbols]
         self._latin1_to_symbols = {byte: symbol for byte, symbol in enumerate(byte_symbols)}
+        self._chars = CharSymbols(self)
         return True
 
     # ------------------------------------------------------------------ tokenizing
@@ -149,14 +151,18 @@ class BPE:
                 return [whole]
         return self.merge(self._initial_symbols(word))
 
-    def tokenize_bytes(self, data: bytes) -> list[int]:
-        """Ids of a byte-level word given as raw bytes (`use_byte_alphabet` must have succeeded)."""
+    def tokenize_byte_word(self, word: str) -> list[int]:
+        """Ids of a byte-level word given as raw text (`use_byte_alphabet` must have succeeded). Non-ASCII
+        characters may start as whole tokens when that provably changes nothing (see bpe_chars)."""
+        data = word.encode("utf-8")
         if self.ignore_merges:
             whole = self.vocab.get(data.decode("latin-1").translate(self._latin1_to_symbols))
             if whole is not None:
                 return [whole]
-        byte_ids = self.byte_ids
-        return self.merge([byte_ids[b] for b in data])
+        if len(data) == len(word):
+            byte_ids = self.byte_ids
+            return self.merge([byte_ids[b] for b in data])
+        return self.merge(self._chars.symbols(word))
 
     def _initial_symbols(self, word: str) -> list[int]:
         """Characters to ids the way `tokenizers` does: prefix/suffix, then byte fallback, then (fused) unk.
