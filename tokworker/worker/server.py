@@ -27,7 +27,7 @@ import zmq
 
 from protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, Decode, Encode, ErrorCode,
                                ErrorReply, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
-                               StatsReply, Step, decode_request, encode_message, pack_id, unpack_id)
+                               StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
 from tokworker.worker.handlers import Handlers
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit
 from tokworker.worker.options import WorkerOptions
@@ -78,6 +78,8 @@ class Worker:
         self.cpu = CpuBackstop(options.cpu_limit_s)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
                           Decode: self.handlers.decode, Compile: self.handlers.compile}
+        self.session_requests = {Step: self._step, OpenStream: self._open, CloseStreams: self._close,
+                                 Hello: self._hello, Stats: self._stats}
         self.hello_reply = HelloReply(
             version=PROTOCOL_VERSION, worker_id=self.worker_id, index=options.index, pool_size=options.pool_size,
             pid=os.getpid(), model_fingerprint=self.fingerprint, vocab_size=self.tokenizer.vocab_size,
@@ -199,7 +201,7 @@ class Worker:
                 with self.budget(self.options.budget_s):
                     reply = stateless(msg)
             else:
-                reply = self._stateful(identity, session or identity.hex(), msg)
+                reply = self.session_requests[kind](identity, session or identity.hex(), msg)
             body = encode_message(reply)
         except WorkerError as exc:
             return self._error(identity, header, request_id, exc.code, exc.message)
@@ -218,24 +220,20 @@ class Worker:
                                f"the reply would be {len(body)} bytes, over the message limit")
         return [identity, header, body]
 
-    def _stateful(self, identity: bytes, session: str, msg):
-        kind = type(msg)
-        if kind is Step:
-            if len(msg.ids) + len(msg.finish) > self.options.max_batch:
-                raise WorkerError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
-            return self.streams.step(session, msg)
-        if kind is OpenStream:
-            self.streams.open(session, msg)
-            return OpenReply(stream_id=msg.stream_id)
-        if kind is CloseStreams:
-            return CloseReply(closed=self.streams.close(session, msg.stream_ids))
-        if kind is Hello:
-            return self._hello(identity, msg)
-        if kind is Stats:
-            return self._stats()
-        raise WorkerError(ErrorCode.UNKNOWN_TYPE, f"no handler for {kind.__name__}")
+    # ------------------------------------------------------------ session requests: fast, no wall budget
+    def _step(self, identity: bytes, session: str, msg: Step) -> StepReply:
+        if len(msg.ids) + len(msg.finish) > self.options.max_batch:
+            raise WorkerError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
+        return self.streams.step(session, msg)
 
-    def _hello(self, identity: bytes, msg: Hello) -> HelloReply:
+    def _open(self, identity: bytes, session: str, msg: OpenStream) -> OpenReply:
+        self.streams.open(session, msg)
+        return OpenReply(stream_id=msg.stream_id)
+
+    def _close(self, identity: bytes, session: str, msg: CloseStreams) -> CloseReply:
+        return CloseReply(closed=self.streams.close(session, msg.stream_ids))
+
+    def _hello(self, identity: bytes, session: str, msg: Hello) -> HelloReply:
         if msg.version != PROTOCOL_VERSION:
             raise WorkerError(ErrorCode.UNSUPPORTED_VERSION,
                               f"this worker speaks protocol {PROTOCOL_VERSION}, not {msg.version}")
@@ -254,7 +252,7 @@ class Worker:
             self.streams.drop_session(session)
         return self.hello_reply
 
-    def _stats(self) -> StatsReply:
+    def _stats(self, identity: bytes, session: str, msg: Stats) -> StatsReply:
         import resource
         return StatsReply(worker_id=self.worker_id, pid=os.getpid(), uptime_s=time.monotonic() - self.started,
                           requests=self.requests, errors=self.errors, streams_open=self.streams.count,
