@@ -263,9 +263,10 @@ def from_spec(spec: dict | None):
     if kind == "Metaspace":
         return Metaspace.from_spec(spec)
     if kind == "Whitespace":
-        # \w+|[^\w\s]+ kept, the rest removed; compiled by the Rust regex crate (not Oniguruma), whose
-        # \w, like the regex module's, includes the joiners U+200C/U+200D
-        return Split(regex.compile(r"\w+|[^\w\s]+"), "Removed", invert=True)
+        # \w+|[^\w\s]+ kept, the rest removed, with tokenizers' own \w and whitespace (probed: the same
+        # \w as its Oniguruma patterns, older than the regex module's)
+        word, space = unicode.WORD_CLASS, _whitespace_class()
+        return Split(regex.compile(f"[{word}]+|[^{word}{space}]+"), "Removed", invert=True)
     if kind == "CharDelimiterSplit":
         return Split(regex.compile(regex.escape(spec["delimiter"])), "Removed")
     if kind == "FixedLength":

@@ -1,4 +1,5 @@
-"""A disk cache for the one expensive thing computed per vocabulary: BPE's packed merge table.
+"""A disk cache for what is expensive to compute per vocabulary: BPE's packed merge table (and the small
+per-symbol tables bpe_chars derives from it).
 
 Building it costs most of a load (150k merges looked up three times each, or every split of every tiktoken
 token); reading it back is two array reads and one dict build. Files are named by the SHA-256 of the source
@@ -16,6 +17,7 @@ from array import array
 from pathlib import Path
 
 _FORMAT = b"tokworker-pairs-1\n"
+_TABLES_FORMAT = b"tokworker-tables-1\n"
 _LIMIT = 64 * 1024 * 1024           # bytes; a larger file is not a merge table of ours
 
 
@@ -48,14 +50,54 @@ def pair_table(name: str, build, consistent) -> dict[int, int]:
     return table
 
 
-def _read(path: Path) -> dict[int, int] | None:
+def int_tables(name: str, build, count: int) -> list[dict[int, int]]:
+    """`count` int -> int dicts cached together under `name` (see pair_table), else `build()` (then stored)."""
+    directory = cache_dir()
+    path = directory / f"{name}.tables" if directory is not None else None
+    if path is not None:
+        tables = _read_tables(path, count)
+        if tables is not None:
+            return tables
+    tables = build()
+    if path is not None:
+        numbers = array("Q", [len(table) for table in tables])
+        for table in tables:
+            numbers.extend(table.keys())
+            numbers.extend(table.values())
+        _write_bytes(path, _TABLES_FORMAT + numbers.tobytes())
+    return tables
+
+
+def _read_tables(path: Path, count: int) -> list[dict[int, int]] | None:
+    data = _read_bytes(path)
+    if data is None or not data.startswith(_TABLES_FORMAT):
+        return None
+    numbers = array("Q")
+    try:
+        numbers.frombytes(data[len(_TABLES_FORMAT):])
+    except ValueError:
+        return None
+    sizes, offset, tables = numbers[:count], count, []
+    if len(sizes) != count or count + 2 * sum(sizes) != len(numbers):
+        return None
+    for size in sizes:
+        tables.append(dict(zip(numbers[offset:offset + size], numbers[offset + size:offset + 2 * size])))
+        offset += 2 * size
+    return tables
+
+
+def _read_bytes(path: Path) -> bytes | None:
     try:
         if path.stat().st_size > _LIMIT:
             return None
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError:
         return None
-    if not data.startswith(_FORMAT):
+
+
+def _read(path: Path) -> dict[int, int] | None:
+    data = _read_bytes(path)
+    if data is None or not data.startswith(_FORMAT):
         return None
     numbers = array("Q")
     try:
@@ -71,14 +113,21 @@ def _read(path: Path) -> dict[int, int] | None:
 def _write(path: Path, table: dict[int, int]) -> None:
     numbers = array("Q", table.keys())
     numbers.extend(table.values())
+    _write_bytes(path, _FORMAT + numbers.tobytes())
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """Atomically, or not at all (an unwritable cache directory is simply not used)."""
+    temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as handle:
-            handle.write(_FORMAT)
-            handle.write(numbers.tobytes())
-        os.replace(handle.name, path)
+            temporary = handle.name
+            handle.write(data)
+        os.replace(temporary, path)
     except OSError:
-        try:
-            os.unlink(handle.name)
-        except (OSError, UnboundLocalError):
-            pass
+        if temporary is not None:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass

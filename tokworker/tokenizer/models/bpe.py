@@ -43,6 +43,7 @@ class BPE:
         size = max(vocab.values(), default=0) + 1
         self.shift = max(size.bit_length(), 1)
         self.id_mask = (1 << self.shift) - 1
+        self.cache_key = cache_key
         if pair_table is None:
             build = lambda: self._pair_table(merges)                      # noqa: E731
             pair_table = precomputed.pair_table(cache_key, build, self._consistent) if cache_key else build()
@@ -69,6 +70,7 @@ class BPE:
         if len(vocab) != len(ranks):
             raise ValueError("tiktoken ranks map two tokens to the same rank")
         model = cls(vocab, (), ignore_merges=True)
+        model.cache_key = cache_key
         build = lambda: model._split_table(ranks)                         # noqa: E731
         model.pairs = precomputed.pair_table(cache_key, build, model._consistent) if cache_key else build()
         return model
@@ -137,7 +139,7 @@ class BPE:
             return False
         self.byte_ids = [vocab[symbol] for symbol in byte_symbols]
         self._latin1_to_symbols = {byte: symbol for byte, symbol in enumerate(byte_symbols)}
-        self._chars = CharSymbols(self)
+        self._chars = CharSymbols(self, byte_symbols)
         return True
 
     # ------------------------------------------------------------------ tokenizing
