@@ -23,7 +23,7 @@ STRING_CHAR = r'(?:[^"\\\x00-\x1f]|' + _ESCAPE + ")"
 MAX_INTEGER = 10**19 - 1
 INTEGER = r"-?(?:0|[1-9][0-9]{0,18})"
 NUMBER = r"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?[0-9]{1,2})?"
-BOOLEAN = "true|false"
+BOOLEAN = "(?:true|false)"
 NULL = "null"
 
 FORMATS = {

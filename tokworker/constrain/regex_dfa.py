@@ -133,6 +133,15 @@ def _subset_construction(nfa: _Nfa, start: int, final: int, classes: list[int]):
                     stack.append(t)
         return frozenset(seen)
 
+    closures: dict[frozenset, frozenset] = {}
+
+    def closure_of(targets):
+        key = frozenset(targets)
+        found = closures.get(key)
+        if found is None:
+            found = closures[key] = closure(key)
+        return found
+
     first = closure([start])
     index = {frozenset(): 0, first: 1}
     sets, table = [frozenset(), first], [[0] * n_classes, None]
@@ -145,7 +154,7 @@ def _subset_construction(nfa: _Nfa, start: int, final: int, classes: list[int]):
             for c, targets in moves[s].items():
                 gathered.setdefault(c, set()).update(targets)
         for c, targets in gathered.items():
-            target = closure(targets)
+            target = closure_of(targets)
             if target not in index:
                 if len(sets) >= MAX_DFA_STATES:
                     raise RegexError(f"regex too complex (more than {MAX_DFA_STATES} DFA states)")
@@ -160,7 +169,7 @@ def _subset_construction(nfa: _Nfa, start: int, final: int, classes: list[int]):
 
 
 def _minimize(table, accepting):
-    """Trim states that cannot reach acceptance into state 0, then merge equivalent states (Moore).
+    """Trim states that cannot reach acceptance into state 0, then merge equivalent states (Hopcroft).
     Returns (table, accepting) renumbered with 0 dead and 1 initial, the rest in breadth-first order."""
     n = len(table)
     reverse = [[] for _ in range(n)]
@@ -175,19 +184,7 @@ def _minimize(table, accepting):
                 live.add(p)
                 stack.append(p)
     live.discard(0)
-    block = [(1 + accepting[s]) if s in live else 0 for s in range(n)]
-    count = len(set(block))
-    while True:
-        signatures: dict[tuple, int] = {(0,): 0}
-        new_block = [0] * n
-        for s in range(n):
-            if block[s]:
-                key = (block[s], *[block[t] for t in table[s]])
-                new_block[s] = signatures.setdefault(key, len(signatures))
-        block = new_block
-        if len(signatures) == count:
-            break
-        count = len(signatures)
+    block = _refine(table, [(1 + accepting[s]) if s in live else 0 for s in range(n)])
     order, seen = [], {0: 0}
     if block[1]:
         seen[block[1]] = 1
@@ -199,6 +196,52 @@ def _minimize(table, accepting):
                 order.append(t)
     new_table = [[0] * len(table[0])] + [[seen[block[t]] for t in table[s]] for s in order]
     return new_table, [False] + [accepting[s] for s in order]
+
+
+def _refine(table, initial: list[int]) -> list[int]:
+    """Hopcroft's partition refinement on the live part (block 0, the dead states, is left as it is, and a
+    transition into it counts as missing, as in Valmari's version for partial automata): the coarsest
+    partition finer than `initial` in which states of a block go to the same block on every byte class."""
+    n = len(table)
+    predecessors: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for s, row in enumerate(table):
+        if initial[s]:
+            for c, t in enumerate(row):
+                if initial[t]:
+                    predecessors[t].append((c, s))
+    numbering: dict[int, int] = {0: 0}
+    block_of = [numbering.setdefault(b, len(numbering)) if b else 0 for b in initial]
+    blocks: list[set[int]] = [set() for _ in numbering]
+    for s, b in enumerate(block_of):
+        if b:
+            blocks[b].add(s)
+    pending = list(range(1, len(blocks)))
+    queued = set(pending)
+    while pending:
+        splitter = pending.pop()
+        queued.discard(splitter)
+        sources_by_class: dict[int, list[int]] = {}
+        for t in list(blocks[splitter]):
+            for c, s in predecessors[t]:
+                sources_by_class.setdefault(c, []).append(s)
+        for sources in sources_by_class.values():
+            hit_by_block: dict[int, list[int]] = {}
+            for s in sources:
+                hit_by_block.setdefault(block_of[s], []).append(s)
+            for b, hit in hit_by_block.items():
+                if len(hit) == len(blocks[b]):
+                    continue
+                new = len(blocks)
+                part = set(hit)
+                blocks[b] -= part
+                blocks.append(part)
+                for s in hit:
+                    block_of[s] = new
+                chosen = new if b in queued or len(part) <= len(blocks[b]) else b
+                if chosen not in queued:
+                    pending.append(chosen)
+                    queued.add(chosen)
+    return block_of
 
 
 class Dfa:

@@ -3,7 +3,8 @@ own tool-call format, the arguments follow the tool's JSON Schema.
 
     hermes       <tool_call>\\n{"name": "NAME", "arguments": ARGS}\\n</tool_call>
     llama3_json  {"name": "NAME", "parameters": ARGS}
-    mistral      [TOOL_CALLS][{"name": "NAME", "arguments": ARGS}]   (v3 array; an "id" member may follow)
+    mistral      [TOOL_CALLS] [{"name": "NAME", "arguments": ARGS}]  (v3 array; the space is optional, as
+                                                                      SentencePiece writes it; an "id" may follow)
                  or [TOOL_CALLS]NAME[ARGS]ARGS                        (v11+; [CALL_ID]id may precede [ARGS])
     qwen3_coder  <tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n...</function>\\n</tool_call>
 
@@ -96,11 +97,11 @@ def _call(format: str, function: dict, whitespace: str) -> str:
 
 
 def _mistral_array(functions, whitespace, parallel: bool) -> str:
-    """[TOOL_CALLS][{"name": ..., "arguments": ...}] (several objects when parallel)."""
+    """[TOOL_CALLS] [{"name": ..., "arguments": ...}] (several objects when parallel)."""
     items = [r'\{"name": ' + jv.json_literal(f["name"]) + ', "arguments": ' + _arguments(f, whitespace) +
              f'(?:, "id": "{_MISTRAL_ID}")?' + r"\}" for f in functions]
     item = items[0] if len(items) == 1 else "(?:" + "|".join(items) + ")"
-    return r"\[TOOL_CALLS\]\[" + item + (f"(?:, {item})*" if parallel else "") + r"\]"
+    return r"\[TOOL_CALLS\] ?\[" + item + (f"(?:, {item})*" if parallel else "") + r"\]"
 
 
 def _v11_calls(functions, whitespace) -> str:
