@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 tokenizers = pytest.importorskip("tokenizers")
 
+from tests import tokenizer_refs as shared  # noqa: E402
 from tests.realdata import vocabulary  # noqa: E402
 from tokworker.tokenizer import Tokenizer  # noqa: E402
 from tokworker.tokenizer.models import bpe as bpe_module  # noqa: E402
@@ -19,8 +20,7 @@ from tokworker.tokenizer.models import bpe as bpe_module  # noqa: E402
 
 @pytest.fixture(scope="module")
 def qwen():
-    path = vocabulary("qwen3_dir") / "tokenizer.json"
-    return Tokenizer.from_file(path), tokenizers.Tokenizer.from_file(str(path))
+    return shared.ours("qwen3_dir"), shared.reference("qwen3_dir")
 
 
 def _long_inputs():

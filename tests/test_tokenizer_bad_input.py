@@ -6,14 +6,14 @@ import pytest
 
 tokenizers = pytest.importorskip("tokenizers")
 
+from tests import tokenizer_refs as shared  # noqa: E402
 from tests.realdata import vocabulary  # noqa: E402
 from tokworker.tokenizer import Tokenizer, loaders  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def qwen():
-    path = vocabulary("qwen3_dir") / "tokenizer.json"
-    return Tokenizer.from_file(path), tokenizers.Tokenizer.from_file(str(path))
+    return shared.ours("qwen3_dir"), shared.reference("qwen3_dir")
 
 
 @pytest.mark.parametrize("text", ["a\ud800b", "\udfff", "ok " * 100 + "\udbff"])
@@ -106,7 +106,7 @@ def test_vocab_merges_equals_tokenizer_json():
     directory = vocabulary("qwen3_dir")
     from tokworker.tokenizer import normalizers
     from tests.tokenizer_corpus import CORPUS
-    full = Tokenizer.from_dir(directory)
+    full = shared.ours("qwen3_dir")
     plain = Tokenizer.from_vocab_merges(directory / "vocab.json", directory / "merges.txt",
                                         pattern=loaders.QWEN_PATTERN, normalizer=normalizers.from_spec({"type": "NFC"}),
                                         added_tokens=[{"id": i, "content": c, "special": i in full.special_ids,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 tokenizers = pytest.importorskip("tokenizers")
 
+from tests import tokenizer_refs as shared  # noqa: E402
 from tests.realdata import vocabulary  # noqa: E402
 from tests.tokenizer_corpus import CORPUS  # noqa: E402
 from tokworker.tokenizer import Tokenizer  # noqa: E402
@@ -30,17 +30,15 @@ def ours_path(tokenizer):
     return _PATHS[id(tokenizer)]
 
 
-@functools.lru_cache(maxsize=None)
 def _ours(name):
-    path = _json(name)
-    ours = Tokenizer.from_dir(path.parent) if name == "qwen3_dir" else Tokenizer.from_file(path)
-    _PATHS[id(ours)] = path
-    return ours
+    tokenizer = shared.ours(name)
+    _PATHS[id(tokenizer)] = _json(name)
+    return tokenizer
 
 
 @pytest.fixture(scope="module", params=VOCABS)
 def pair(request):
-    return _ours(request.param), tokenizers.Tokenizer.from_file(str(_json(request.param)))
+    return _ours(request.param), shared.reference(request.param)
 
 
 @pytest.mark.parametrize("add_special_tokens", [False, True])

@@ -10,8 +10,17 @@ from tokworker.tokenizer import Tokenizer, loaders, precomputed
 
 @pytest.fixture()
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TOKWORKER_CACHE_DIR", str(tmp_path))
-    return tmp_path
+    monkeypatch.setenv("TOKWORKER_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def small_ranks(tmp_path_factory):
+    """The first 20,000 ranks of cl100k: a real, quick-to-load tiktoken file."""
+    source = vocabulary("cl100k_tiktoken").read_bytes().splitlines()[:20_000]
+    path = tmp_path_factory.mktemp("ranks") / "small.tiktoken"
+    path.write_bytes(b"\n".join(source) + b"\n")
+    return path
 
 
 TEXT = "Cached merges must give the same ids: привет, 日本語, 🚀 and   spaces."
@@ -27,18 +36,23 @@ def test_second_load_reads_the_cache_and_agrees(cache):
     assert second.encode(TEXT) == first.encode(TEXT)
 
 
-def test_tiktoken_tables_are_cached_too(cache):
-    args = (vocabulary("cl100k_tiktoken"), loaders.CL100K_PATTERN, loaders.CL100K_SPECIAL_TOKENS)
+def test_tiktoken_tables_are_cached_too(cache, small_ranks):
+    args = (small_ranks, loaders.CL100K_PATTERN, {})
     first = Tokenizer.from_tiktoken(*args)
+    first.encode("日本語")                         # builds the per-character tables too
     second = Tokenizer.from_tiktoken(*args)
-    assert len(list(cache.glob("*.pairs"))) == 1
+    assert len(list(cache.glob("*.pairs"))) == 1 and len(list(cache.glob("*.tables"))) == 1
     assert second.model.pairs == first.model.pairs and second.encode(TEXT) == first.encode(TEXT)
+    assert second.encode("日本語") == first.encode("日本語")
 
 
-def test_corrupt_or_foreign_cache_files_are_rebuilt(cache):
-    args = (vocabulary("cl100k_tiktoken"), loaders.CL100K_PATTERN, loaders.CL100K_SPECIAL_TOKENS)
+def test_corrupt_or_foreign_cache_files_are_rebuilt(cache, small_ranks):
+    args = (small_ranks, loaders.CL100K_PATTERN, {})
     expected = Tokenizer.from_tiktoken(*args).model.pairs
     (table_file,) = cache.glob("*.pairs")
+    # the character tables beside it: unused by this ASCII text, but must never break a load
+    for other_file in cache.glob("*.tables"):
+        other_file.write_bytes(b"garbage")
     table_file.write_bytes(b"garbage")
     assert Tokenizer.from_tiktoken(*args).model.pairs == expected
     # a well-formed table of another vocabulary under this name: the spot check rejects it
@@ -47,15 +61,16 @@ def test_corrupt_or_foreign_cache_files_are_rebuilt(cache):
     assert Tokenizer.from_tiktoken(*args).model.pairs == expected
 
 
-def test_cache_can_be_turned_off(tmp_path, monkeypatch):
+def test_cache_can_be_turned_off(tmp_path, monkeypatch, small_ranks):
     monkeypatch.setenv("TOKWORKER_CACHE_DIR", "off")
-    Tokenizer.from_tiktoken(vocabulary("cl100k_tiktoken"), loaders.CL100K_PATTERN, loaders.CL100K_SPECIAL_TOKENS)
     assert precomputed.cache_dir() is None
+    tok = Tokenizer.from_tiktoken(small_ranks, loaders.CL100K_PATTERN, {})
+    assert tok.decode(tok.encode(TEXT)) == TEXT
 
 
-def test_unwritable_cache_directory_is_ignored(tmp_path, monkeypatch):
+def test_unwritable_cache_directory_is_ignored(tmp_path, monkeypatch, small_ranks):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("TOKWORKER_CACHE_DIR", str(blocker / "sub"))
-    tok = Tokenizer.from_tiktoken(vocabulary("cl100k_tiktoken"), loaders.CL100K_PATTERN, loaders.CL100K_SPECIAL_TOKENS)
+    tok = Tokenizer.from_tiktoken(small_ranks, loaders.CL100K_PATTERN, {})
     assert tok.decode(tok.encode(TEXT)) == TEXT

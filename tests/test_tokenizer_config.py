@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from tests import tokenizer_refs as shared
 from tests.realdata import vocabulary
 from tokworker.tokenizer import Tokenizer
 
@@ -85,7 +86,7 @@ def test_bad_config_is_a_value_error(qwen_dir):
 
 def test_apply_chat_template_delegates_to_templates(qwen_dir):
     pytest.importorskip("tokworker.templates.apply")
-    tok = Tokenizer.from_dir(vocabulary("qwen3_dir"))
+    tok = shared.ours("qwen3_dir")
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     assert "<|im_start|>user\nhi<|im_end|>" in text
     ids = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)

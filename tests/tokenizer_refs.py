@@ -1,0 +1,26 @@
+"""Real tokenizers loaded once per test session and shared by the tokenizer test files (each load of a 150k
+vocabulary costs about a second on both sides)."""
+
+from __future__ import annotations
+
+import functools
+
+from tests.realdata import vocabulary
+
+
+def tokenizer_json(name: str):
+    path = vocabulary(name)
+    return path / "tokenizer.json" if path.is_dir() else path
+
+
+@functools.lru_cache(maxsize=None)
+def ours(name: str):
+    from tokworker.tokenizer import Tokenizer
+    path = vocabulary(name)
+    return Tokenizer.from_dir(path) if path.is_dir() else Tokenizer.from_file(path)
+
+
+@functools.lru_cache(maxsize=None)
+def reference(name: str):
+    import tokenizers
+    return tokenizers.Tokenizer.from_file(str(tokenizer_json(name)))
