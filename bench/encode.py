@@ -5,6 +5,7 @@ Cases per vocabulary:
 - unseen text: fresh tokenizers on both sides, documents encoded once (caches cold);
 - repeated words: the same documents again (caches warm);
 - random words: words that never repeat, from several scripts (the cache cannot help);
+- CJK clauses: runs of common Chinese characters, each one long word for the pre-tokenizer;
 - 50,000-char word: one word with no pre-tokenizer split;
 - load: seconds to a first encode and resident memory, each side in a fresh process; tokworker both
   without and with its precomputed merge table on disk (the first load ever, and every later one).
@@ -60,6 +61,14 @@ def _random_word_documents(count: int, seed: int = 5) -> list[str]:
             words.append("".join(rng.choice(alphabet) for _ in range(rng.randint(3, 9))))
         docs.append(" ".join(words) + ".")
     return docs
+
+
+def _cjk_documents(count: int, seed: int = 6) -> list[str]:
+    """Clauses of common Chinese characters: each clause is one pre-tokenizer word, mostly never seen."""
+    rng = random.Random(seed)
+    alphabet = _ALPHABETS[3]
+    return ["".join("".join(rng.choice(alphabet) for _ in range(rng.randint(4, 24))) + rng.choice("，。！？、")
+                    for _ in range(60)) for _ in range(count)]
 
 
 def _long_word(length: int = 50_000, seed: int = 9) -> str:
@@ -162,7 +171,7 @@ def _time(function):
     return time.perf_counter() - started, result
 
 
-def _throughput_rows(name, makers, docs_text, docs_random, repeats):
+def _throughput_rows(name, makers, docs_text, docs_random, repeats, docs_cjk=()):
     make_ours, make_rust, make_tiktoken = makers
     ours, rust = make_ours(), make_rust()
     tik = make_tiktoken() if make_tiktoken else None
@@ -174,7 +183,9 @@ def _throughput_rows(name, makers, docs_text, docs_random, repeats):
         encoders["tiktoken"] = lambda docs: [tik.encode(d, allowed_special="all") for d in docs]
     rows = []
     for case, docs, passes in (("unseen text", docs_text, 1), ("repeated words (warm cache)", docs_text, repeats),
-                               ("random words, no repeats", docs_random, 1)):
+                               ("random words, no repeats", docs_random, 1), ("CJK clauses, unseen", docs_cjk, 1)):
+        if not docs:
+            continue
         row = {"vocabulary": name, "case": case}
         results = {}
         for side, encode in encoders.items():
@@ -253,9 +264,10 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
         vocabularies = {k: v for k, v in vocabularies.items() if k in ("qwen3_dir", "llama3_tiktoken")} or vocabularies
     docs_text = _documents(200_000 if quick else 2_000_000)
     docs_random = _random_word_documents(10 if quick else 60)
+    docs_cjk = _cjk_documents(10 if quick else 60)
     rows = []
     for name, makers in vocabularies.items():
-        rows.extend(_throughput_rows(name, makers, docs_text, docs_random, repeats=2 if quick else 3))
+        rows.extend(_throughput_rows(name, makers, docs_text, docs_random, 2 if quick else 3, docs_cjk))
         rows.append(_load_row(name, makers))
     return rows
 
