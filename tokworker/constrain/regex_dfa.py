@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from tokworker.constrain.regex_syntax import ALT, CAT, REP, SET, RegexError, parse
 
-MAX_NFA_STATES = 400_000
+MAX_NFA_STATES = 200_000
 MAX_DFA_STATES = 50_000
 DEAD = 0
 _UTF8_LIMITS = (0x7F, 0x7FF, 0xFFFF, 0x10FFFF)

@@ -57,29 +57,29 @@ class VocabTrie:
         token_order: list[int] = []
         self.duplicates: dict[int, int] = {}
         path: list[int] = []
-        previous = None
+        previous = b""
         for data, token_id in sorted((data, i) for i, data in enumerate(spelled) if data):
             if data == previous:
                 first = node_token_pos[path[-1]]
                 self.duplicates[first] = self.duplicates.get(first, 0) + 1
                 token_order.append(token_id)
                 continue
-            common = 0
-            if previous is not None:
-                limit = min(len(data), len(previous))
-                while common < limit and data[common] == previous[common]:
-                    common += 1
+            common, limit = 0, min(len(data), len(previous))
+            while common < limit and data[common] == previous[common]:
+                common += 1
+            size = len(node_byte)
             for node in path[common:]:
-                node_end[node] = len(node_byte)
+                node_end[node] = size
             del path[common:]
-            for depth in range(common, len(data)):
-                parent.append(path[-1] if path else -1)
-                path.append(len(node_byte))
-                node_byte.append(data[depth])
-                node_depth.append(depth)
-                node_end.append(0)
-                node_token_pos.append(-1)
-            node_token_pos[path[-1]] = len(token_order)
+            added = len(data) - common
+            parent.append(path[-1] if path else -1)
+            parent.extend(range(size, size + added - 1))
+            path.extend(range(size, size + added))
+            node_byte.extend(data[common:])
+            node_depth.extend(range(common, len(data)))
+            node_end.extend([0] * added)
+            node_token_pos.extend([-1] * added)
+            node_token_pos[-1] = len(token_order)
             token_order.append(token_id)
             previous = data
         for node in path:
@@ -113,19 +113,26 @@ class VocabTrie:
         return counts
 
     def _subtree_needs(self, parent: list[int]) -> list[int]:
+        """need[i] for every node, bottom-up. ok[i] is the set (bit mask) of UTF-8 decoder states from
+        which node i's byte and everything below it decode to whole characters."""
         steps = _utf8_steps()
+        memo: dict[int, int] = {}
         n = len(self.node_byte)
         below, child_ok = [0] * n, [0xFF] * n
         need = [NEVER_BIT] * n
-        node_byte, has_token = self.node_byte, self.node_token_pos
+        node_byte, node_end, token_pos = self.node_byte, self.node_end, self.node_token_pos
         for i in range(n - 1, -1, -1):
             byte, ok_below = node_byte[i], child_ok[i]
-            ok = 0
-            for q in range(8):
-                after = steps[q][byte]
-                if after >= 0 and (has_token[i] < 0 or after == 0) and ok_below >> after & 1:
-                    ok |= 1 << q
-            if self.node_end[i] > i + 1 and ok_below & 1:
+            key = byte << 9 | (token_pos[i] >= 0) << 8 | ok_below
+            ok = memo.get(key)
+            if ok is None:
+                ok = 0
+                for q in range(8):
+                    after = steps[q][byte]
+                    if after >= 0 and (token_pos[i] < 0 or after == 0) and ok_below >> after & 1:
+                        ok |= 1 << q
+                memo[key] = ok
+            if node_end[i] > i + 1 and ok_below & 1:
                 need[i] = below[i]
             p = parent[i]
             if p >= 0:
