@@ -44,7 +44,8 @@ SCHEMAS = {
         "since": {"type": "string", "format": "date"},
         "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
         "sort": {"enum": ["relevance", "date", None, 3]},
-        "exact": {"type": "boolean"}}},
+        "exact": {"type": "boolean"}, "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "offset": {"type": "number", "exclusiveMaximum": 0, "minimum": -100}}},
     "pydantic": {"title": "Order", "type": "object", "required": ["item", "quantity"], "properties": {
         "item": {"allOf": [{"$ref": "#/definitions/Item"}], "description": "what"},
         "quantity": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 1000},
@@ -54,7 +55,7 @@ SCHEMAS = {
             "price": {"type": ["number", "null"]}}}}},
     "shapes": {"oneOf": [
         {"type": "object", "required": ["kind", "radius"], "properties": {
-            "kind": {"const": "circle"}, "radius": {"type": "number"}}},
+            "kind": {"const": "circle"}, "radius": {"type": "number", "exclusiveMinimum": 0}}},
         {"type": "object", "required": ["kind", "side"], "properties": {
             "kind": {"const": "square"}, "side": {"type": "integer", "minimum": -5, "maximum": 5}}}]},
     "tree": {"type": "object", "required": ["value"], "properties": {
@@ -159,7 +160,7 @@ def test_schema_violations_do_not_match(name):
 TYPICAL = {
     "weather": ['{"location": "Paris, France"}', '{"location": "東京", "unit": "celsius", "days": 14}',
                 '{"location": "NYC", "days": 3}'],
-    "shapes": ['{"kind": "circle", "radius": 2.5}', '{"kind": "square", "side": -5}'],
+    "shapes": ['{"kind": "circle", "radius": 2.5}', '{"kind": "circle", "radius": 0.001}', '{"kind": "square", "side": -5}'],
     "pydantic": ['{"item": {"sku": "AB-123", "price": null}, "quantity": 999, "note": null}'],
     "map": ['{}', '{"a": 1, "b": -20}'],
     "no_arguments": ['{}'],
@@ -168,7 +169,7 @@ TYPICAL = {
 INVALID = {
     "weather": ['{"unit": "celsius"}', '{"location": 5}', '{"location": "x", "unit": "kelvin"}',
                 '{"location": "x", "days": 0}', '{"location": "x", "days": 15}'],
-    "shapes": ['{"kind": "circle", "side": 1}', '{"kind": "square", "side": 6}', '{"kind": "circle"}'],
+    "shapes": ['{"kind": "circle", "radius": 0}', '{"kind": "circle", "radius": -0.5}', '{"kind": "circle", "side": 1}', '{"kind": "square", "side": 6}', '{"kind": "circle"}'],
     "map": ['{"a": 1, "b": 2, "c": 3, "d": 4}', '{"a": -21}', '{"a": "1"}'],
     "tuple": ['["3", "2024-05-01T10:00:00Z"]', '[3, "2024-05-01T10:00:00Z", 4]'],
 }
@@ -230,7 +231,7 @@ def test_integer_ranges_are_exact(lo, width, probes):
     ({"type": "string", "not": {"const": "a"}}, "not"),
     ({"type": "object", "patternProperties": {"^a": {}}}, "patternProperties"),
     ({"type": "integer", "multipleOf": 3}, "multipleOf"),
-    ({"type": "number", "minimum": 0}, "minimum"),
+    ({"type": "number", "minimum": 0.5}, "minimum"),
     ({"type": "array", "uniqueItems": True}, "uniqueItems"),
     ({"if": {"type": "string"}, "then": {"minLength": 2}}, "if"),
     ({"type": "object", "properties": {"a": {"type": "string", "maxLenght": 3}}}, "maxLenght"),

@@ -54,6 +54,8 @@ class TokenAutomaton:
         if any(not (isinstance(e, int) and 0 <= e < self.trie.vocab_size) for e in self.eos_ids):
             raise ConstraintError(f"eos ids {self.eos_ids} outside the vocabulary of {self.trie.vocab_size}")
         self.initial_state = self.dfa.initial
+        if self.initial_state == DEAD:
+            raise ConstraintError(f"the pattern matches no text at all: {pattern[:200]!r}")
         self._blocked = blocked_masks(self.dfa.rows)
         self._next: dict[int, dict | array] = {}
         self._allowed: dict[int, array] = {}

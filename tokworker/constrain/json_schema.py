@@ -16,8 +16,8 @@ What is generated, where JSON Schema leaves a choice:
   const/enum values of a required property, a required property the other branch lacks or forbids);
 - format (an annotation for validators) narrows date, time, date-time and uuid strings, others are free;
 - enum/const values are written as json.dumps writes them.
-Any other validation keyword (not, if/then/else, patternProperties, multipleOf, uniqueItems, bounds on
-non-integers, ...) raises SchemaError naming it, rather than giving a regex that could be wrong.
+Numbers with integer bounds are decimals without exponent (json_values.number). Any other validation
+keyword (not, if/then/else, patternProperties, multipleOf, uniqueItems, ...) raises SchemaError naming it, rather than giving a regex that could be wrong.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 
 from tokworker.constrain import json_values as jv
+from tokworker.constrain.one_of import exclusive, is_type
 from tokworker.constrain.regex_syntax import RegexError, parse_search, to_regex
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$comment", "deprecated", "readOnly",
@@ -148,7 +149,7 @@ class _Converter:
         resolved = [self.deref(s) for s in schemas]
         for i, a in enumerate(resolved):
             for j in range(i + 1, len(resolved)):
-                if not _exclusive(a, resolved[j]):
+                if not exclusive(a, resolved[j]):
                     raise SchemaError(f"oneOf branches {i} and {j} may both match one document: "
                                       "use anyOf, or tell them apart by type or a const property")
         return _alternation([self.schema(s) for s in schemas])
@@ -185,7 +186,7 @@ class _Converter:
         types = schema.get("type")
         if types is not None:
             types = [types] if isinstance(types, str) else types
-            values = [v for v in values if any(_is_type(v, t) for t in types)]
+            values = [v for v in values if any(is_type(v, t) for t in types)]
         return _alternation([jv.json_literal(v) for v in values])
 
     def any_value(self, depth: int) -> str:
@@ -217,10 +218,20 @@ class _Converter:
         return jv.BOOLEAN
 
     def type_number(self, schema) -> str:
-        bounds = sorted(KEYWORDS_BY_TYPE["integer"] & set(schema))
-        if bounds:
-            raise SchemaError(f"{', '.join(bounds)} on numbers is not supported (only on integers)")
-        return jv.NUMBER
+        """Without bounds any JSON number; with integer bounds, decimals without exponent (json_values)."""
+        if not KEYWORDS_BY_TYPE["integer"] & set(schema):
+            return jv.NUMBER
+        bounds = {}
+        for key in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+            if key in schema:
+                value = schema[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+                    raise SchemaError(f"{key} on numbers is only supported as an integer, not {value!r}")
+                bounds[key] = int(value)
+        low, low_open = _tighter(bounds.get("minimum"), bounds.get("exclusiveMinimum"), max)
+        high, high_open = _tighter(bounds.get("maximum"), bounds.get("exclusiveMaximum"), min)
+        regex = jv.number(low, high, low_open, high_open)
+        return NOTHING if regex is None else _group(regex)
 
     def type_integer(self, schema) -> str:
         lo, hi = None, None
@@ -322,78 +333,10 @@ def ordered_members(members: list[tuple[str, bool]], separator: str) -> str:
     return rest_first
 
 
-def _is_type(value, json_type: str) -> bool:
-    """jsonschema's notion of a value's type (1.0 is an integer, True is not a number)."""
-    if json_type == "integer":
-        return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
-    if json_type == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, {"null": type(None), "boolean": bool, "string": str, "array": list,
-                              "object": dict}[json_type])
-
-
-_KINDS = {"null": {"null"}, "boolean": {"boolean"}, "string": {"string"}, "integer": {"integer"},
-          "number": {"integer", "fraction"}, "array": {"array"}, "object": {"object"}}
-_ALL_KINDS = set().union(*_KINDS.values())
-
-
-def _kinds(schema) -> set:
-    """The kinds of value a schema may accept (integer-valued numbers are "integer")."""
-    if not isinstance(schema, dict):
-        return set() if schema is False else set(_ALL_KINDS)
-    if "const" in schema or "enum" in schema:
-        values = [schema["const"]] if "const" in schema else schema.get("enum", [])
-        return {kind for v in values for t in TYPES if _is_type(v, t) for kind in _KINDS[t]
-                if t != "number" or kind == ("integer" if _is_type(v, "integer") else "fraction")}
-    types = schema.get("type")
-    if types is None:
-        return set(_ALL_KINDS)
-    types = [types] if isinstance(types, str) else types
-    return set().union(*(_KINDS.get(t, _ALL_KINDS) for t in types))
-
-
-def _canonical(value):
-    """JSON text under jsonschema's equality (1 == 1.0, True != 1)."""
-    def normal(v):
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        if isinstance(v, list):
-            return [normal(x) for x in v]
-        if isinstance(v, dict):
-            return {k: normal(x) for k, x in v.items()}
-        return v
-    return json.dumps(normal(value), sort_keys=True)
-
-
-def _literal_values(schema):
-    if isinstance(schema, dict) and ("const" in schema or "enum" in schema):
-        values = [schema["const"]] if "const" in schema else schema["enum"]
-        return {_canonical(v) for v in values} if isinstance(values, list) else None
-    return None
-
-
-def _never_valid(emitting, other) -> bool:
-    """True when no document this module generates for `emitting` validates against `other` (a sound,
-    incomplete test: it only looks at kinds of value, const/enum values and object properties)."""
-    if not _kinds(emitting) & _kinds(other):
-        return True
-    values, other_values = _literal_values(emitting), _literal_values(other)
-    if values is not None and other_values is not None and not values & other_values:
-        return True
-    if _kinds(emitting) != {"object"} or not isinstance(other, dict) or "properties" not in emitting:
-        return False
-    declared = set(emitting["properties"]) | set(emitting.get("required", []))
-    if any(name not in declared for name in other.get("required", [])):
-        return True
-    other_properties = other.get("properties", {})
-    for name in emitting.get("required", []):
-        if name not in other_properties and other.get("additionalProperties", True) is False:
-            return True
-        mine, theirs = _literal_values(emitting["properties"].get(name)), _literal_values(other_properties.get(name))
-        if mine is not None and theirs is not None and not mine & theirs:
-            return True
-    return False
-
-
-def _exclusive(a, b) -> bool:
-    return _never_valid(a, b) and _never_valid(b, a)
+def _tighter(inclusive, strict, pick):
+    """(bound, is_open) of an inclusive and a strict bound, the tighter one winning."""
+    if strict is None:
+        return inclusive, False
+    if inclusive is None or pick(inclusive, strict) == strict:
+        return strict, True
+    return inclusive, False

@@ -133,3 +133,46 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> str | Non
     if hi >= 0:
         options += _natural_range(max(0, lo), hi)
     return "|".join(options)
+
+
+_BOUNDED_INT_DIGITS, _BOUNDED_FRACTION_DIGITS = 9, 6  # 15 significant digits: floats keep the order
+
+
+def _magnitudes(low: int, high: int | None, low_open: bool, high_open: bool) -> list[str]:
+    """Regex alternatives for decimals `k` or `k.f` (no sign, no exponent) whose value m has
+    low <= m <= high (strict where open); high None: no upper bound but the digit limits."""
+    fraction = rf"\.[0-9]{{1,{_BOUNDED_FRACTION_DIGITS}}}"
+    nonzero_fraction = rf"\.[0-9]{{0,{_BOUNDED_FRACTION_DIGITS - 1}}}[1-9]0*"
+    zero_fraction = rf"(?:\.0{{1,{_BOUNDED_FRACTION_DIGITS}}})?"
+    top = 10 ** _BOUNDED_INT_DIGITS - 1
+    high_int = top if high is None else min(high, top)
+    if low > high_int:
+        return []
+    options = []
+    if low == high_int and high is not None and high <= top:
+        return [f"{low}{zero_fraction}"] if not (low_open or high_open) else []
+    options.append(f"{low}{nonzero_fraction if low_open else f'(?:{fraction})?'}")
+    middle_high = high_int - 1 if high is not None and high <= top else high_int
+    for part in _natural_range(low + 1, middle_high) if low + 1 <= middle_high else []:
+        options.append(f"(?:{part})(?:{fraction})?")
+    if high is not None and high <= top and not high_open:
+        options.append(f"{high}{zero_fraction}")
+    return options
+
+
+def number(minimum: int | None, maximum: int | None, exclusive_minimum: bool = False,
+           exclusive_maximum: bool = False) -> str | None:
+    """Regex for decimals (no exponent) between integer bounds; None when there are none. At most 9
+    digits before the point and 6 after it, so float conversion cannot carry a value across a bound."""
+    options = []
+    if minimum is None or minimum < 0:
+        # negative values: magnitude in (max(0, -maximum), -minimum]
+        low = 0 if maximum is None or maximum >= 0 else -maximum
+        low_open = maximum is None or maximum >= 0 or exclusive_maximum
+        high = None if minimum is None else -minimum
+        options += ["-" + o for o in _magnitudes(low, high, low_open, exclusive_minimum)]
+    if maximum is None or maximum >= 0:
+        low = 0 if minimum is None or minimum < 0 else minimum
+        low_open = minimum is not None and minimum >= 0 and exclusive_minimum
+        options += _magnitudes(low, maximum, low_open, exclusive_maximum)
+    return "|".join(f"(?:{o})" for o in options) or None

@@ -315,7 +315,7 @@ class Dfa:
         return distance
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=16)
 def compile_dfa(pattern: str) -> Dfa:
-    """The DFA of `pattern` (cached: a forced tool call reuses the same pattern for every request)."""
+    """The DFA of `pattern` (cached, 16 patterns: a forced tool call reuses one pattern for every request)."""
     return Dfa(pattern)
