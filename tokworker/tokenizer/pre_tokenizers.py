@@ -204,17 +204,10 @@ class CharClassSplit(Split):
         super().__init__(regex.compile(f"[{char_class}]" if one_per_char else f"[{char_class}]+"), behavior)
 
 
-def _whitespace_class() -> str:
-    return getattr(unicode, "WHITESPACE_CLASS", r"\s")
-
-
-def _punctuation_class() -> str:
-    # tokenizers: ASCII punctuation or a Unicode P* character
-    return getattr(unicode, "PUNCTUATION_CLASS", r"\p{P}") + r"!-/:-@\[-`{-~"
-
-
-def _digits_class() -> str:
-    return getattr(unicode, "NUMERIC_CLASS", r"\p{N}")
+# tokenizers' character classes (probed from the library, see unicode.py); Bert/Punctuation add ASCII punctuation
+_WHITESPACE = unicode.WHITESPACE_CLASS
+_PUNCTUATION = unicode.PUNCTUATION_CLASS + r"!-/:-@\[-`{-~"
+_DIGITS = unicode.NUMERIC_CLASS
 
 
 class FixedLength:
@@ -265,21 +258,21 @@ def from_spec(spec: dict | None):
     if kind == "Whitespace":
         # \w+|[^\w\s]+ kept, the rest removed, with tokenizers' own \w and whitespace (probed: the same
         # \w as its Oniguruma patterns, older than the regex module's)
-        word, space = unicode.WORD_CLASS, _whitespace_class()
+        word, space = unicode.WORD_CLASS, _WHITESPACE
         return Split(regex.compile(f"[{word}]+|[^{word}{space}]+"), "Removed", invert=True)
     if kind == "CharDelimiterSplit":
         return Split(regex.compile(regex.escape(spec["delimiter"])), "Removed")
     if kind == "FixedLength":
         return FixedLength(int(spec.get("length", 5)))
     if kind == "WhitespaceSplit":
-        return CharClassSplit(_whitespace_class(), "Removed", one_per_char=False)
+        return CharClassSplit(_WHITESPACE, "Removed", one_per_char=False)
     if kind == "BertPreTokenizer":
-        return Sequence([CharClassSplit(_whitespace_class(), "Removed", one_per_char=False),
-                         CharClassSplit(_punctuation_class(), "Isolated")])
+        return Sequence([CharClassSplit(_WHITESPACE, "Removed", one_per_char=False),
+                         CharClassSplit(_PUNCTUATION, "Isolated")])
     if kind == "Punctuation":
-        return CharClassSplit(_punctuation_class(), spec.get("behavior", "Isolated"))
+        return CharClassSplit(_PUNCTUATION, spec.get("behavior", "Isolated"))
     if kind == "Digits":
         if spec.get("individual_digits", False):
-            return CharClassSplit(_digits_class(), "Isolated")
-        return CharClassSplit(_digits_class(), "Contiguous")
+            return CharClassSplit(_DIGITS, "Isolated")
+        return CharClassSplit(_DIGITS, "Contiguous")
     raise UnsupportedComponent("pre_tokenizer", kind)

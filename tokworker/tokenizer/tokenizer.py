@@ -35,7 +35,7 @@ class Tokenizer:
         self.config = config or TokenizerConfig()
         specs = list(added_tokens or [])
         known = {spec.get("content") for spec in specs}
-        for token_id, spec in sorted(self.config.added_tokens_decoder.items()):
+        for _, spec in sorted(self.config.added_tokens_decoder.items()):
             if spec["content"] not in known:            # transformers adds these on top of tokenizer.json
                 specs.append(spec)
         normalize = normalizer.normalize if normalizer is not None else None
