@@ -77,11 +77,13 @@ def read_tiktoken_ranks(path: str | Path, data: bytes | None = None) -> dict[byt
 
 
 def tiktoken_tokenizer(cls, path, pattern: str, special_tokens: dict[str, int], *, bos_token: str | None = None,
-                       eos_token: str | None = None, add_bos: bool = False, chat_template=None,
+                       eos_token: str | None = None, add_bos: bool | None = None, chat_template=None,
                        config: TokenizerConfig | None = None):
     """A Tokenizer equal to tiktoken.Encoding(pat_str=pattern, mergeable_ranks=<file>, special_tokens=...)
-    encoding with allowed_special="all". add_bos=True puts bos_token first when add_special_tokens=True,
-    as Llama 3's tokenizer.json post-processor does."""
+    encoding with allowed_special="all". With add_bos (default: whenever bos_token is given), encode(...,
+    add_special_tokens=True) puts bos_token first, as Llama 3's tokenizer.json post-processor does."""
+    if add_bos is None:
+        add_bos = bos_token is not None
     data = Path(path).read_bytes()
     ranks = read_tiktoken_ranks(path, data)
     model = BPE.from_ranks(ranks, pre_tokenizers.BYTE_SYMBOLS, precomputed.digest(data, "tiktoken"))
