@@ -7,7 +7,9 @@ of pair values scanned with `min` in C; long ones (a minified file, a document w
 take merges by value from a heap of values over a linked list of symbols, so merging stays near-linear.
 
 The same table reproduces tiktoken when every valid split (left, right) of a token is listed as a merge
-ranked by the token's rank (see `loaders.py`).
+ranked by the token's rank (`from_ranks`). Byte-level words with non-ASCII characters may start from whole
+characters where that provably changes nothing (bpe_chars); SentencePiece words are cut where no merge can
+cross (`independent_pieces`). The table itself is cached on disk per source file (precomputed).
 """
 
 from __future__ import annotations
