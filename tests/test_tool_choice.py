@@ -48,7 +48,7 @@ def _parsed_calls(format: str, text: str, tools) -> list[tuple[str, dict]]:
 
 @pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("name", [None, "get_weather", "get_time", {"type": "function", "function": {"name": "book_flight"}}])
-@pytest.mark.parametrize("format", ["hermes", "llama3_json", "mistral"])
+@pytest.mark.parametrize("format", ["hermes", "llama3_json", "mistral", "qwen3_coder"])
 def test_forced_calls_parse_and_validate(format, name, parallel):
     pattern = tool_call_pattern(TOOLS, name=name, format=format, parallel=parallel)
     wanted = name["function"]["name"] if isinstance(name, dict) else name
@@ -69,6 +69,8 @@ def test_forced_calls_parse_and_validate(format, name, parallel):
     ("llama3_json", '{"name": "get_time", "parameters": {}}; {"name": "get_weather", "parameters": {"location": "Rome"}}'),
     ("mistral", '[TOOL_CALLS][{"name": "get_time", "arguments": {}}, {"name": "get_weather", "arguments": {"location": "Rome"}}]'),
     ("mistral", '[TOOL_CALLS]get_time[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{"location": "Rome"}'),
+    ("qwen3_coder", "<tool_call>\n<function=get_time>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n"
+                    "<parameter=location>\nRome\n</parameter>\n</function>\n</tool_call>"),
 ])
 def test_parallel_calls(format, text):
     assert re.fullmatch(tool_call_pattern(TOOLS, format=format, parallel=True), text)

@@ -126,6 +126,10 @@ def _qwen3_coder_call(function: dict) -> str:
 def _qwen3_coder_value(key: str, schema) -> str:
     """Strings are raw text, other values JSON text (the parser converts by the schema's type)."""
     kind = schema.get("type") if isinstance(schema, dict) else None
+    literals = [schema["const"]] if isinstance(schema, dict) and "const" in schema else \
+        schema.get("enum") if isinstance(schema, dict) else None
+    if kind is None and isinstance(literals, list) and literals and all(isinstance(v, str) for v in literals):
+        kind = "string"  # the parser reads an untyped enum of strings as a string too
     if kind == "string":
         extra = sorted(set(schema) - {"type", "enum", "const", "description", "title", "default", "examples"})
         if extra:
