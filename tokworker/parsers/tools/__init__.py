@@ -21,6 +21,8 @@ _PARSERS = {
     "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
     "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),
     "glm45": ("glm45", "Glm45ToolParser"),
+    "openai": ("openai", "OpenAIToolParser"),
+    "pythonic": ("pythonic", "PythonicToolParser"),
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))

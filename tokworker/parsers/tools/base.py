@@ -257,22 +257,16 @@ class ToolParser:
         return True
 
     def _expect_closing(self, pattern, final: bool, then=None) -> bool:
-        """After a complete call: consume its closing text (pattern) if it is there. A closing cut off
-        by the end of the stream is swallowed; anything else is content."""
+        """After a complete call: consume its closing text (pattern) if it is there; anything else,
+        including a closing cut off by the end of the stream, is content."""
         m = self._match(pattern, final)
         if m is None:
             return False
         if m:
             self._consume(m.end())
-        elif final and self._is_partial_closing(pattern):
-            self._buf = ""
         self._close_call()
         self._mode = then or self._resume_mode()
         return True
-
-    def _is_partial_closing(self, pattern) -> bool:
-        m = pattern.match(self._buf, partial=True)
-        return m is not None and m.partial and m.end() == len(self._buf)
 
 
 def tool_schemas(tools: list[dict] | None) -> dict[str, dict]:

@@ -54,8 +54,6 @@ class Glm45ToolParser(TextValuedArgs, ToolParser):
             return True
         if param is None or close is None:
             return False
-        if final and self._is_partial_closing(_CLOSE):
-            self._buf = ""
         self._end_args()
         self._mode = self._content_mode
         return True

@@ -60,8 +60,6 @@ class Qwen3CoderToolParser(TextValuedArgs, ToolParser):
         if param is None or end is None:
             return False
         # the end of the stream, or text that is no parameter: the call ends at this clean boundary
-        if final and self._is_partial_closing(_FUNCTION_END):
-            self._buf = ""
         self._end_args()
         self._mode = self._content_mode
         return True

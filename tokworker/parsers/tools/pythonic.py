@@ -1,0 +1,183 @@
+"""pythonic: calls as a Python list of function calls with literal keyword arguments.
+
+    [get_weather(city="Paris", days=3), now()]
+
+(Llama 3.2 and 4 pythonic templates, optionally inside <|python_start|>...<|python_end|>), at the start
+of the output; anything else is content. Each keyword argument is converted to JSON once its value is
+complete (Python literals via ast.literal_eval, which evaluates no code; JSON spellings such as true
+and null are accepted too), so arguments stream one argument at a time.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import regex
+
+from .base import ToolParser
+
+PYTHON_START, PYTHON_END = "<|python_start|>", "<|python_end|>"
+_FIRST_CALL = regex.compile(r"\s*(?:<\|python_start\|>\s*)?\[\s*(?P<fname>[A-Za-z_][\w.]{0,255})\s*\(")
+_NEXT_CALL = regex.compile(r"\s*,\s*(?P<fname>[A-Za-z_][\w.]{0,255})\s*\(")
+_KEY = regex.compile(r"\s*(?P<key>[A-Za-z_]\w{0,255})\s*=")
+_ARGS_END = regex.compile(r"\s*\)")
+_NEXT_ARG = regex.compile(r"\s*,")
+_LIST_END = regex.compile(r"\s*\]")
+_PYTHON_END = regex.compile(r"\s*<\|python_end\|>")
+_OPENERS, _CLOSERS = "([{", ")]}"
+
+
+class PythonicToolParser(ToolParser):
+    name = "pythonic"
+    special_tokens = (PYTHON_START, PYTHON_END)
+
+    def _initial_mode(self):
+        return self._first_call_mode
+
+    def _resume_mode(self):
+        return self._passthrough_mode
+
+    def _first_call_mode(self, final: bool) -> bool:
+        if not self._buf and not final:
+            return False
+        return self._call_start(_FIRST_CALL, final)
+
+    def _call_start(self, pattern, final: bool) -> bool:
+        m = self._match(pattern, final)
+        if m is None:
+            return False
+        if not m:
+            return self._reject_opening(0)
+        self._consume(m.end())
+        self._open_call(m["fname"])
+        self._arg_count = 0
+        self._mode = self._key_mode
+        return True
+
+    def _key_mode(self, final: bool) -> bool:
+        end = self._match(_ARGS_END, final)
+        if end:
+            self._consume(end.end())
+            self._args("}" if self._arg_count else "{}")
+            self._close_call()
+            self._mode = self._after_call_mode
+            return True
+        key = self._match(_KEY, final)
+        if key:  # consumed with its value, so a value that is no literal leaves "key=" in the content
+            self._key, self._value_at = key["key"], key.end()
+            self._scan_at, self._depth, self._quote, self._escaped = key.end(), 0, "", False
+            self._mode = self._value_mode
+            return True
+        if end is None or key is None:
+            return False
+        return self._end_cleanly()
+
+    def _value_mode(self, final: bool) -> bool:
+        end = self._scan_value(final)
+        if end is None:
+            return False
+        value = _to_json(self._buf[self._value_at:end])
+        if value is None:
+            return self._end_cleanly()
+        self._args(("{" if not self._arg_count else ", ") + json.dumps(self._key, ensure_ascii=False) + ": " + value)
+        self._arg_count += 1
+        self._consume(end)
+        self._mode = self._after_value_mode
+        return True
+
+    def _after_value_mode(self, final: bool) -> bool:
+        more = self._match(_NEXT_ARG, final)
+        if more:
+            self._consume(more.end())
+            self._mode = self._key_mode
+            return True
+        end = self._match(_ARGS_END, final)
+        if end:
+            self._mode = self._key_mode  # consumes the ")" and closes the object
+            return True
+        if more is None or end is None:
+            return False
+        return self._end_cleanly()
+
+    def _after_call_mode(self, final: bool) -> bool:
+        done = self._match(_LIST_END, final)
+        if done:
+            self._consume(done.end())
+            self._mode = self._python_end_mode
+            return True
+        if done is None:
+            return False
+        return self._call_start(_NEXT_CALL, final)
+
+    def _python_end_mode(self, final: bool) -> bool:
+        return self._expect_closing(_PYTHON_END, final)
+
+    def _end_cleanly(self) -> bool:
+        """Text that is no keyword argument, or a value that is no literal: the call ends with the
+        arguments read so far (our own JSON, closed at an argument boundary); the rest is content."""
+        self._args("}" if self._arg_count else "{}")
+        return self._break_call()
+
+    def _scan_value(self, final: bool) -> int | None:
+        """Index where the current value ends (a "," or ")" outside brackets and strings), or None."""
+        buf, i = self._buf, self._scan_at
+        depth, quote, escaped = self._depth, self._quote, self._escaped
+        n = len(buf)
+        while i < n:
+            c = buf[i]
+            if quote:
+                if escaped:
+                    escaped = False
+                elif c == "\\":
+                    escaped = True
+                elif buf.startswith(quote, i):
+                    i += len(quote)
+                    quote = ""
+                    continue
+                elif c == quote[0] and len(quote) == 3 and n - i < 3 and not final:
+                    break  # maybe the closing triple quote, not all here yet
+                i += 1
+                continue
+            if c in "\"'":
+                if n - i < 3 and not final:
+                    break  # an opening triple quote needs three characters to tell
+                quote = c * 3 if buf.startswith(c * 3, i) else c
+                i += len(quote)
+                continue
+            if c in _OPENERS:
+                depth += 1
+            elif c in _CLOSERS:
+                if not depth:  # ")" ends the arguments; a stray "]" or "}" is left for the caller to reject
+                    self._scan_at = i
+                    return i
+                depth -= 1
+            elif c == "," and not depth:
+                self._scan_at = i
+                return i
+            i += 1
+        self._scan_at, self._depth, self._quote, self._escaped = i, depth, quote, escaped
+        return None if not final else self._cut_off()
+
+    def _cut_off(self) -> None:
+        """The stream ended inside a value: the call keeps what was sent."""
+        self._buf = ""
+        return None
+
+
+def _to_json(text: str) -> str | None:
+    """A Python (or JSON) literal -> JSON text, or None if it is neither."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return None
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
