@@ -41,19 +41,14 @@ CASES = [
 
 
 def _qwen_tokenizer():
-    """(vocab bytes, eos id, encode) from tokworker's own Tokenizer, or from `tokenizers` if it fails."""
+    """(vocab bytes, eos id, encode, source) from tokworker's own Tokenizer; None without the vocabulary."""
     from tests.realdata import VOCABULARIES
+    from tokworker.tokenizer import Tokenizer
     directory = VOCABULARIES["qwen3_dir"]()
     if directory is None:
         return None
-    try:
-        from tokworker.tokenizer import Tokenizer
-        tokenizer = Tokenizer.from_dir(directory)
-        return tokenizer.vocab_bytes(), tokenizer.eos_token_ids[0], tokenizer.encode, "tokworker"
-    except Exception:  # the tokenizer is another module's work in progress: fall back to the reference
-        from tests.test_automaton import IM_END, qwen
-        reference, vocab, _ = qwen()
-        return vocab, IM_END, lambda text: reference.encode(text, add_special_tokens=False).ids, "tokenizers"
+    tokenizer = Tokenizer.from_dir(directory)
+    return tokenizer.vocab_bytes(), tokenizer.eos_token_ids[0], tokenizer.encode, "tokworker"
 
 
 def _seconds(function):
