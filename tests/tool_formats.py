@@ -7,13 +7,51 @@ The format strings are small literals taken from the real templates in ../shared
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import signal
 
 import msgspec
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionChunk
 
 from tokworker.parsers.tools import get_tool_parser
+
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Text that looks like markup without being a call: tag prefixes, lone brackets, marker fragments.
+NASTY = ["<", ">", "</", "<tool", "<tool_call", "tool_call>", "</tool_call>", "<function", "<function=x",
+         "<parameter", "</parameter>", "<arg_key>", "<|", "<|python_tag", "<|tool_call", "<|channel|",
+         "<|message", "[", "]", "[TOOL", "[TOOL_CALLS", "[ARGS", "{", "}", "(", ")", '"', "'", "\\", ";",
+         ",", ":", "=", "```", "json", "\n", " ", "  ", "\t", "é", "日本", "🙂", "<｜tool▁call", "<｜tool▁calls",
+         "｜>", "a", "the weather", "x < y", "if a<b:", "null", "None", "true", "functions.f"]
+
+fragments = st.sampled_from(NASTY) | st.text(max_size=4)
+nasty_text = st.lists(fragments, max_size=12).map("".join)
+names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True)
+json_scalars = (st.none() | st.booleans() | st.integers(-10**12, 10**12)
+                | st.floats(allow_nan=False, allow_infinity=False) | nasty_text)
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(nasty_text, inner, max_size=3), max_leaves=8)
+arguments = st.dictionaries(nasty_text, json_values, max_size=4)
+calls_lists = st.lists(st.tuples(names, arguments), min_size=1, max_size=3)
+small_calls = st.lists(st.tuples(names, st.dictionaries(nasty_text, json_scalars, max_size=2)),
+                      min_size=1, max_size=2)
+cuts = st.lists(st.integers(1, 12), min_size=1, max_size=6)
+
+
+WS = " \t\n\r"  # JSON's whitespace: what the parsers treat as formatting around calls
+
+
+def expected_content(before: str, after: str) -> str | None:
+    """Whitespace next to a call is formatting: the content a client should see around calls."""
+    head = before.rstrip(WS)
+    tail = (after if head else after.lstrip(WS)) if after.strip(WS) else ""
+    return (head + tail) or None
+
 
 
 def dumps(value) -> str:
@@ -113,3 +151,17 @@ def assert_every_prefix(name: str, text: str, tools=None) -> list[dict]:
         assert got == whole(name, text[:i], tools), (i, text[:i])
         results.append(got)
     return results
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int):
+    """Fail (rather than hang the suite) if a parser stops making progress."""
+    def expire(*_):
+        raise TimeoutError(f"parser took over {seconds} s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
