@@ -11,13 +11,12 @@ renderer), from calls and content that hypothesis generates with the characters 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.tool_formats import (NASTY, SETTINGS, assert_every_prefix, assert_split_invariant, calls_lists, cuts,
+from tests.tool_formats import (EXAMPLES, NASTY, SETTINGS, assert_every_prefix, assert_split_invariant, calls_lists, cuts,
                                 dumps, expected_content, nasty_text, small_calls, stream, summary, time_limit,
                                 whole)
 from tokworker.parsers.tools import TOOL_PARSERS, get_tool_parser
@@ -260,7 +259,7 @@ SOUP_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"typ
 
 
 @pytest.mark.parametrize("name", TOOL_PARSERS)
-@settings(max_examples=int(os.environ.get("SOUP_EXAMPLES", 40)), deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(pieces=st.lists(st.sampled_from(SOUP), max_size=14), chunking=cuts)
 def test_marker_soup_streams_like_whole_text(name, pieces, chunking):
     text = "".join(pieces)

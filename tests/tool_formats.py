@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import signal
 
 import msgspec
@@ -20,7 +21,9 @@ from openai.types.chat import ChatCompletionChunk
 from tokworker.parsers.tools import get_tool_parser
 
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# TOOL_PARSER_EXAMPLES=1000 for a deep run; the default keeps the files well under a minute.
+EXAMPLES = int(os.environ.get("TOOL_PARSER_EXAMPLES", 60))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Text that looks like markup without being a call: tag prefixes, lone brackets, marker fragments.
 NASTY = ["<", ">", "</", "<tool", "<tool_call", "tool_call>", "</tool_call>", "<function", "<function=x",

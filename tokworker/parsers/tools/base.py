@@ -61,7 +61,7 @@ class ToolParser:
             ordered = sorted(cls.starts, key=len, reverse=True)
             cls._start_re = regex.compile("|".join(regex.escape(s) for s in ordered))
             cls._start_prefixes = frozenset(s[:k] for s in cls.starts for k in range(1, len(s)))
-            cls._start_firsts = frozenset(s[0] for s in cls.starts)
+            cls._start_first = regex.compile("[" + "".join(regex.escape(c) for c in {s[0] for s in cls.starts}) + "]")
             cls._start_hold = max(map(len, cls.starts)) - 1
 
     # ---- public surface ----
@@ -123,7 +123,11 @@ class ToolParser:
         buf = self._buf
         if not buf:
             return False
-        m = self._start_re.search(buf) if self.starts else None
+        if not self.starts or self._start_first.search(buf) is None:  # the common case: plain text
+            self._content(buf)
+            self._buf = ""
+            return False
+        m = self._start_re.search(buf)
         if m:
             if m.start():
                 self._content(buf[: m.start()])
@@ -144,10 +148,10 @@ class ToolParser:
         return False
 
     def _held_marker_prefix(self, buf: str) -> int:
-        firsts, prefixes = self._start_firsts, self._start_prefixes
-        for pos in range(max(0, len(buf) - self._start_hold), len(buf)):
-            if buf[pos] in firsts and buf[pos:] in prefixes:
-                return len(buf) - pos
+        prefixes = self._start_prefixes
+        for m in self._start_first.finditer(buf, max(0, len(buf) - self._start_hold)):
+            if buf[m.start():] in prefixes:
+                return len(buf) - m.start()
         return 0
 
     def _opening(self, final: bool) -> bool:  # pragma: no cover - every format with starts defines it
