@@ -1,4 +1,11 @@
-"""What the API process imports: TokenizerPool (asyncio, uvloop-friendly) and the errors it raises."""
+"""What the API process imports: TokenizerPool (asyncio, uvloop-friendly) and the errors it raises.
+
+Advice for the API process: once the server has started (models' configs read, routes built, the pool
+spawned), call `gc.collect(); gc.freeze()`. Everything alive then lives as long as the process, and frozen
+objects are no longer walked by full collections, which otherwise pause the event loop in proportion to
+all that long-lived state. Each worker does the same after loading its tokenizer (a full collection there
+took 176 ms with Qwen3's tables and trie, 30 ms frozen).
+"""
 
 from frontend.client import TokenizerPool
 from frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeout, StreamFailed, UnknownStream,

@@ -109,6 +109,7 @@ class StatsReply(_Reply, tag="stats"):
     streams_opened: int
     queue_depth: int
     max_rss_kb: int
+    gc_frozen: int = 0                     # objects in the collector's permanent generation (see worker)
 
 
 # ---------------------------------------------------------------- stateless text work

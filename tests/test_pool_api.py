@@ -49,7 +49,10 @@ def test_render_encode_decode_compile_equal_the_in_process_engine(tokenizer):
             assert await pool.decode(ids) == [tokenizer.decode(i) for i in ids]
             assert await pool.decode(ids[3], skip_special_tokens=True) == tokenizer.decode(ids[3],
                                                                                            skip_special_tokens=True)
+            frozen = [stats.gc_frozen for stats in await pool.stats()]
+            assert min(frozen) > 10_000              # the loaded tokenizer sits in the permanent generation
             automaton = await pool.compile(pattern="(yes|no|maybe)!")
+            assert sum(stats.gc_frozen for stats in await pool.stats()) > sum(frozen)   # and the trie joins it
             for word in ("yes!", "maybe!"):
                 state = 0
                 for token in tokenizer.encode(word):

@@ -93,6 +93,13 @@ class Handlers:
         except ValueError as exc:
             raise WorkerError(ErrorCode.INVALID, f"cannot compile this constraint: {exc}") from None
 
+    def prepare_trie(self) -> bool:
+        """Build the vocabulary trie if it is not there yet; True when it was just built."""
+        if self._trie is not None:
+            return False
+        self.vocab_trie()
+        return True
+
     def vocab_trie(self):
         """The vocabulary as a byte trie, built once (seconds on a 150k vocabulary): the server builds it
         before the first compile request's time budget starts, so no request pays for it."""

@@ -12,6 +12,7 @@ and never touch the session's streams (so a client's reconnect can never be race
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import os
@@ -53,6 +54,15 @@ def model_fingerprint(model_dir: str) -> str:
     return digest.hexdigest()[:32]
 
 
+def freeze_heap() -> None:
+    """Collect, then move every object alive now into the collector's permanent generation. What a worker
+    holds after loading (the tokenizer's 150k-entry tables, later the vocabulary trie) lives as long as the
+    process; without this every full collection walks all of it again (stream opens measured 10-30 us
+    instead of 4-5 us on Qwen3's vocabulary, because requests allocate enough to trigger them)."""
+    gc.collect()
+    gc.freeze()
+
+
 def load_tokenizer(model_dir: str):
     from tokworker.tokenizer import Tokenizer
 
@@ -88,6 +98,7 @@ class Worker:
                           max_batch=options.max_batch, max_text_chars=options.max_text_chars,
                           max_streams=options.max_streams),
             tool_parser=options.tool_parser, reasoning_parser=options.reasoning_parser)
+        freeze_heap()
 
     def _capabilities(self) -> list[str]:
         caps = ["render", "encode", "decode", "stream", "step"]
@@ -195,8 +206,8 @@ class Worker:
                                "this connection's session moved to a newer connection")
         self.cpu.arm()
         try:
-            if kind is Compile:
-                self.handlers.vocab_trie()                  # one-time preparation, outside any request's budget
+            if kind is Compile and self.handlers.prepare_trie():   # once, outside any request's budget
+                freeze_heap()                                       # the trie lives as long as the process
             if stateless is not None:
                 with self.budget(self.options.budget_s):
                     reply = stateless(msg)
@@ -257,7 +268,8 @@ class Worker:
         return StatsReply(worker_id=self.worker_id, pid=os.getpid(), uptime_s=time.monotonic() - self.started,
                           requests=self.requests, errors=self.errors, streams_open=self.streams.count,
                           streams_opened=self.streams.opened, queue_depth=len(self.backlog),
-                          max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+                          max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                          gc_frozen=gc.get_freeze_count())
 
     def _error(self, identity: bytes, header: bytes, request_id: int, code: str, message: str) -> list[bytes]:
         self.errors += 1
