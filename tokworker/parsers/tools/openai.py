@@ -8,7 +8,9 @@
 analysis goes to reasoning_content, final and commentary without a recipient to content, a message to
 functions.NAME is a call whose body is the arguments JSON. The recipient may also sit in the role
 part: <|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>. Messages to other
-recipients (gpt-oss's built-in browser or python tools) are the model's own work: reasoning.
+recipients (gpt-oss's built-in browser or python tools) are the model's own work: reasoning. The
+first message may start with the recipient, " to=functions.NAME<|channel|>...", as the template
+writes calls after the prompt's "<|start|>assistant".
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from .base import ToolParser
 START, CHANNEL, CONSTRAIN, MESSAGE = "<|start|>", "<|channel|>", "<|constrain|>", "<|message|>"
 END, CALL, RETURN = "<|end|>", "<|call|>", "<|return|>"
 
-_HEADER = regex.compile(r"(?:<\|start\|>(?P<role>[^<]{0,256}))?<\|channel\|>(?P<channel>[^<]{0,256})"
-                        r"(?:<\|constrain\|>[^<]{0,64})?<\|message\|>")
+# [<|start|>ROLE or, right after the prompt's "<|start|>assistant", " to=RECIPIENT"]<|channel|>CHANNEL...<|message|>
+_HEADER = regex.compile(r"(?:<\|start\|>(?P<role>[^<]{0,256})|(?P<role_tail>[ \t]*to=[^<\s]{1,256}[ \t]*))?"
+                        r"<\|channel\|>(?P<channel>[^<]{0,256})(?:<\|constrain\|>[^<]{0,64})?<\|message\|>")
 _RECIPIENT = regex.compile(r"\bto=(\S+)")
 _CALL_END = regex.compile(r"\s*(?:<\|call\|>|<\|end\|>)")
 _BODY_MARKERS = regex.compile("|".join(regex.escape(m) for m in (END, CALL, RETURN, START, CHANNEL)))
@@ -52,7 +55,7 @@ class OpenAIToolParser(ToolParser):
             return self._reject_opening(len(stray))
         self._consume(m.end())
         channel = m["channel"].split()
-        recipient = _RECIPIENT.search(f"{m['role'] or ''} {m['channel']}")
+        recipient = _RECIPIENT.search(f"{m['role'] or m['role_tail'] or ''} {m['channel']}")
         recipient = recipient[1] if recipient else None
         if recipient and recipient.startswith("functions.") and len(recipient) > len("functions."):
             self._open_call(recipient[len("functions."):])
