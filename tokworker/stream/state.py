@@ -18,10 +18,15 @@ each declares them in `special_tokens` and the detokenizer keeps exactly those.
 
 from __future__ import annotations
 
+import sys
+
 from protocol.deltas import Delta, StreamParams, StreamUpdate
 
 from .detokenizer import IncrementalDetokenizer
 from .stop import StopChecker
+
+
+_EMPTY = StreamUpdate()  # every step that changes nothing returns this one (updates are read-only)
 
 
 class TextStream:
@@ -57,9 +62,9 @@ class TextStream:
         self._max_tokens = params.max_tokens
         self._include_stop_token = params.include_stop_str_in_output
         self._count = 0
-        # hot-path facts: ids with no stop rule to apply (count in [quiet_from, quiet_until)), text per id
-        self._quiet_from = params.min_tokens
-        self._quiet_until = params.max_tokens - 1 if params.max_tokens is not None else float("inf")
+        # hot-path facts: a count below quiet_until means the next id meets no length, eos or min_tokens rule
+        self._quiet_end = params.max_tokens - 1 if params.max_tokens is not None else sys.maxsize
+        self._quiet_until = self._quiet_end if params.min_tokens <= 0 else 0
         self._size = tokenizer.vocab_size
         self._texts = self._detok.texts
         self._stop_firsts = self._stop.firsts if self._stop is not None else None
@@ -80,13 +85,14 @@ class TextStream:
     def push(self, ids) -> StreamUpdate:
         """The ids the engine generated this step. A bad id raises DetokenizeError (a ValueError) before
         anything changes, so the stream stays usable."""
-        if len(ids) == 1 and self.finish_reason is None:
-            # The usual step, with as few calls as possible: one id that ends nothing; one lookup decodes it
+        if len(ids) == 1:
+            # The usual step, with as few operations as possible: one id that ends nothing (the count is
+            # inside the window where no length, eos or min_tokens rule applies); one lookup decodes it
             # while the detokenizer holds nothing; the stop checker is asked only when the text could matter.
             token_id = ids[0]
             count = self._count
-            if (self._quiet_from <= count < self._quiet_until and type(token_id) is int
-                    and 0 <= token_id < self._size and token_id not in self._enders):
+            if (count < self._quiet_until and type(token_id) is int and 0 <= token_id < self._size
+                    and token_id not in self._enders):
                 text = self._texts[token_id] if self._idle else None
                 if text is None:
                     detok = self._detok
@@ -100,18 +106,31 @@ class TextStream:
                         return self._update(text, "stop", stop.matched, abort=True)
                     self._stop_holding = stop.holding
                 if not text:
-                    return StreamUpdate()
-                reasoning = self._reasoning
-                deltas = [Delta(text)] if reasoning is None else reasoning.feed(text)
-                if self._tools is None:
-                    return StreamUpdate(deltas)
-                return StreamUpdate(self._through_tools(deltas, False))
+                    return _EMPTY
+                reasoning, tools = self._reasoning, self._tools
+                if reasoning is None:
+                    if tools is None:
+                        return StreamUpdate([Delta(text)])
+                    deltas = _coalesce(tools.feed(text))
+                else:
+                    deltas = reasoning.feed(text)
+                    # reasoning passes by the tool parser, which reads only the content
+                    if tools is not None and deltas and (len(deltas) > 1 or deltas[0].content is not None):
+                        deltas = self._through_tools(deltas, False)
+                return StreamUpdate(deltas) if deltas else _EMPTY
         if self.finish_reason is not None or not ids:
-            return StreamUpdate()
+            return _EMPTY
         update = self._step(ids)
+        self._after_step()
+        return update
+
+    def _after_step(self) -> None:
+        """Refresh the hot path's facts after a step it did not take."""
         self._idle = self._detok.idle
         self._stop_holding = self._stop is not None and self._stop.holding
-        return update
+        # one id at a time is quiet from min_tokens until the one before max_tokens, while not finished
+        self._quiet_until = (self._quiet_end if self.finish_reason is None and self._count >= self._min_tokens
+                             else 0)
 
     def _step(self, ids) -> StreamUpdate:
         detok, stop = self._detok, self._stop
@@ -160,7 +179,7 @@ class TextStream:
         """The engine ended the request itself (max_model_len: "length", or e.g. "abort"); flush what is
         held. A stop string completed by the flushed text still wins, as in vLLM."""
         if self.finish_reason is not None:
-            return StreamUpdate()
+            return _EMPTY
         text = self._detok.flush()
         stop_reason = None
         stop = self._stop
@@ -184,8 +203,9 @@ class TextStream:
             if finish_reason == "stop" and self._tools is not None and self._tools.called:
                 finish_reason = "tool_calls"
             self.finish_reason, self.stop_reason = finish_reason, stop_reason
+            self._quiet_until = 0
             return StreamUpdate(deltas=deltas, finish_reason=finish_reason, stop_reason=stop_reason, abort=abort)
-        return StreamUpdate(deltas=deltas)
+        return StreamUpdate(deltas) if deltas else _EMPTY
 
     def _parse(self, text: str, ending: bool) -> list[Delta]:
         reasoning, tools = self._reasoning, self._tools

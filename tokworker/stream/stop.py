@@ -11,9 +11,41 @@ part of it. Two rules do it with work bounded by the delta and the longest stop,
 When several stops could match, the one that completes first (smallest end, then earliest start) wins:
 that is where generation, checked token by token, would have stopped, so the answer does not depend on
 how the text was split into deltas.
+
+Most deltas cannot touch a stop at all: with nothing held, a delta holding none of the stops' first
+characters is returned as it is. The tables behind these checks depend only on the stop strings, so
+streams with the same stops share one (requests of a deployment tend to repeat theirs).
 """
 
 from __future__ import annotations
+
+_PLANS: dict[tuple, "_StopPlan"] = {}
+_PLAN_LIMIT = 256  # distinct stop lists kept; the oldest is dropped beyond that
+
+
+class _StopPlan:
+    """What the checker needs to know about one list of stop strings, computed once."""
+
+    __slots__ = ("stops", "firsts", "prefixes", "prefix_ends", "max_hold")
+
+    def __init__(self, stops: tuple[str, ...]):
+        self.stops = tuple(dict.fromkeys(s for s in stops if s))
+        # Every proper prefix of every stop: the tails worth holding back; a tail ending in a character
+        # that ends none of them, or starting with one that begins no stop, is released without looking.
+        self.prefixes = frozenset(s[:k] for s in self.stops for k in range(1, len(s)))
+        self.prefix_ends = frozenset(p[-1] for p in self.prefixes)
+        self.firsts = frozenset(s[0] for s in self.stops)
+        self.max_hold = max((len(s) - 1 for s in self.stops), default=0)
+
+
+def _plan(stops) -> _StopPlan:
+    key = tuple(stops)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= _PLAN_LIMIT:
+            del _PLANS[next(iter(_PLANS))]
+        plan = _PLANS[key] = _StopPlan(key)
+    return plan
 
 
 class StopChecker:
@@ -29,15 +61,11 @@ class StopChecker:
         if isinstance(stops, str):
             stops = [stops]
         for stop in stops:
-            if not isinstance(stop, str):
+            if type(stop) is not str:
                 raise ValueError(f"stop strings must be str, not {type(stop).__name__}")
-        self._stops = tuple(dict.fromkeys(s for s in stops if s))
-        # Every proper prefix of every stop: the tails worth holding back, and their last characters
-        # (a tail ending in any other character is released without looking further).
-        self._prefixes = frozenset(s[:k] for s in self._stops for k in range(1, len(s)))
-        self._prefix_ends = frozenset(p[-1] for p in self._prefixes)
-        self._firsts = frozenset(s[0] for s in self._stops)
-        self._max_hold = max((len(s) - 1 for s in self._stops), default=0)
+        plan = _plan(stops)
+        self._stops, self._firsts, self._prefixes = plan.stops, plan.firsts, plan.prefixes
+        self._prefix_ends, self._max_hold = plan.prefix_ends, plan.max_hold
         self._include = include_stop
         self._held = ""
         self.stopped = False
@@ -58,25 +86,29 @@ class StopChecker:
         """Append `delta`. With can_stop=False (the first min_tokens tokens) a stop string completed in
         this delta does not count, but the tail is still held so that a stop beginning here and ending
         later is caught."""
-        if self.stopped:
-            return ""
         held = self._held
-        if not held:
-            if self._firsts.isdisjoint(delta):  # no stop can begin in this delta: nothing to find or hold
-                return delta
-            text = delta
-        else:
+        if held:
             text = held + delta
+        elif self.stopped:
+            return ""
+        elif self._firsts.isdisjoint(delta):  # no stop can begin in this delta: nothing to find or hold
+            return delta
+        else:
+            text = delta
         if can_stop:
-            found = self._earliest_match(text, len(held))
-            if found is not None:
-                end, start, stop = found
-                self.stopped, self.matched, self._held = True, stop, ""
-                return text[:end] if self._include else text[:start]
-        hold = self._tail_to_hold(text)
-        if hold:
-            self._held = text[-hold:]
-            return text[:-hold]
+            for stop in self._stops:
+                if stop in text:  # a cheap filter: the exact rules (where a match may end) come next
+                    found = self._earliest_match(text, len(held))
+                    if found is not None:
+                        end, start, stop = found
+                        self.stopped, self.matched, self._held = True, stop, ""
+                        return text[:end] if self._include else text[:start]
+                    break
+        if text[-1] in self._prefix_ends:
+            hold = self._tail_to_hold(text)
+            if hold:
+                self._held = text[-hold:]
+                return text[:-hold]
         self._held = ""
         return text
 
@@ -98,10 +130,18 @@ class StopChecker:
         return best
 
     def _tail_to_hold(self, text: str) -> int:
-        if not text or text[-1] not in self._prefix_ends:
-            return 0
-        prefixes = self._prefixes
-        for k in range(min(self._max_hold, len(text)), 0, -1):
-            if text[-k:] in prefixes:
-                return k
-        return 0
+        """The length of the longest tail of text that is a proper prefix of a stop: for each first
+        character, its leftmost occurrence in the last max_hold characters that starts such a tail."""
+        n = len(text)
+        low = n - self._max_hold
+        if low < 0:
+            low = 0
+        prefixes, longest = self._prefixes, 0
+        for first in self._firsts:
+            pos = text.find(first, low)
+            while 0 <= pos < n - longest:
+                if text[pos:] in prefixes:
+                    longest = n - pos
+                    break
+                pos = text.find(first, pos + 1)
+        return longest
