@@ -21,15 +21,29 @@ def apply_chat_template(tokenizer, messages, tools=None, tokenize=True, chat_tem
     restores transformers' plain encoding. `chat_template` may name one of the model's templates, or be a
     template of its own, which is refused unless `allow_untrusted_template` (a server passes its operator's
     setting here). A model without a template uses CHATML_TEMPLATE."""
+    text, ids = render_chat_prompt(tokenizer, messages, tools, chat_template, tokenize=tokenize, documents=documents,
+                                   add_generation_prompt=add_generation_prompt,
+                                   continue_final_message=continue_final_message,
+                                   sanitize_control_tokens=sanitize_control_tokens,
+                                   allow_untrusted_template=allow_untrusted_template, now=now, limits=limits,
+                                   **variables)
+    return ids if tokenize else text
+
+
+def render_chat_prompt(tokenizer, messages, tools=None, chat_template=None, *, tokenize=True, documents=None,
+                       add_generation_prompt=False, continue_final_message=False, sanitize_control_tokens=True,
+                       allow_untrusted_template=False, now=None, limits=None, **variables):
+    """(text, ids) of one render: what apply_chat_template returns with tokenize=False and with tokenize=True,
+    for the cost of one (a server that sends both back renders once). ids is None when not `tokenize`."""
     template = select_template(tokenizer, chat_template, tools, allow_untrusted_template)
     special = special_tokens(tokenizer)
     chat = prepare_chat(template, messages, tools, documents, add_generation_prompt, continue_final_message)
     text = render_prepared(chat, now=now, limits=limits, **{**special, **variables})
     if not tokenize:
-        return text
+        return text, None
     if not sanitize_control_tokens:
-        return tokenizer.encode(text)
-    return _encode_sanitized(tokenizer, chat, text, special, variables, now, limits)
+        return text, tokenizer.encode(text)
+    return text, _encode_sanitized(tokenizer, chat, text, special, variables, now, limits)
 
 
 def select_template(tokenizer, chat_template, tools, allow_untrusted_template: bool) -> str:

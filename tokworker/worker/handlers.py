@@ -21,6 +21,7 @@ class Handlers:
         self._check_nesting(msg.tools, "tools")
         self._check_nesting(msg.template_kwargs, "template_kwargs")
         from tokworker.templates import TemplateError, UntrustedTemplateError
+        from tokworker.templates.apply import render_chat_prompt
 
         reserved = {"tools", "tokenize", "chat_template", "add_generation_prompt", "continue_final_message",
                     "allow_untrusted_template", "sanitize_control_tokens", "limits", "now", "documents"}
@@ -31,10 +32,8 @@ class Handlers:
                        add_generation_prompt=msg.add_generation_prompt,
                        continue_final_message=msg.continue_final_message,
                        allow_untrusted_template=self.options.allow_request_templates)
-        apply = self.tokenizer.apply_chat_template
         try:
-            ids = apply(msg.messages, tokenize=True, **options)
-            text = apply(msg.messages, tokenize=False, **options) if msg.return_text else None
+            text, ids = render_chat_prompt(self.tokenizer, msg.messages, **options)
         except UntrustedTemplateError as exc:
             raise WorkerError(ErrorCode.FORBIDDEN, f"{exc} (the operator can enable --allow-request-templates)") \
                 from None
@@ -42,7 +41,7 @@ class Handlers:
             raise WorkerError(ErrorCode.TEMPLATE, f"{type(exc).__name__}: {exc}") from None
         except (ValueError, TypeError, KeyError) as exc:
             raise WorkerError(ErrorCode.INVALID, f"cannot render these messages: {exc}") from None
-        return RenderReply(ids=list(ids), text=text)
+        return RenderReply(ids=list(ids), text=text if msg.return_text else None)
 
     # ------------------------------------------------------------ encode / decode
     def encode(self, msg: Encode) -> EncodeReply:
