@@ -121,19 +121,17 @@ class IncrementalDetokenizer:
         self._window: list[int] = []
         self._prefix_text = ""
         self._segments = 0  # spaces mode: segments emitted so far
+        # Nothing is held (no unfinished character) and no leading space is left to strip: while idle, one
+        # id whose `texts` entry is a str decodes to exactly that str and changes no state.
+        self.idle = self._texts is not None and not self._at_start
 
     # ------------------------------------------------------------------ public
     @property
     def texts(self):
         """Text per id for the one-lookup path, or None when this tokenizer has none (byte fallback,
-        windowed decode). While `idle`, one id whose entry is a str decodes to exactly that str and changes
-        no state, so a caller may look it up itself (TextStream's hot path does)."""
+        windowed decode). While `idle` is True, one id whose entry is a str decodes to exactly that str and
+        changes no state, so a caller may look it up itself (TextStream's hot path does)."""
         return self._texts
-
-    @property
-    def idle(self) -> bool:
-        """Nothing is held (no unfinished character) and no leading space is left to strip."""
-        return self._texts is not None and not self._pending and not self._at_start
 
     def check(self, ids) -> None:
         """Raise DetokenizeError unless every id is an int in the vocabulary."""
@@ -172,6 +170,23 @@ class IncrementalDetokenizer:
             self._at_start = False
             if text[0] == " ":
                 text = text[1:]
+        self.idle = self._texts is not None and not self._pending and not self._at_start
+        return text
+
+    def add_id(self, token_id: int) -> str:
+        """One id already checked to be in the vocabulary: `add([token_id])` with the fewest steps for the
+        common case of a byte-level vocabulary mid-character (CJK, emoji: one token per byte or two)."""
+        if self._texts is None or self._at_start:
+            return self.add((token_id,), checked=True)
+        pending = self._pending
+        if not pending:
+            text = self._texts[token_id]
+            if text is not None:
+                return text
+        data = pending + self._table[token_id]
+        text, used = utf_8_decode(data, "replace", False)
+        self._pending = pending = data[used:]
+        self.idle = not pending
         return text
 
     def flush(self) -> str:
@@ -181,6 +196,7 @@ class IncrementalDetokenizer:
             self._at_start = False
             if text[0] == " ":
                 text = text[1:]
+        self.idle = self._texts is not None and not self._pending and not self._at_start
         return text
 
     # ------------------------------------------------------------------ bytewise

@@ -96,7 +96,7 @@ class TextStream:
                 text = self._texts[token_id] if self._idle else None
                 if text is None:
                     detok = self._detok
-                    text = detok.add(ids, checked=True)
+                    text = detok.add_id(token_id)
                     self._idle = detok.idle
                 self._count = count + 1
                 stop = self._stop

@@ -55,7 +55,7 @@ class StopChecker:
     later is dropped."""
 
     __slots__ = ("_stops", "_firsts", "_prefixes", "_prefix_ends", "_max_hold", "_include", "_held", "stopped",
-                 "matched")
+                 "matched", "holding")
 
     def __init__(self, stops, include_stop: bool = False):
         if isinstance(stops, str):
@@ -70,17 +70,14 @@ class StopChecker:
         self._held = ""
         self.stopped = False
         self.matched: str | None = None
+        # A tail is held back, or the checker has stopped: while False, a delta holding none of `firsts` is
+        # returned unchanged by add() and changes nothing (a caller may skip the call).
+        self.holding = False
 
     @property
     def firsts(self) -> frozenset:
-        """The first characters of the stop strings. While `holding` is False, a delta containing none of
-        them is returned unchanged by add() and changes nothing (a caller may skip the call)."""
+        """The first characters of the stop strings (see `holding`)."""
         return self._firsts
-
-    @property
-    def holding(self) -> bool:
-        """A tail is held back, or the checker has stopped."""
-        return bool(self._held) or self.stopped
 
     def add(self, delta: str, can_stop: bool = True) -> str:
         """Append `delta`. With can_stop=False (the first min_tokens tokens) a stop string completed in
@@ -102,19 +99,23 @@ class StopChecker:
                     if found is not None:
                         end, start, stop = found
                         self.stopped, self.matched, self._held = True, stop, ""
+                        self.holding = True
                         return text[:end] if self._include else text[:start]
                     break
         if text[-1] in self._prefix_ends:
             hold = self._tail_to_hold(text)
             if hold:
                 self._held = text[-hold:]
+                self.holding = True
                 return text[:-hold]
         self._held = ""
+        self.holding = False
         return text
 
     def finish(self) -> str:
         """The stream ended: the held tail was not a stop after all."""
         held, self._held = self._held, ""
+        self.holding = self.stopped
         return "" if self.stopped else held
 
     def _earliest_match(self, text: str, old: int):
