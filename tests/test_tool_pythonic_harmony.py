@@ -60,6 +60,7 @@ def test_pythonic_every_split_and_every_prefix(calls):
     ("[f(a=float('nan'))]", [("f", "{}")], "a=float('nan'))]"),
     ("[f(s='''a\"b''', t=r'\\d', u=(1,), v=null)]", [("f", '{"s": "a\\"b", "t": "\\\\d", "u": [1], "v": null}')], None),
     ("[]", [], "[]"),
+    ("[f(a=1, b=\"cut off", [("f", '{"a": 1}')], 'b="cut off'),  # a value never sent is content
 ])
 def test_pythonic_cases(text, calls, content):
     result = assert_split_invariant("pythonic", text, every_split=True)

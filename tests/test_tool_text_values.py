@@ -177,4 +177,13 @@ def test_text_valued_junk_inside_a_call_ends_it_cleanly():
     result = assert_split_invariant("glm45", text, every_split=True)
     assert result["calls"] == [("f", '{"a": 1}')] and result["content"] == "surprise</tool_call>"
     cut = assert_split_invariant("qwen3_coder", "<function=f>\n<parameter=a>\n1\n</parameter>\n", every_split=True)
-    assert cut["calls"] == [("f", '{"a": "1"}')]
+    assert cut["calls"] == [("f", '{"a": "1"}')]  # cut between parameters: the object closes there
+
+
+def test_text_values_cut_off_keep_what_was_written():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer"}, "s": {"type": "string"}}}}}]
+    typed = assert_split_invariant("qwen3_coder", "<function=f>\n<parameter=n>\n4", tools, every_split=True)
+    assert typed["calls"] == [("f", '{"n": 4')] and typed["content"] is None
+    text = assert_split_invariant("glm45", "<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>abc", tools, every_split=True)
+    assert text["calls"] == [("f", '{"s": "abc')] and text["content"] is None

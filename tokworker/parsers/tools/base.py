@@ -17,7 +17,6 @@ construction; the tests check that the result is the same however the text is sp
 
 from __future__ import annotations
 
-import json
 import os
 
 import regex
@@ -46,8 +45,9 @@ class ToolParser:
         self._last_args: FunctionDelta | None = None  # open args fragment to append to, this feed
         self._held_ws = ""  # whitespace ending the content so far: dropped if a call follows
         self._after_call = False  # whitespace right after a call is formatting, not content
-        self._content_seen = False
+        self._content_seen = False  # whitespace after a call separates content only if some came before
         self._index = -1
+        self._call_name = ""
         self._id_base = os.urandom(8).hex()
         self._scanner: JsonScanner | None = None
         self._after_args = None  # the mode to enter once the arguments object closes
@@ -287,14 +287,6 @@ def tool_schemas(tools: list[dict] | None) -> dict[str, dict]:
         parameters = function.get("parameters")
         schemas[function["name"]] = parameters if isinstance(parameters, dict) else {}
     return schemas
-
-
-def decode_json_string(body: str) -> str | None:
-    """The text between a JSON string's quotes -> its value, or None if it is not valid JSON."""
-    try:
-        return json.loads(f'"{body}"')
-    except ValueError:
-        return None
 
 
 def assemble(deltas: list[Delta]) -> dict:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 
-from .base import decode_json_string
 from .jsonscan import JsonScanner
 
 # `{"name": "NAME", "arguments": ` up to the arguments' opening brace (not consumed), or `{"name": "NAME"}`.
@@ -90,6 +89,14 @@ class JsonCallObjects:
         if scanner.error or final:
             return self._reject_opening(self._whole_reject)
         return False
+
+
+def decode_json_string(body: str) -> str | None:
+    """The text between a JSON string's quotes -> its value, or None if it is not valid JSON."""
+    try:
+        return json.loads(f'"{body}"')
+    except ValueError:
+        return None
 
 
 def _decode_call(text: str) -> tuple[str, str] | None:

@@ -75,8 +75,8 @@ class PythonicToolParser(ToolParser):
 
     def _value_mode(self, final: bool) -> bool:
         end = self._scan_value(final)
-        if end is None:
-            return False
+        if end is None:  # at the end of the stream: a value cut off is content, like one that is no literal
+            return self._end_cleanly() if final else False
         value = _to_json(self._buf[self._value_at:end])
         if value is None:
             return self._end_cleanly()
@@ -157,11 +157,6 @@ class PythonicToolParser(ToolParser):
                 return i
             i += 1
         self._scan_at, self._depth, self._quote, self._escaped = i, depth, quote, escaped
-        return None if not final else self._cut_off()
-
-    def _cut_off(self) -> None:
-        """The stream ended inside a value: the call keeps what was sent."""
-        self._buf = ""
         return None
 
 

@@ -123,9 +123,11 @@ class TextValuedArgs:
                 return True
         m = self._value_end.search(buf)
         if m is None:
-            if final:  # cut off inside a value: the call keeps what was sent
+            if final:  # cut off inside a value: the call keeps what was written, left open
                 self._value_piece(buf)
                 self._buf = ""
+                if not self._value_streams:
+                    self._args(convert("".join(self._value_raw), self._value_types, self.untyped_as_json))
                 return False
             keep = self._held_end_prefix(buf)
             if self.strip_value_newlines and len(buf) > keep and buf[len(buf) - keep - 1] == "\n":
