@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
 
-from tests.realdata import chat_templates
-from tests.tool_formats import assert_split_invariant
+from tests.realdata import chat_templates, vocabulary
+from tests.tool_formats import assert_split_invariant, stream, summary, whole
+from tokworker.parsers.tools import get_tool_parser
 
 render_jinja_template = pytest.importorskip("transformers.utils.chat_template_utils").render_jinja_template
 
@@ -97,3 +100,33 @@ def test_parsers_read_what_the_templates_write(file):
     assert [(name, json.loads(args)) for name, args in result["calls"]] == calls, turn
     # what is left is the templates' own reasoning markup (<think></think>), for the reasoning parser
     assert "".join((result["content"] or "").split()) in ("", "<think></think>", "</think>"), (turn, result["content"])
+
+
+# real vocabulary -> (its tokenizer.json, relative to the located path, and a template of that model)
+TOKENIZED = {
+    "qwen3_dir": ("tokenizer.json", "Qwen-Qwen3-0.6B.jinja"),
+    "deepseek": ("", "deepseek-ai-DeepSeek-V3.1.jinja"),
+}
+
+
+@pytest.mark.parametrize("vocab", sorted(TOKENIZED))
+def test_token_by_token_from_a_real_tokenizer(vocab):
+    """Encode the template's assistant turn with the real tokenizer and stream it the way an engine
+    would, one token's text at a time (tokenizers' DecodeStream as the detokenizer): the markers are
+    single tokens of that vocabulary and the calls come out the same as from the whole text."""
+    path = vocabulary(vocab)
+    member, file = TOKENIZED[vocab]
+    tokenizer = Tokenizer.from_file(str(path / member if member else path))
+    if file not in TEMPLATES:
+        pytest.skip(f"{file} is not in ../shared/fixtures")
+    parser, start, arguments_type, most, content = CASES[file]
+    turn = assistant_turn(TEMPLATES[file], CALLS[:most], start, arguments_type, content)
+    for marker in get_tool_parser(parser).special_tokens:
+        assert tokenizer.token_to_id(marker) is not None, marker
+    decoder = DecodeStream(skip_special_tokens=False)
+    pieces = [decoder.step(tokenizer, i) for i in tokenizer.encode(turn, add_special_tokens=False).ids]
+    pieces = [p for p in pieces if p]
+    assert "".join(pieces) == turn
+    streamed = summary(stream(parser, pieces))
+    assert streamed == whole(parser, turn)
+    assert [(name, json.loads(args)) for name, args in streamed["calls"]] == CALLS[:most]
