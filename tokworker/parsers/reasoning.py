@@ -20,7 +20,7 @@ streamed and the whole-text results agree by construction; the tests check the m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from protocol.deltas import Delta
 
@@ -42,6 +42,17 @@ class ReasoningFormat:
     implicit_ends: tuple[str, ...] = ()  # end the reasoning and begin the content (kept in it)
     without_prompt: str = INSIDE  # the start when no prompt is known (vLLM's assumption)
     open_prompt: str = EXPECT  # the start when the prompt neither opened nor closed a block
+    # The characters that may begin a tag ending the reasoning (text without any cannot end it), and the
+    # one character when they all begin with the same one (a str search is cheaper than a set test).
+    end_firsts: frozenset = field(init=False, repr=False, compare=False)
+    end_first: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        firsts = frozenset(tag[0] for tag in self.ends + self.implicit_ends)
+        if not firsts.isdisjoint(_WHITESPACE):  # whitespace before an end tag is held as formatting
+            raise ValueError("a tag ending the reasoning must not begin with whitespace")
+        object.__setattr__(self, "end_firsts", firsts)
+        object.__setattr__(self, "end_first", next(iter(firsts)) if len(firsts) == 1 else "")
 
     @property
     def special_tokens(self) -> tuple[str, ...]:
@@ -121,13 +132,13 @@ class ReasoningParser:
     whole-text `parse(text) -> (reasoning, content)` (None for an empty part)."""
 
     __slots__ = ("fmt", "special_tokens", "_initial", "_mode", "_steady", "_held", "_held_blank", "_started",
-                 "_emitted_content", "_end_firsts")
+                 "_emitted_content", "_end_firsts", "_end_first")
 
     def __init__(self, fmt: ReasoningFormat, mode: str):
         self.fmt = fmt
         self.special_tokens = fmt.special_tokens
         self._initial = mode
-        self._end_firsts = frozenset(tag[0] for tag in fmt.ends + fmt.implicit_ends)
+        self._end_firsts, self._end_first = fmt.end_firsts, fmt.end_first
         self._mode = mode
         self._steady = None
         self._held = ""          # text not yet decided (a possible tag, or whitespace at an edge)
@@ -143,11 +154,13 @@ class ReasoningParser:
         return reasoning or None, content or None
 
     def feed(self, text: str) -> list[Delta]:
-        steady = self._steady  # the hot path: plain text in a section that has started, nothing held
+        steady = self._steady  # the hot path: a section that has started, nothing held but whitespace
         if steady is CONTENT:
             return [Delta(content=text)] if text else []
-        if steady is _REASONING and text and text[-1] not in _WHITESPACE and self._end_firsts.isdisjoint(text):
-            return [Delta(reasoning_content=text)]
+        if steady is _REASONING and text:
+            first = self._end_first
+            if (first not in text) if first else self._end_firsts.isdisjoint(text):
+                return self._plain_reasoning(text)
         if self._held_blank or not self._held.strip(_WHITESPACE):
             if self._holds_blank() and not text.strip(_WHITESPACE):
                 self._held_blank.append(text)  # still only whitespace: the machine would hold it all
@@ -155,9 +168,33 @@ class ReasoningParser:
                 return []
         out: list[Delta] = []
         self._run(self._take_held() + text, out, final=False)
-        mode = self._mode
-        self._steady = mode if (mode is CONTENT or mode is _REASONING) and self._started and not self._held else None
+        mode, held = self._mode, self._held
+        if mode is _REASONING and self._started and held and not held.strip(_WHITESPACE):
+            self._held_blank.append(held)  # only whitespace waits: the steady path can go on from here
+            self._held = held = ""
+        self._steady = mode if (mode is CONTENT or mode is _REASONING) and self._started and not held else None
         return out
+
+    def _plain_reasoning(self, text: str) -> list[Delta]:
+        """Steady reasoning and text that cannot begin an end tag: what the machine would do, without it.
+        Whitespace at its end waits (it is formatting if the end tag follows) and joins the next text."""
+        blank = self._held_blank
+        if text[-1] in _WHITESPACE:
+            body = text.rstrip(_WHITESPACE)
+            if not body:
+                blank.append(text)
+                return []
+            if blank:
+                shown = "".join(blank) + body
+                blank.clear()
+            else:
+                shown = body
+            blank.append(text[len(body):])
+            return [Delta(reasoning_content=shown)]
+        if blank:
+            text = "".join(blank) + text
+            blank.clear()
+        return [Delta(reasoning_content=text)]
 
     def finish(self) -> list[Delta]:
         out: list[Delta] = []

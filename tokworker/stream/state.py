@@ -67,7 +67,12 @@ class TextStream:
         self._quiet_until = self._quiet_end if params.min_tokens <= 0 else 0
         self._size = tokenizer.vocab_size
         self._texts = self._detok.texts
-        self._stop_firsts = self._stop.firsts if self._stop is not None else None
+        # A delta without any stop's first character cannot touch a stop while nothing is held. With one or
+        # two such characters, two str searches test that faster than a set does.
+        firsts = self._stop.firsts if self._stop is not None else frozenset()
+        self._stop_firsts = firsts
+        few = sorted(firsts)
+        self._stop_a, self._stop_b = (few[0], few[-1]) if 1 <= len(few) <= 2 else ("", "")
         self._stop_holding = False
         self._idle = self._detok.idle
         self.finish_reason: str | None = None
@@ -100,7 +105,9 @@ class TextStream:
                     self._idle = detok.idle
                 self._count = count + 1
                 stop = self._stop
-                if stop is not None and (self._stop_holding or not self._stop_firsts.isdisjoint(text)):
+                first = self._stop_a
+                if stop is not None and (self._stop_holding or ((first in text or self._stop_b in text) if first
+                                                                else not self._stop_firsts.isdisjoint(text))):
                     text = stop.add(text)
                     if stop.stopped:
                         return self._update(text, "stop", stop.matched, abort=True)
