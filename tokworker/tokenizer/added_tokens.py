@@ -6,11 +6,19 @@ single_word rejects a match touching a word character; lstrip/rstrip absorb the 
 
 Ids follow `tokenizers`, not the JSON: a token whose content is in the model vocabulary takes that id, any
 other is numbered after the model (from the model's entry count, or one past the highest added id).
+
+Literal spans (what the template layer passes so message content cannot forge control tokens) are ranges
+where no added token may match: a match overlapping one is dropped and the longest token at the same start
+that stops before the span is tried instead, as if the overlapping token did not exist there. A zero-width
+span (p, p) forbids matches across position p only. Spans are merged and bisected, so a message holding
+thousands of forged tokens costs O(n log n), not matches x spans.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
 
 import regex
 
@@ -85,49 +93,56 @@ class AddedVocabulary:
     def __len__(self):
         return len(self.ids)
 
-    def split(self, text: str, normalize=None, split_special: bool = False, spans=()):
+    def split(self, text: str, normalize=None, split_special: bool = False, spans: LiteralSpans | None = None):
         """Yield (normalized_text, None, starts_input) for ordinary text and (None, id, False) per added token.
 
         split_special=True leaves special tokens as ordinary text (tokenizers' encode_special_tokens).
-        `spans` are (start, end) ranges of `text` where no added token may match (literal text)."""
+        `spans` are the ranges of `text` where no added token may match (literal text)."""
         raw = self._raw_plain if split_special else self._raw
         normalized = self._normalized_plain if split_special else self._normalized
-        for start, piece, token_id in self._find(text, raw, spans, 0):
+        for start, piece, token_id in self._find(text, raw, spans):
             if token_id is not None:
                 yield None, token_id, False
                 continue
+            piece_spans = spans.within(start, start + len(piece)) if spans is not None else None
             if normalize is not None:
-                piece_spans = _normalized_spans(piece, start, spans, normalize) if spans and normalized.pattern else ()
-                piece = normalize(piece)
-            else:
-                piece_spans = [(s - start, e - start) for s, e in spans] if spans else ()
+                normalized_piece = normalize(piece)
+                if piece_spans is not None and normalized.pattern is not None:
+                    piece_spans = _normalized_spans(piece, normalized_piece, piece_spans, normalize)
+                piece = normalized_piece
             if not piece:
                 continue
             if normalized.pattern is None:
                 yield piece, None, start == 0
                 continue
-            for sub_start, sub_piece, sub_id in self._find(piece, normalized, piece_spans, 0):
+            for sub_start, sub_piece, sub_id in self._find(piece, normalized, piece_spans):
                 if sub_id is not None:
                     yield None, sub_id, False
                 elif sub_piece:
                     yield sub_piece, None, start == 0 and sub_start == 0
 
-    def _find(self, text: str, matcher: _Matcher, spans, _offset):
+    def _find(self, text: str, matcher: _Matcher, spans: LiteralSpans | None):
         """(start, text, None) gaps and (start, content, id) matches covering `text` in order."""
         if matcher.pattern is None or not text:
             if text:
                 yield 0, text, None
             return
-        search, ids, tokens = matcher.pattern.search, matcher.ids, self.tokens
+        search, match_at, ids, tokens = matcher.pattern.search, matcher.pattern.match, matcher.ids, self.tokens
         cursor = position = 0
         while True:
             match = search(text, position)
             if match is None:
                 break
             start, stop = match.span()
-            if spans and any(s < stop and start < e for s, e in spans):
-                position = start + 1                      # literal text: the token does not exist here
-                continue
+            if spans is not None:
+                blocked = spans.blocking(start, stop)
+                if blocked is not None:                   # literal text: that token does not exist here
+                    edge, end = blocked
+                    match = match_at(text, start, edge) if start < edge else None
+                    if match is None:
+                        position = start + 1 if start < edge else end
+                        continue
+                    stop = match.end()
             position = stop
             token_id = ids[match.group()]
             token = tokens[token_id]
@@ -148,11 +163,68 @@ class AddedVocabulary:
             yield cursor, text[cursor:], None
 
 
-def _normalized_spans(piece: str, piece_start: int, spans, normalize):
-    """Literal spans of a raw piece, moved to the piece's normalized text by normalizing its prefixes."""
-    out = []
-    for start, end in spans:
-        start, end = max(start - piece_start, 0), min(end - piece_start, len(piece))
-        if start < end:
-            out.append((len(normalize(piece[:start])) if start else 0, len(normalize(piece[:end]))))
-    return out
+class LiteralSpans:
+    """(start, end) ranges where no added token may match, merged into sorted disjoint ranges.
+
+    A match [a, b) is blocked by a range (s, e) when a < e and s < b; for a zero-width range that says the
+    match crosses position s. Overlapping or touching ranges block exactly what their union blocks."""
+
+    def __init__(self, spans):
+        starts, ends = [], []
+        for start, end in sorted(spans):
+            if ends and start <= ends[-1]:
+                ends[-1] = max(ends[-1], end)
+            else:
+                starts.append(start)
+                ends.append(end)
+        self.starts, self.ends = starts, ends
+
+    def blocking(self, start: int, stop: int) -> tuple[int, int] | None:
+        """The range a match [start, stop) overlaps, if any (the only candidate is the first ending after start)."""
+        i = bisect_right(self.ends, start)
+        if i < len(self.starts) and self.starts[i] < stop:
+            return self.starts[i], self.ends[i]
+        return None
+
+    def within(self, low: int, high: int) -> LiteralSpans | None:
+        """The ranges that can block a match inside text[low:high], clipped and shifted to that text."""
+        first, last = bisect_right(self.ends, low), bisect_left(self.starts, high)
+        if first >= last:
+            return None
+        inside = LiteralSpans(())
+        inside.starts = [max(s, low) - low for s in self.starts[first:last]]
+        inside.ends = [min(e, high) - low for e in self.ends[first:last]]
+        return inside
+
+
+_MARKERS = [chr(code) for code in range(0xE000, 0xE100)]     # private-use: no normalizer touches them
+_PREFIX_LIMIT = 32
+
+
+def _normalized_spans(piece: str, normalized: str, spans: LiteralSpans, normalize) -> LiteralSpans:
+    """Literal spans of a raw piece, moved onto its normalized text.
+
+    A private-use marker is put at every span edge and the marked piece normalized once; where the markers
+    come out in order and removing them leaves exactly `normalized`, their places are the edges. Otherwise
+    (normalization joins characters across an edge: NFC composing onto a span's last character, Strip
+    eating spaces beside one) each edge is placed by normalizing the piece up to it, and past
+    _PREFIX_LIMIT edges only the outermost two are placed, making everything between them literal."""
+    edges = sorted({*spans.starts, *spans.ends})
+    marker = next((m for m in _MARKERS if m not in piece), None)
+    if marker is not None:
+        cuts = [0, *edges, len(piece)]
+        parts = normalize(marker.join(piece[a:b] for a, b in zip(cuts, cuts[1:]))).split(marker)
+        if len(parts) == len(edges) + 1 and "".join(parts) == normalized:
+            place = dict(zip(edges, accumulate(map(len, parts[:-1]))))
+            return _placed(spans, place)
+    if len(edges) > _PREFIX_LIMIT:
+        hull = LiteralSpans(())
+        hull.starts, hull.ends = [spans.starts[0]], [spans.ends[-1]]
+        spans, edges = hull, [spans.starts[0], spans.ends[-1]]
+    place = {edge: len(normalize(piece[:edge])) if edge else 0 for edge in edges}
+    return _placed(spans, place)
+
+
+def _placed(spans: LiteralSpans, place: dict[int, int]) -> LiteralSpans:
+    starts = list(map(place.__getitem__, spans.starts))
+    return LiteralSpans(zip(starts, map(max, starts, map(place.__getitem__, spans.ends))))

@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 
 from . import decoders, models, normalizers, pre_tokenizers, precomputed, processors
-from .added_tokens import AddedVocabulary
+from .added_tokens import AddedVocabulary, LiteralSpans
 from .config import TokenizerConfig
 from .errors import UnsupportedComponent
 
@@ -122,25 +122,25 @@ class Tokenizer:
     # ------------------------------------------------------------------ encoding
     def encode(self, text: str, add_special_tokens: bool = False, split_special_tokens: bool = False) -> list[int]:
         """Text -> ids. split_special_tokens=True encodes special added tokens as ordinary text."""
-        return self._encode(text, add_special_tokens, split_special_tokens, ())
+        return self._encode(text, add_special_tokens, split_special_tokens, None)
 
     def encode_batch(self, texts, add_special_tokens: bool = False, split_special_tokens: bool = False) -> list[list[int]]:
-        return [self._encode(text, add_special_tokens, split_special_tokens, ()) for text in texts]
+        return [self._encode(text, add_special_tokens, split_special_tokens, None) for text in texts]
 
     def encode_with_literal_spans(self, text: str, spans, add_special_tokens: bool = False) -> list[int]:
         """Like encode, but no added token whose text overlaps a (start, end) span of `text` is matched:
         that text is encoded exactly as if the added token did not exist (message content cannot forge
-        control tokens). Whitespace absorbed by a neighbouring token's lstrip/rstrip behaves as in encode."""
+        control tokens). A zero-width span (p, p) forbids an added token across position p. Whitespace
+        absorbed by a neighbouring token's lstrip/rstrip behaves as in encode."""
         checked = []
         for span in spans:
             start, end = span
             if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= len(text)):
                 raise ValueError(f"literal span {span!r} is not a (start, end) range of the text")
-            if start < end:
-                checked.append((start, end))
-        return self._encode(text, add_special_tokens, False, tuple(checked))
+            checked.append((start, end))
+        return self._encode(text, add_special_tokens, False, LiteralSpans(checked) if checked else None)
 
-    def _encode(self, text, add_special_tokens, split_special_tokens, spans) -> list[int]:
+    def _encode(self, text, add_special_tokens, split_special_tokens, spans: LiteralSpans | None) -> list[int]:
         _check_text(text)
         ids: list[int] = []
         for piece, token_id, at_start in self.added.split(text, self._normalize, split_special_tokens, spans):
