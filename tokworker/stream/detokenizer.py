@@ -35,7 +35,7 @@ class _VocabTables:
         self.size = tokenizer.vocab_size
         self.added_ids = frozenset(tokenizer.added_tokens.values())
         self.bytewise = bool(tokenizer.decode_is_bytewise)
-        self._variants: dict[frozenset, tuple[list, list]] = {}
+        self._variants: dict[tuple, tuple[frozenset, list, list]] = {}
         if not self.bytewise:
             self.full, self.byte_ids = None, frozenset()
             return
@@ -47,19 +47,22 @@ class _VocabTables:
             i for i, data in enumerate(table)
             if len(data) == 1 and _is_byte_token(tokenizer.id_to_token(i)))
 
-    def without(self, skipped: frozenset) -> tuple[list, list]:
-        """(bytes, text) per id with `skipped` ids decoding to nothing. text is None for an id whose bytes
-        are not whole UTF-8 characters on their own."""
-        if not skipped:
-            return self.full
-        variant = self._variants.get(skipped)
+    def skipping(self, tokenizer, skip_special_tokens: bool, keep_special_tokens) -> tuple[frozenset, list, list]:
+        """(skipped ids, bytes per id, text per id) for one configuration, built once: skipped ids decode to
+        nothing. A text is None for an id whose bytes are not whole UTF-8 characters on their own."""
+        key = (skip_special_tokens, tuple(keep_special_tokens))
+        variant = self._variants.get(key)
         if variant is None:
-            data, texts = list(self.full[0]), list(self.full[1])
-            for token_id in skipped:
-                data[token_id], texts[token_id] = b"", ""
+            kept = {tokenizer.added_tokens[t] for t in keep_special_tokens if t in tokenizer.added_tokens}
+            skipped = frozenset(tokenizer.special_ids) - kept if skip_special_tokens else frozenset()
+            data, texts = self.full if self.bytewise else (None, None)
+            if skipped and self.bytewise:
+                data, texts = list(data), list(texts)
+                for token_id in skipped:
+                    data[token_id], texts[token_id] = b"", ""
             if len(self._variants) >= _TABLE_VARIANTS:
                 self._variants.pop(next(iter(self._variants)))
-            variant = self._variants[skipped] = (data, texts)
+            variant = self._variants[key] = (skipped, data, texts)
         return variant
 
 
@@ -99,23 +102,24 @@ class IncrementalDetokenizer:
         self.tokenizer = tokenizer
         tables = vocab_tables(tokenizer)
         self._size = tables.size
-        kept = {tokenizer.added_tokens[t] for t in keep_special_tokens if t in tokenizer.added_tokens}
-        self._skipped = frozenset(tokenizer.special_ids) - kept if skip_special_tokens else frozenset()
+        self._skipped, table, texts = tables.skipping(tokenizer, skip_special_tokens, keep_special_tokens)
         self._at_start = False  # windowed decode strips through tokenizer.decode itself
         self._spaces = spaces_between_special_tokens
         self._added_ids = tables.added_ids
         self._byte_ids = tables.byte_ids
+        self._pending = b""  # the start of a character whose last bytes have not come yet
+        # The way this tokenizer decodes, as a plain function (a bound method kept on self would make every
+        # stream a reference cycle, freed only by the cyclic collector).
         if tables.bytewise and not spaces_between_special_tokens:
-            self._table, texts = tables.without(self._skipped)
+            self._table = table
             # text per id for the one-lookup path; not with byte fallback, whose runs decode as a whole
             self._texts = None if self._byte_ids else texts
-            self._pending = b""  # the start of a character whose last bytes have not come yet
             self._run = bytearray()
-            self._step = self._bytes_with_runs if self._byte_ids else self._bytes
+            self._step = IncrementalDetokenizer._bytes_with_runs if self._byte_ids else IncrementalDetokenizer._bytes
             self._at_start = bool(tokenizer.strip_leading_space)
         else:
-            self._texts, self._pending = None, b""
-            self._step = self._windowed
+            self._texts = None
+            self._step = IncrementalDetokenizer._windowed
         # windowed state: the ids decoded together (one visible token of context + new ones), and the
         # decoded text of the context, already emitted
         self._window: list[int] = []
@@ -165,7 +169,7 @@ class IncrementalDetokenizer:
                 self.check(ids)
             elif type(ids[0]) is not int or not 0 <= ids[0] < self._size:
                 self.check(ids)
-        text = self._step(ids, False)
+        text = self._step(self, ids, False)
         if self._at_start and text:
             self._at_start = False
             if text[0] == " ":
@@ -191,7 +195,7 @@ class IncrementalDetokenizer:
 
     def flush(self) -> str:
         """The stream is over: release everything held."""
-        text = self._step((), True)
+        text = self._step(self, (), True)
         if self._at_start and text:
             self._at_start = False
             if text[0] == " ":

@@ -19,6 +19,7 @@ each declares them in `special_tokens` and the detokenizer keeps exactly those.
 from __future__ import annotations
 
 import sys
+import weakref
 
 from protocol.deltas import Delta, StreamParams, StreamUpdate
 
@@ -27,6 +28,17 @@ from .stop import StopChecker
 
 
 _EMPTY = StreamUpdate()  # every step that changes nothing returns this one (updates are read-only)
+_EOS_IDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _eos_ids(tokenizer) -> tuple[int | None, frozenset]:
+    """(the tokenizer's eos id, every eos id generation may end with), read once per tokenizer."""
+    known = _EOS_IDS.get(tokenizer)
+    if known is None:
+        eos = tokenizer.token_to_id(tokenizer.eos_token) if getattr(tokenizer, "eos_token", None) else None
+        enders = frozenset(tokenizer.eos_token_ids) | ({eos} if eos is not None else frozenset())
+        known = _EOS_IDS[tokenizer] = (eos, enders)
+    return known
 
 
 class TextStream:
@@ -52,12 +64,12 @@ class TextStream:
 
         # vLLM: the tokenizer's eos ends with stop_reason None; generation_config's other eos ids join the
         # stop_token_ids (stop_reason = the id) unless ignore_eos.
-        eos = tokenizer.token_to_id(tokenizer.eos_token) if getattr(tokenizer, "eos_token", None) else None
-        stop_ids = set(params.stop_token_ids)
-        if not params.ignore_eos:
-            stop_ids.update(i for i in tokenizer.eos_token_ids if i != eos)
-        self._eos = None if params.ignore_eos else eos
-        self._enders = frozenset(stop_ids | ({eos} if self._eos is not None else set()))
+        eos, enders = _eos_ids(tokenizer)
+        if params.ignore_eos:
+            self._eos, enders = None, frozenset()
+        else:
+            self._eos = eos
+        self._enders = enders.union(params.stop_token_ids) if params.stop_token_ids else enders
         self._min_tokens = params.min_tokens
         self._max_tokens = params.max_tokens
         self._include_stop_token = params.include_stop_str_in_output
