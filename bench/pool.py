@@ -11,6 +11,9 @@
    `loop_cpu_ms_per_step` is the CPU the loop's own thread spent per step (what holds the GIL; robust on
    a busy machine, unlike wall times). `cpu_ratio` = in-process / pool of that, `step_ratio` the same for
    step time p50 (above 1: the pool gives the engine loop time back).
+3. Constrained decoding: S requests forced into a tool call, one token per step: the `guide` round trip
+   (every request's next state and token bitmask in one message) against the same automaton walked in
+   the API process. On Qwen3's 151,669-token vocabulary when installed (the bundled one with --quick).
 
 `python -m bench --only pool [--quick]`; `run(quick)` returns the rows.
 """
@@ -154,6 +157,66 @@ async def _engine_loop(mode: str, streams: int, steps: int, work: int, ids: list
             "delay_p99_ms": _ms(_percentile(delays, 0.99)), "tokens_per_s": round(streams * steps / elapsed)}
 
 
+CALL = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris, 日本 🚀 and a longer name to '
+        'spell out"}}\n</tool_call>')
+
+
+async def _guide_steps(model_dir, sequences: int, tokenizer, trie) -> list[dict]:
+    """Constrained decoding of a forced tool call by `sequences` concurrent requests, one token per step:
+    the pool's guide round trip (one message per step for all of them) against the same work done in the
+    API process (TokenAutomaton.allowed_mask + advance per sequence; its masks cached as the worker's are)."""
+    from frontend import TokenizerPool
+    from tokworker.constrain import TokenAutomaton
+
+    ids = tokenizer.encode(CALL) + list(tokenizer.eos_token_ids)
+    automaton = TokenAutomaton(_tool_pattern(), trie, eos_ids=tokenizer.eos_token_ids)
+    local_times = []
+    for _ in range(2):                                         # the second pass has every state compiled
+        states = [automaton.initial_state] * sequences
+        local_times = []
+        for token in ids:
+            t0 = time.perf_counter()
+            for i in range(sequences):
+                automaton.allowed_mask(states[i])
+                states[i] = automaton.advance(states[i], token)
+            local_times.append(time.perf_counter() - t0)
+    async with await TokenizerPool.spawn(model_dir, workers=1, startup_timeout=120) as pool:
+        constraint = await pool.compile(tools=TOOLS, tool_name="get_weather")
+        for _ in range(2):
+            states = {f"r{i}": constraint.initial_state for i in range(sequences)}
+            sampled: list[int] = []
+            times = []
+            for token in ids:
+                t0 = time.perf_counter()
+                results = await pool.guide({name: (constraint, state, sampled) for name, state in states.items()})
+                times.append(time.perf_counter() - t0)
+                states = {name: result.state for name, result in results.items()}
+                sampled = [token]
+    return [{"case": "guide (constrained decoding) step", "vocab_size": tokenizer.vocab_size, "sequences": sequences,
+             "steps": len(ids), "mask_bytes": (tokenizer.vocab_size + 31) // 32 * 4,
+             "pool_p50_ms": _ms(_percentile(times, 0.5)), "pool_p99_ms": _ms(_percentile(times, 0.99)),
+             "in_process_p50_ms": _ms(_percentile(local_times, 0.5)),
+             "in_process_p99_ms": _ms(_percentile(local_times, 0.99))}]
+
+
+def _tool_pattern() -> str:
+    from tokworker.constrain.tool_choice import tool_call_pattern
+    return tool_call_pattern(TOOLS, "get_weather", format="hermes")
+
+
+def _guide_model(quick: bool):
+    """Qwen3's real vocabulary when installed (what a large vocabulary costs), else (and with --quick) the
+    bundled one."""
+    if quick:
+        return MODEL
+    try:
+        from tests.realdata import VOCABULARIES
+        path = VOCABULARIES["qwen3_dir"]()
+    except ImportError:
+        path = None
+    return path or MODEL
+
+
 def _calibrate(target_s: float) -> tuple[int, float]:
     """Iterations of _busy that take about target_s of CPU (the fixed per-step engine work), and the CPU
     they really took (thread time: not inflated by other processes on a busy machine)."""
@@ -178,6 +241,12 @@ async def _run(quick: bool) -> list[dict]:
     steps = 100 if quick else 300
     for workers in range(1, max(2, cpus) + 1):
         rows.append(await _round_trips(workers, 64, steps, ids))
+    guide_dir = _guide_model(quick)
+    guide_tokenizer = Tokenizer.from_dir(guide_dir)
+    from tokworker.constrain import VocabTrie
+    trie = VocabTrie(guide_tokenizer.vocab_bytes())
+    for sequences in ((1, 32) if quick else (1, 32, 128)):
+        rows.extend(await _guide_steps(guide_dir, sequences, guide_tokenizer, trie))
     work, work_s = _calibrate(0.002)
     workers = max(1, min(2, cpus))
     kinds = [(kind, text, params, False) for kind, (text, params) in KINDS.items()]

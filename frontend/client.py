@@ -4,6 +4,8 @@
     pool = await TokenizerPool.connect("tcp://host:7000", curve_keys="keys/")   # a `tokworker serve` daemon
 
     prompt = await pool.render(messages, tools=tools)              # any worker, the least loaded
+    constraint = await pool.compile(tools=tools, tool_name="f")    # kept on a worker; then per engine step:
+    masks = await pool.guide({"req-1": (constraint, state, sampled_ids)})   # next state + token bitmask
     stream = await pool.open_stream("req-1", StreamParams(stop=["</answer>"]), prompt_ids=prompt.ids)
     updates = await pool.step({"req-1": [17, 42], "req-2": [5]})   # one message per worker per engine step
     async for update in stream: ...                                # the same updates, per stream
@@ -26,8 +28,9 @@ from pathlib import Path
 import zmq
 
 from protocol.deltas import StreamParams, StreamUpdate
-from protocol.messages import (CloseStreams, Compile, CompileReply, Decode, Encode, ErrorCode, OpenStream, Render,
-                               RenderReply, Stats, StatsReply, Step, StepReply, encode_message)
+from protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, GuideResult, OpenStream, Render,
+                               RenderReply, Stats, StatsReply, Step, StepReply)
+from frontend.constraints import Constraint, compile_on, encode_request, guide
 from frontend.errors import InvalidRequest, Overloaded, PoolError, StreamFailed, UnknownStream, WorkerLost, error_for
 from frontend.launcher import Launcher
 from frontend.link import WorkerLink
@@ -43,13 +46,6 @@ def default_model_dir() -> Path:
     """The small tokenizer bundled with the package (what `tokworker demo` runs on)."""
     import tokworker
     return Path(tokworker.__file__).resolve().parent / "data" / "default"
-
-
-def _encode(msg) -> bytes:
-    try:
-        return encode_message(msg)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidRequest(ErrorCode.INVALID, f"cannot encode this request: {exc}") from None
 
 
 class TokenizerPool:
@@ -159,7 +155,7 @@ class TokenizerPool:
     async def _call(self, msg, timeout: float | None):
         if self.closed:
             raise PoolError("closed", "this pool is closed")
-        return await self._least_loaded().request(_encode(msg), timeout=timeout)
+        return await self._least_loaded().request(encode_request(msg), timeout=timeout)
 
     async def render(self, messages: list[dict], tools: list[dict] | None = None, *, add_generation_prompt: bool = True,
                      continue_final_message: bool = False, chat_template: str | None = None, return_text: bool = False,
@@ -186,13 +182,25 @@ class TokenizerPool:
 
     async def compile(self, *, pattern: str | None = None, json_schema: dict | None = None,
                       tools: list[dict] | None = None, tool_name: str | None = None, format: str = "hermes",
-                      timeout: float | None = None) -> CompileReply:
-        """A regex / JSON schema / forced tool call -> the token automaton as tables (see CompileReply)."""
-        return await self._call(Compile(pattern=pattern, json_schema=json_schema, tools=tools, tool_name=tool_name,
-                                        format=format), timeout)
+                      eos_token_ids: list[int] | None = None, timeout: float | None = None) -> Constraint:
+        """A regex / JSON schema / forced tool call -> a Constraint kept on the least loaded worker, for
+        guide() to answer per-step masks from (see frontend/constraints.py)."""
+        if self.closed:
+            raise PoolError("closed", "this pool is closed")
+        request = encode_request(Compile(pattern=pattern, json_schema=json_schema, tools=tools, tool_name=tool_name,
+                                  format=format, eos_token_ids=eos_token_ids))
+        return await compile_on(self._least_loaded(), request, timeout)
+
+    async def guide(self, queries: dict[str, tuple[Constraint, int, list[int]]], *,
+                    timeout: float | None = None) -> dict[str, GuideResult | PoolError]:
+        """One engine step of constrained decoding: {name: (constraint, state, ids sampled since)} -> {name:
+        GuideResult(state, mask, accepting)}, or that query's PoolError. One message per worker."""
+        if self.closed:
+            raise PoolError("closed", "this pool is closed")
+        return await guide(self, queries, timeout)
 
     async def stats(self) -> list[StatsReply]:
-        return list(await asyncio.gather(*(link.request(_encode(Stats())) for link in self.links if link.ready)))
+        return list(await asyncio.gather(*(link.request(encode_request(Stats())) for link in self.links if link.ready)))
 
     # ------------------------------------------------------------ streams
     async def open_stream(self, stream_id: str, params: StreamParams | None = None, prompt_ids: list[int] | None = None,
@@ -212,7 +220,7 @@ class TokenizerPool:
         params = params or StreamParams()
         prompt_ids = list(prompt_ids) if prompt_ids is not None else None
         stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer)
-        body = _encode(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids, prompt_text=prompt_text))
+        body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids, prompt_text=prompt_text))
 
         def opened(reply):
             if self._streams.get(stream_id) is stream and not stream.finished:
@@ -255,7 +263,7 @@ class TokenizerPool:
         futures = []
         for link, batch_ids in groups.items():
             finished = ending.get(link, [])
-            body = _encode(Step(ids=batch_ids, finish=finished))
+            body = encode_request(Step(ids=batch_ids, finish=finished))
             futures.append(link.request(body, stateful=True, on_reply=self._step_applier(link, batch_ids, finished),
                                         on_error=self._step_failer(link, batch_ids, finished)))
         return _merged(futures, results)
@@ -345,7 +353,7 @@ class TokenizerPool:
             stream.link.streams.pop(stream_id, None)
             stream.close()
             groups.setdefault(stream.link, []).append(stream_id)
-        futures = [link.request(_encode(CloseStreams(stream_ids=ids)), stateful=True)
+        futures = [link.request(encode_request(CloseStreams(stream_ids=ids)), stateful=True)
                    for link, ids in groups.items() if not link.down]
         results = await asyncio.gather(*futures, return_exceptions=True)
         for result in results:

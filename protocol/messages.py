@@ -16,7 +16,7 @@ import msgspec
 
 from protocol.deltas import StreamParams, StreamUpdate
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2                   # 2: compile returns a constraint id; guide answers per-step masks
 _ID = struct.Struct("<Q")
 
 
@@ -31,6 +31,7 @@ class ErrorCode:
     FORBIDDEN = "forbidden"                # e.g. a request-supplied chat template when not enabled
     TEMPLATE = "template_error"            # the chat template raised or ran past its budget
     UNKNOWN_STREAM = "unknown_stream"
+    UNKNOWN_CONSTRAINT = "unknown_constraint"  # not (or no longer) compiled on this worker: compile it again
     STREAM_EXISTS = "stream_exists"
     STREAM_FAILED = "stream_failed"        # the text engine raised while handling this stream
     OVERLOADED = "overloaded"              # bounded queue or table full: retry later, elsewhere
@@ -153,24 +154,54 @@ class DecodeReply(_Reply, tag="decode"):
 
 class Compile(_Request, tag="compile"):
     """A constraint for the engine's sampler: exactly one of `pattern` (a regex), `json_schema`, or
-    `tools` (forced tool call: `tool_name` picks one, None means any, `format` the tool-call syntax)."""
+    `tools` (forced tool call: `tool_name` picks one, None means any, `format` the tool-call syntax).
+    EOS ids (allowed where the text is complete) default to the tokenizer's."""
 
     pattern: str | None = None
     json_schema: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_name: str | None = None
     format: str = "hermes"
+    eos_token_ids: list[int] | None = None
 
 
 class CompileReply(_Reply, tag="compile"):
-    """The token automaton as tables: state s allows token `allowed[s][k]`, which leads to state
-    `next_states[s][k]`; `accepting` lists the states where eos is allowed. State 0 is the start."""
+    """The constraint stays on the worker under `constraint_id` (a digest of its content: compiling the
+    same request again, on any worker of the pool, gives the same id and the same state numbers)."""
 
+    constraint_id: str
     pattern: str
-    num_states: int
-    allowed: list[list[int]]
-    next_states: list[list[int]]
-    accepting: list[int]
+    initial_state: int
+    vocab_size: int                        # masks have (vocab_size + 31) // 32 32-bit words
+    eos_token_ids: list[int]
+
+
+class GuideQuery(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """One constrained sequence at one step: the state it was in and the ids sampled since (none at first)."""
+
+    constraint_id: str
+    state: int
+    ids: list[int] = []
+
+
+class Guide(_Request, tag="guide"):
+    """One engine step for every constrained sequence on this worker, keyed by the engine's own names."""
+
+    queries: dict[str, GuideQuery]
+
+
+class GuideResult(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
+    """The state after the query's ids; `mask` has bit (t % 32) of little-endian 32-bit word (t // 32) set
+    when token t may come next (EOS ids included when `accepting`). No bit set: the constraint is done."""
+
+    state: int
+    mask: bytes
+    accepting: bool = False
+
+
+class GuideReply(_Reply, tag="guide"):
+    results: dict[str, GuideResult]
+    errors: dict[str, Error] = {}
 
 
 # ---------------------------------------------------------------- streams
@@ -222,8 +253,8 @@ class ErrorReply(_Reply, tag="error"):
     request_id: int = 0
 
 
-Request = Union[Hello, Stats, Render, Encode, Decode, Compile, OpenStream, Step, CloseStreams]
-Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, CompileReply, OpenReply,
+Request = Union[Hello, Stats, Render, Encode, Decode, Compile, Guide, OpenStream, Step, CloseStreams]
+Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, CompileReply, GuideReply, OpenReply,
               StepReply, CloseReply, ErrorReply]
 
 encode_message = msgspec.msgpack.Encoder().encode

@@ -51,15 +51,19 @@ def test_render_encode_decode_compile_equal_the_in_process_engine(tokenizer):
                                                                                            skip_special_tokens=True)
             frozen = [stats.gc_frozen for stats in await pool.stats()]
             assert min(frozen) > 10_000              # the loaded tokenizer sits in the permanent generation
-            automaton = await pool.compile(pattern="(yes|no|maybe)!")
+            constraint = await pool.compile(pattern="(yes|no|maybe)!")
             assert sum(stats.gc_frozen for stats in await pool.stats()) > sum(frozen)   # and the trie joins it
             for word in ("yes!", "maybe!"):
-                state = 0
-                for token in tokenizer.encode(word):
-                    state = automaton.next_states[state][automaton.allowed[state].index(token)]
-                assert state in automaton.accepting
+                state, sampled = constraint.initial_state, []
+                for token in tokenizer.encode(word) + tokenizer.eos_token_ids:
+                    result = (await pool.guide({word: (constraint, state, sampled)}))[word]
+                    assert result.mask[token >> 3] >> (token & 7) & 1
+                    state, sampled = result.state, [token]
+                assert result.accepting
             forced = await pool.compile(tools=TOOLS, tool_name="lookup")
-            assert forced.num_states > 10 and "lookup" in forced.pattern
+            assert "lookup" in forced.pattern and forced.id != constraint.id
+            again = await pool.compile(tools=TOOLS, tool_name="lookup")
+            assert (again.id, again.initial_state) == (forced.id, forced.initial_state)
             with pytest.raises(InvalidRequest):
                 await pool.compile(pattern="(unclosed")
             with pytest.raises(InvalidRequest) as forbidden:

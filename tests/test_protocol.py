@@ -13,7 +13,8 @@ from hypothesis import given, settings, strategies as st
 
 from protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
 from protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, CompileReply, Decode, DecodeReply,
-                               Encode, EncodeReply, Error, ErrorReply, Hello, HelloReply, Limits, OpenReply, OpenStream,
+                               Encode, EncodeReply, Error, ErrorReply, Guide, GuideQuery, GuideReply, GuideResult, Hello,
+                               HelloReply, Limits, OpenReply, OpenStream,
                                Render, RenderReply, Stats, StatsReply, Step, StepReply, decode_reply, decode_request,
                                encode_message, nesting_depth, pack_id, unpack_id)
 
@@ -28,6 +29,9 @@ REQUESTS = [
     Encode(texts=["a", "ß 日本 🧑‍🚀", ""], add_special_tokens=True, split_special_tokens=True),
     Decode(ids=[[1, 2, 3], []], skip_special_tokens=True),
     Compile(json_schema={"type": "object", "properties": {"a": {"type": "integer"}}}),
+    Compile(tools=[{"type": "function", "function": {"name": "f"}}], tool_name="f", eos_token_ids=[2]),
+    Guide(queries={"r1": GuideQuery(constraint_id="c" * 32, state=1), "r2": GuideQuery(constraint_id="d", state=7,
+                                                                                       ids=[5, 151_000])}),
     OpenStream(stream_id="req-1", params=StreamParams(stop=["</a>"], stop_token_ids=[7], max_tokens=9,
                                                       reasoning_parser="qwen3", tool_parser="hermes",
                                                       tools=[{"type": "function", "function": {"name": "f"}}]),
@@ -45,7 +49,9 @@ REPLIES = [
     RenderReply(ids=[1, 2], text="x"),
     EncodeReply(ids=[[1], []]),
     DecodeReply(texts=["a", ""]),
-    CompileReply(pattern="a+", num_states=2, allowed=[[1], [1]], next_states=[[1], [1]], accepting=[1]),
+    CompileReply(constraint_id="c" * 32, pattern="a+", initial_state=1, vocab_size=151_669, eos_token_ids=[2]),
+    GuideReply(results={"r1": GuideResult(state=3, mask=b"\x01\x00\x00\x80" * 4740, accepting=True)},
+               errors={"r2": Error(code="unknown_constraint")}),
     OpenReply(stream_id="s"),
     StepReply(updates={"a": StreamUpdate(deltas=[Delta(content="hi"), Delta(reasoning_content="r"), Delta(
         tool_calls=[ToolCallDelta(index=0, id="call_1", type="function",
@@ -144,7 +150,7 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) 
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(["hello", "stats", "render", "encode", "decode", "compile", "open", "step", "close", "zzz"]),
+@given(st.sampled_from(["hello", "stats", "render", "encode", "decode", "compile", "guide", "open", "step", "close", "zzz"]),
        st.dictionaries(st.sampled_from(["texts", "ids", "messages", "stream_id", "params", "finish", "version", "x"]),
                        _JSON, max_size=4))
 def test_random_fields_decode_or_raise_a_validation_error(kind, fields):

@@ -1,10 +1,10 @@
-"""The stateless requests a worker serves: render, encode, decode, compile. Each takes a decoded message
-and returns its reply Struct, or raises WorkerError with the code the client should see."""
+"""The stateless requests a worker serves: render, encode, decode (constraints are in constraints.py). Each
+takes a decoded message and returns its reply Struct, or raises WorkerError with the code the client should
+see."""
 
 from __future__ import annotations
 
-from protocol.messages import (Compile, CompileReply, Decode, DecodeReply, Encode, EncodeReply, ErrorCode, Render,
-                               RenderReply, nesting_depth)
+from protocol.messages import Decode, DecodeReply, Encode, EncodeReply, ErrorCode, Render, RenderReply, nesting_depth
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.streams import WorkerError
 
@@ -13,7 +13,6 @@ class Handlers:
     def __init__(self, tokenizer, options: WorkerOptions):
         self.tokenizer = tokenizer
         self.options = options
-        self._trie = None
 
     # ------------------------------------------------------------ render
     def render(self, msg: Render) -> RenderReply:
@@ -64,75 +63,6 @@ class Handlers:
             return DecodeReply(texts=[decode(ids, skip_special_tokens=skip) for ids in msg.ids])
         except (ValueError, TypeError) as exc:
             raise WorkerError(ErrorCode.INVALID, str(exc)) from None
-
-    # ------------------------------------------------------------ constraints
-    def compile(self, msg: Compile) -> CompileReply:
-        given = [msg.pattern is not None, msg.json_schema is not None, msg.tools is not None]
-        if sum(given) != 1:
-            raise WorkerError(ErrorCode.INVALID, "give exactly one of pattern, json_schema, tools")
-        self._check_nesting(msg.json_schema, "json_schema")
-        self._check_nesting(msg.tools, "tools")
-        try:
-            from tokworker.constrain import TokenAutomaton
-            if msg.pattern is not None:
-                pattern = msg.pattern
-            elif msg.json_schema is not None:
-                from tokworker.constrain.json_schema import json_schema_to_regex
-                pattern = json_schema_to_regex(msg.json_schema)
-            else:
-                from tokworker.constrain.tool_choice import tool_call_pattern
-                pattern = tool_call_pattern(msg.tools, msg.tool_name, format=msg.format)
-        except ImportError as exc:
-            raise WorkerError(ErrorCode.UNAVAILABLE, f"constraints are not available: {exc}") from None
-        except (ValueError, TypeError, KeyError) as exc:
-            raise WorkerError(ErrorCode.INVALID, f"cannot compile this constraint: {exc}") from None
-        try:
-            automaton = TokenAutomaton(pattern, self.vocab_trie(), eos_ids=self.tokenizer.eos_token_ids)
-            return self._tables(pattern, automaton)
-        except ValueError as exc:
-            raise WorkerError(ErrorCode.INVALID, f"cannot compile this constraint: {exc}") from None
-
-    def prepare_trie(self) -> bool:
-        """Build the vocabulary trie if it is not there yet; True when it was just built."""
-        if self._trie is not None:
-            return False
-        self.vocab_trie()
-        return True
-
-    def vocab_trie(self):
-        """The vocabulary as a byte trie, built once (seconds on a 150k vocabulary): the server builds it
-        before the first compile request's time budget starts, so no request pays for it."""
-        if self._trie is None:
-            from tokworker.constrain import VocabTrie
-            self._trie = VocabTrie(self.tokenizer.vocab_bytes())
-        return self._trie
-
-    def _tables(self, pattern: str, automaton) -> CompileReply:
-        """Number the reachable states from 0 (the start) and list each one's allowed tokens and targets,
-        within a transition budget that keeps the reply under the message size limit."""
-        budget = self.options.max_message_bytes // 10
-        number = {automaton.initial_state: 0}
-        order = [automaton.initial_state]
-        allowed, next_states, accepting = [], [], []
-        eos = set(automaton.eos_ids)
-        for state in order:                      # `order` grows while we walk it: breadth-first
-            ids = [t for t in automaton.allowed(state) if t not in eos]
-            budget -= len(ids)
-            if budget < 0:
-                raise WorkerError(ErrorCode.TOO_LARGE, "the constraint's token automaton is too large to send")
-            targets = []
-            for token_id in ids:
-                target = automaton.advance(state, token_id)
-                if target not in number:
-                    number[target] = len(order)
-                    order.append(target)
-                targets.append(number[target])
-            allowed.append(ids)
-            next_states.append(targets)
-            if automaton.is_accepting(state):
-                accepting.append(number[state])
-        return CompileReply(pattern=pattern, num_states=len(order), allowed=allowed, next_states=next_states,
-                            accepting=accepting)
 
     # ------------------------------------------------------------ limits
     def _check_batch(self, size: int) -> None:

@@ -22,6 +22,9 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     max_text_chars: int = 8_000_000            # characters per encode request, all texts together
     max_streams: int = 16384                   # open streams per worker, all sessions together
     stream_idle_s: float = 3600.0              # a stream untouched this long is dropped
+    max_constraints: int = 256                 # compiled constraints kept (least recently used go first)
+    max_constraint_states: int = 1024          # their compiled states, all together (a state where most of a
+                                               # 150k vocabulary is allowed holds ~0.75 MB)
     # Time. A stateless request gets `budget_s` of wall time (an exception between bytecodes); a request
     # that burns `cpu_limit_s` of CPU (stuck in C code, where no exception gets in) kills the process,
     # and the launcher starts a new one.

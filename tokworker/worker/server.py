@@ -27,8 +27,9 @@ import msgspec
 import zmq
 
 from protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, Decode, Encode, ErrorCode,
-                               ErrorReply, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
+                               ErrorReply, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
                                StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
+from tokworker.worker.constraints import ConstraintCache
 from tokworker.worker.handlers import Handlers
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit
 from tokworker.worker.options import WorkerOptions
@@ -76,6 +77,7 @@ class Worker:
         self.tokenizer = load_tokenizer(options.model_dir)
         self.fingerprint = model_fingerprint(options.model_dir)
         self.handlers = Handlers(self.tokenizer, options)
+        self.constraints = ConstraintCache(self.tokenizer, options, self.fingerprint)
         self.streams = StreamTable(self.tokenizer, options.max_streams, options.stream_idle_s,
                                    options.tool_parser, options.reasoning_parser)
         self.worker_id = f"{socketlib.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -87,7 +89,8 @@ class Worker:
         self.budget = WallBudget()
         self.cpu = CpuBackstop(options.cpu_limit_s)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
-                          Decode: self.handlers.decode, Compile: self.handlers.compile}
+                          Decode: self.handlers.decode, Compile: self.constraints.compile,
+                          Guide: self.constraints.guide}
         self.session_requests = {Step: self._step, OpenStream: self._open, CloseStreams: self._close,
                                  Hello: self._hello, Stats: self._stats}
         self.hello_reply = HelloReply(
@@ -106,7 +109,7 @@ class Worker:
             caps.append("request_templates")
         try:
             import tokworker.constrain  # noqa: F401
-            caps.append("compile")
+            caps.extend(("compile", "guide"))
         except ImportError:
             pass
         return caps
@@ -206,7 +209,7 @@ class Worker:
                                "this connection's session moved to a newer connection")
         self.cpu.arm()
         try:
-            if kind is Compile and self.handlers.prepare_trie():   # once, outside any request's budget
+            if kind is Compile and self.constraints.prepare(msg):  # once, outside any request's budget
                 freeze_heap()                                       # the trie lives as long as the process
             if stateless is not None:
                 with self.budget(self.options.budget_s):

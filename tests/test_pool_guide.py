@@ -1,0 +1,107 @@
+"""Constrained decoding through a real pool on Qwen3's real 151,669-token vocabulary: every per-step mask the
+workers send equals the in-process TokenAutomaton's allowed set, state for state, along a forced
+get_weather call; a worker killed mid-call, or one that evicted the automaton, is compiled again
+transparently with the same state numbers; big batches are split under the message size limit."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+import uvloop
+
+from frontend import InvalidRequest, TokenizerPool
+from tests.realdata import vocabulary
+from tests.test_automaton import WEATHER_TOOL
+from tokworker.constrain import TokenAutomaton, VocabTrie
+from tokworker.constrain.json_schema import json_schema_to_regex
+from tokworker.constrain.tool_choice import tool_call_pattern
+from tokworker.tokenizer import Tokenizer
+
+CALL = ('<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris, 日本 🚀", "unit": "celsius", '
+        '"days": 3}}\n</tool_call>')
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    """(event loop, pool, tokenizer, trie): one Qwen3 worker that keeps at most two constraints and sends
+    at most 1 MiB per message (so a guide of more than ~27 masks of 18,960 bytes must be split). The worker
+    starts loading first, so that it and this process build their tables at the same time."""
+    path = vocabulary("qwen3_dir")
+    loop = uvloop.new_event_loop()
+    spawning = loop.create_task(TokenizerPool.spawn(path, workers=1, max_constraints=2, max_message_bytes=1 << 20,
+                                                    startup_timeout=120))
+    loop.run_until_complete(asyncio.sleep(0.01))            # the worker process is started
+    tokenizer = Tokenizer.from_dir(path)
+    trie = VocabTrie(tokenizer.vocab_bytes())
+    pool = loop.run_until_complete(spawning)
+    yield loop, pool, tokenizer, trie
+    loop.run_until_complete(pool.close())
+    loop.close()
+
+
+def allowed_ids(mask: bytes) -> list[int]:
+    """The token ids whose bit is set (bit t % 32 of little-endian 32-bit word t // 32)."""
+    return [i * 8 + bit for i, byte in enumerate(mask) if byte for bit in range(8) if byte >> bit & 1]
+
+
+def test_masks_equal_the_in_process_automaton_along_a_forced_call_through_a_worker_kill(qwen3):
+    loop, pool, tokenizer, trie = qwen3
+    automaton = TokenAutomaton(tool_call_pattern([WEATHER_TOOL], "get_weather", format="hermes"), trie,
+                               eos_ids=tokenizer.eos_token_ids)
+    ids = tokenizer.encode(CALL) + tokenizer.eos_token_ids
+
+    async def main():
+        constraint = await pool.compile(tools=[WEATHER_TOOL], tool_name="get_weather")
+        assert constraint.pattern == automaton.dfa.pattern and constraint.initial_state == automaton.initial_state
+        holder = pool.links.index(constraint.link)
+        state, sampled, expected = constraint.initial_state, [], automaton.initial_state
+        for step, token in enumerate(ids):
+            if step == len(ids) // 2:                      # kill the worker that holds the automaton
+                os.kill(pool.launcher.pids[holder], signal.SIGKILL)
+            result = (await pool.guide({"call": (constraint, state, sampled)}))["call"]
+            assert len(result.mask) == (151_669 + 31) // 32 * 4
+            assert result.state == expected
+            assert allowed_ids(result.mask) == list(automaton.allowed(expected)), step
+            assert result.accepting == automaton.is_accepting(expected)
+            state, sampled, expected = result.state, [token], automaton.advance(expected, token)
+        assert result.accepting and tokenizer.eos_token_ids[0] in allowed_ids(result.mask)
+        assert pool.links[holder].recoveries >= 1
+
+    loop.run_until_complete(main())
+
+
+def test_a_batch_of_sequences_on_evicted_constraints_is_split_and_exact(qwen3):
+    loop, pool, tokenizer, trie = qwen3
+    cases = [({"tools": [WEATHER_TOOL], "tool_name": "get_weather"}, tool_call_pattern([WEATHER_TOOL], "get_weather"),
+              CALL),
+             ({"json_schema": SCHEMA}, json_schema_to_regex(SCHEMA), '{"n": -120345}'),
+             ({"pattern": "(yes|no|maybe), 日本"}, "(yes|no|maybe), 日本", "maybe, 日本")]
+    automata = [TokenAutomaton(pattern, trie, eos_ids=tokenizer.eos_token_ids) for _, pattern, _ in cases]
+
+    async def main():
+        constraints = [await pool.compile(**request) for request, _, _ in cases]   # 3 > max_constraints=2
+        assert [c.pattern for c in constraints] == [pattern for _, pattern, _ in cases]
+        queries, expected = {}, {}
+        for n in range(60):
+            which = n % 3
+            ids = tokenizer.encode(cases[which][2])
+            prefix = ids[:n % (len(ids) + 1)]
+            state = automata[which].initial_state
+            for token in prefix:
+                state = automata[which].advance(state, token)
+            queries[f"seq-{n}"] = (constraints[which], constraints[which].initial_state, prefix)
+            expected[f"seq-{n}"] = (which, state)
+        queries["bad-token"] = (constraints[2], constraints[2].initial_state, tokenizer.encode("never"))
+        queries["bad-state"] = (constraints[1], 10**6, [])
+        for _ in range(2):        # 62 masks of 18,960 bytes: over 1 MiB unless split; the second time round the
+            results = await pool.guide(queries)       # worker has evicted another one of the three
+            for name, (which, state) in expected.items():
+                assert results[name].state == state, name
+                assert allowed_ids(results[name].mask) == list(automata[which].allowed(state)), name
+            assert isinstance(results["bad-token"], InvalidRequest) and isinstance(results["bad-state"], InvalidRequest)
+
+    loop.run_until_complete(main())
