@@ -99,6 +99,20 @@ def test_registry_names_and_unknown_name():
         get_tool_parser("no_such_format")
     with pytest.raises(ValueError):
         get_tool_parser("hermes", tools={"not": "a list"})
+    with pytest.raises(ValueError, match="string name"):
+        get_tool_parser("qwen3_coder", tools=[{"type": "function", "function": {"parameters": {}}}])
+
+
+def test_held_text_is_bounded():
+    """An opening that never completes is released once it is longer than any real call header."""
+    parser = get_tool_parser("kimi_k2")
+    sent = summary(parser.feed("<|tool_call_begin|>functions." + "x" * 5000), validate=False)
+    assert sent["content"] and len(sent["content"]) > 4000 and not sent["calls"]
+
+
+def test_llama3_calls_may_say_their_type_first():
+    text = '{"type": "function", "name": "f", "parameters": {"a": 1}}'
+    assert assert_split_invariant("llama3_json", text, every_split=True)["calls"] == [("f", '{"a": 1}')]
 
 
 @pytest.mark.parametrize("name,render,content_first,markers", JSON_FORMATS, ids=JSON_IDS)

@@ -12,11 +12,12 @@ import json
 
 from .jsonscan import JsonScanner
 
-# `{"name": "NAME", "arguments": ` up to the arguments' opening brace (not consumed), or `{"name": "NAME"}`.
-CALL_HEADER = (r'\{\s*"name"\s*:\s*"(?P<name>(?:[^"\\\x00-\x1f]|\\.){1,256})"\s*'
+# `{"name": "NAME", "arguments": ` up to the arguments' opening brace (not consumed), or `{"name": "NAME"}`;
+# Llama 3 sometimes opens with `"type": "function", `.
+CALL_HEADER = (r'\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"(?P<name>(?:[^"\\\x00-\x1f]|\\.){1,256})"\s*'
                r'(?:,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)|(?P<noargs>\}))')
 # Any object whose first key says it is a call: held whole when the fast path does not apply.
-CALL_OBJECT = r'(?=\{\s*"(?:name|arguments|parameters)")'
+CALL_OBJECT = r'(?=\{\s*"(?:name|arguments|parameters|type)")'
 
 
 class JsonCallObjects:
