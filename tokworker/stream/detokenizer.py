@@ -21,6 +21,7 @@ from codecs import utf_8_decode
 import weakref
 
 _REPLACEMENT = "\ufffd"
+_INT_ONLY = {int}
 _TABLE_VARIANTS = 8  # skip-sets cached per tokenizer (one per distinct parser configuration in practice)
 
 
@@ -144,7 +145,7 @@ class IncrementalDetokenizer:
             if len(ids) == 1:
                 if type(ids[0]) is int and 0 <= ids[0] < size:
                     return
-            elif ids and min(ids) >= 0 and max(ids) < size and all(type(i) is int for i in ids):
+            elif ids and min(ids) >= 0 and max(ids) < size and set(map(type, ids)) == _INT_ONLY:
                 return
             elif not ids:
                 return

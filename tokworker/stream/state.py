@@ -102,41 +102,54 @@ class TextStream:
     def push(self, ids) -> StreamUpdate:
         """The ids the engine generated this step. A bad id raises DetokenizeError (a ValueError) before
         anything changes, so the stream stays usable."""
+        # The usual step takes as few operations as possible: ids that end nothing (the count stays inside
+        # the window where no length, eos or min_tokens rule applies); for one id, one lookup decodes it
+        # while the detokenizer holds nothing; the stop checker is asked only when the text could matter.
+        count = self._count
         if len(ids) == 1:
-            # The usual step, with as few operations as possible: one id that ends nothing (the count is
-            # inside the window where no length, eos or min_tokens rule applies); one lookup decodes it
-            # while the detokenizer holds nothing; the stop checker is asked only when the text could matter.
             token_id = ids[0]
-            count = self._count
-            if (count < self._quiet_until and type(token_id) is int and 0 <= token_id < self._size
+            if not (count < self._quiet_until and type(token_id) is int and 0 <= token_id < self._size
                     and token_id not in self._enders):
-                text = self._texts[token_id] if self._idle else None
-                if text is None:
-                    detok = self._detok
-                    text = detok.add_id(token_id)
-                    self._idle = detok.idle
-                self._count = count + 1
-                stop = self._stop
-                first = self._stop_a
-                if stop is not None and (self._stop_holding or ((first in text or self._stop_b in text) if first
-                                                                else not self._stop_firsts.isdisjoint(text))):
-                    text = stop.add(text)
-                    if stop.stopped:
-                        return self._update(text, "stop", stop.matched, abort=True)
-                    self._stop_holding = stop.holding
-                if not text:
-                    return _EMPTY
-                reasoning, tools = self._reasoning, self._tools
-                if reasoning is None:
-                    if tools is None:
-                        return StreamUpdate([Delta(text)])
-                    deltas = _coalesce(tools.feed(text))
-                else:
-                    deltas = reasoning.feed(text)
-                    # reasoning passes by the tool parser, which reads only the content
-                    if tools is not None and deltas and (len(deltas) > 1 or deltas[0].content is not None):
-                        deltas = self._through_tools(deltas, False)
-                return StreamUpdate(deltas) if deltas else _EMPTY
+                return self._general_step(ids)
+            text = self._texts[token_id] if self._idle else None
+            if text is None:
+                detok = self._detok
+                text = detok.add_id(token_id)
+                self._idle = detok.idle
+            self._count = count + 1
+        elif count + len(ids) <= self._quiet_until:
+            detok = self._detok
+            detok.check(ids)
+            if not self._enders.isdisjoint(ids):
+                return self._general_step(ids)
+            text = detok.add(ids, checked=True)
+            self._idle = detok.idle
+            self._count = count + len(ids)
+        else:
+            return self._general_step(ids)
+        stop = self._stop
+        first = self._stop_a
+        if stop is not None and (self._stop_holding or ((first in text or self._stop_b in text) if first
+                                                        else not self._stop_firsts.isdisjoint(text))):
+            text = stop.add(text)
+            if stop.stopped:
+                return self._update(text, "stop", stop.matched, abort=True)
+            self._stop_holding = stop.holding
+        if not text:
+            return _EMPTY
+        reasoning, tools = self._reasoning, self._tools
+        if reasoning is None:
+            if tools is None:
+                return StreamUpdate([Delta(text)])
+            deltas = _coalesce(tools.feed(text))
+        else:
+            deltas = reasoning.feed(text)
+            if len(deltas) > 1 or deltas and deltas[0].content is not None:
+                # reasoning passes by the tool parser, which reads only the content
+                deltas = _coalesce(deltas) if tools is None else self._through_tools(deltas, False)
+        return StreamUpdate(deltas) if deltas else _EMPTY
+
+    def _general_step(self, ids) -> StreamUpdate:
         if self.finish_reason is not None or not ids:
             return _EMPTY
         update = self._step(ids)
@@ -157,7 +170,7 @@ class TextStream:
         count, n = self._count, len(ids)
         finish_reason = stop_reason = None
         keep = text_end = n  # ids[:keep] are accepted, ids[:text_end] are detokenized
-        if count + n - 1 >= self._quiet_until or not self._enders.isdisjoint(ids):
+        if count + n - 1 >= self._quiet_end or not self._enders.isdisjoint(ids):
             limit, first_armed = self._max_tokens, self._min_tokens + 1
             for k, token_id in enumerate(ids):
                 position = count + k + 1
