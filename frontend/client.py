@@ -50,13 +50,13 @@ def default_model_dir() -> Path:
 
 class TokenizerPool:
     def __init__(self, endpoints: list[str], *, keys: ClientKeys | None = None, request_timeout: float = 30.0,
-                 connect_timeout: float = 60.0, max_inflight: int = 256, launcher: Launcher | None = None,
-                 run_dir: str | None = None):
+                 connect_timeout: float = 60.0, max_inflight: int = 256, max_attempts: int = 3,
+                 launcher: Launcher | None = None, run_dir: str | None = None):
         self.context = zmq.Context(io_threads=1)
         self.keys = keys
         self.session = uuid.uuid4().hex
         self._link_options = dict(keys=keys, request_timeout=request_timeout, connect_timeout=connect_timeout,
-                                  max_inflight=max_inflight)
+                                  max_inflight=max_inflight, max_attempts=max_attempts)
         self.links: list[WorkerLink] = [self._new_link(endpoint, i) for i, endpoint in enumerate(endpoints)]
         self.launcher = launcher
         self.run_dir = run_dir
@@ -71,9 +71,11 @@ class TokenizerPool:
     # ------------------------------------------------------------ construction
     @classmethod
     async def spawn(cls, model_dir: str | Path | None = None, workers: int = 2, *, request_timeout: float = 30.0,
-                    startup_timeout: float = 60.0, max_inflight: int = 256, **worker_options) -> "TokenizerPool":
+                    startup_timeout: float = 60.0, max_inflight: int = 256, max_attempts: int = 3,
+                    **worker_options) -> "TokenizerPool":
         """Start `workers` local worker processes on private ipc:// sockets and connect to them.
-        `worker_options` are WorkerOptions fields (tool_parser, reasoning_parser, memory_limit_mb, ...)."""
+        `worker_options` are WorkerOptions fields (tool_parser, reasoning_parser, memory_limit_mb, ...).
+        A request whose worker died under it is sent again, `max_attempts` times in all."""
         run_dir = tempfile.mkdtemp(prefix="tokworker-")         # mode 0700: only this user can reach the sockets
         endpoints = worker_endpoints(f"ipc://{run_dir}/worker", workers)    # the daemon's naming: discoverable
         worker_options.setdefault("log_level", "WARNING")
@@ -81,7 +83,7 @@ class TokenizerPool:
                                  pool_size=workers, **worker_options) for i, endpoint in enumerate(endpoints)]
         launcher = Launcher(options).start()
         pool = cls(endpoints, request_timeout=request_timeout, connect_timeout=startup_timeout,
-                   max_inflight=max_inflight, launcher=launcher, run_dir=run_dir)
+                   max_inflight=max_inflight, max_attempts=max_attempts, launcher=launcher, run_dir=run_dir)
         try:
             starting = asyncio.ensure_future(pool._start())
             while not starting.done():
@@ -99,13 +101,13 @@ class TokenizerPool:
     @classmethod
     async def connect(cls, endpoints: str | list[str], *, curve_keys: str | Path | ClientKeys | None = None,
                       discover: bool = True, request_timeout: float = 30.0, connect_timeout: float = 10.0,
-                      max_inflight: int = 256) -> "TokenizerPool":
+                      max_inflight: int = 256, max_attempts: int = 3) -> "TokenizerPool":
         """Connect to running workers (a `tokworker serve` daemon). With `discover`, each endpoint that is a
         daemon's first worker brings in the rest of that daemon's workers."""
         endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         keys = ClientKeys.from_dir(curve_keys) if isinstance(curve_keys, (str, Path)) else curve_keys
         pool = cls(endpoints, keys=keys, request_timeout=request_timeout, connect_timeout=connect_timeout,
-                   max_inflight=max_inflight)
+                   max_inflight=max_inflight, max_attempts=max_attempts)
         try:
             await pool._start()
             if discover:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from tokworker.worker.options import WorkerOptions, options_to_json
@@ -40,6 +41,7 @@ class Launcher:
         self.options = list(options)
         self.python = python
         self.restarts = 0
+        self.exits: deque[tuple[int, int, int]] = deque(maxlen=256)   # (index, pid, exit status), latest last
         self._procs: list[subprocess.Popen | None] = [None] * len(self.options)
         self._started = [0.0] * len(self.options)
         self._next_start = [0.0] * len(self.options)
@@ -89,6 +91,7 @@ class Launcher:
                         self._next_start[index] = now + (self._backoff[index] if lived < YOUNG_S else 0.0)
                         log.warning("worker %d (pid %d, %s) exited with %s after %.1f s; restarting", index, proc.pid,
                                     self.options[index].bind, proc.returncode, lived)
+                        self.exits.append((index, proc.pid, proc.returncode))
                         self._procs[index] = None
                     if self._procs[index] is None and now >= self._next_start[index]:
                         try:

@@ -4,9 +4,10 @@
   the request (answered OUT_OF_MEMORY) instead of waking the kernel's OOM killer on the whole host.
 - Wall time: a stateless request runs under an interval timer whose SIGALRM raises BudgetExceeded in
   pure-Python code (answered TIMEOUT); the worker goes on with the next request.
-- CPU: code stuck in C ignores signal handlers, so RLIMIT_CPU is kept `cpu_limit_s` ahead of the CPU
-  already used; a request that burns through it gets SIGXCPU, the process dies, and the launcher starts
-  a new one (the frontend then re-sends and replays what it lost).
+- CPU: code stuck in C ignores signal handlers, and session requests (steps) run without a wall budget,
+  so RLIMIT_CPU is kept `cpu_limit_s` ahead of the CPU already used; a request that burns through it gets
+  SIGXCPU, the process dies (without a core dump: RLIMIT_CORE is 0), and the launcher starts a new one
+  (the frontend then re-sends and replays what it lost).
 """
 
 from __future__ import annotations
@@ -30,12 +31,18 @@ def apply_memory_limit(megabytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+def disable_core_dumps() -> None:
+    """A worker killed by SIGXCPU would otherwise dump gigabytes of core for every runaway request."""
+    _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+
+
 class CpuBackstop:
     """Keeps the soft RLIMIT_CPU between `seconds`/2 and `seconds` ahead of the CPU used so far; re-arming
     costs a syscall only every `seconds`/2 of CPU, so calling `arm()` per request is cheap."""
 
     def __init__(self, seconds: int):
-        self.seconds = max(2, int(seconds))
+        self.seconds = max(1, int(seconds))
         self.armed_until = 0.0
 
     def arm(self) -> None:

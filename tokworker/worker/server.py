@@ -31,7 +31,7 @@ from protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compi
                                StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
 from tokworker.worker.constraints import ConstraintCache
 from tokworker.worker.handlers import Handlers
-from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit
+from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit, disable_core_dumps
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.security import check_bind, secure_server
 from tokworker.worker.streams import StreamTable, WorkerError
@@ -196,7 +196,9 @@ class Worker:
             return self._error(identity, header, request_id, code, str(exc))
         except RecursionError:
             return self._error(identity, header, request_id, ErrorCode.TOO_LARGE, "payload nests too deeply")
-        except (msgspec.DecodeError, ValueError, MemoryError) as exc:
+        except MemoryError:
+            return self._error(identity, header, request_id, ErrorCode.OUT_OF_MEMORY, "out of memory decoding it")
+        except (msgspec.DecodeError, ValueError) as exc:
             return self._error(identity, header, request_id, ErrorCode.MALFORMED, f"cannot decode body: {exc}")
         kind = type(msg)
         stateless = self.stateless.get(kind)
@@ -291,5 +293,6 @@ def run_worker(options: WorkerOptions) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     apply_memory_limit(options.memory_limit_mb)
+    disable_core_dumps()
     Worker(options).serve(stop)
     return 0
