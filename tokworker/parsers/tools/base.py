@@ -69,7 +69,8 @@ class ToolParser:
     def feed(self, text: str) -> list[Delta]:
         if text:
             self._buf += text
-            self._run(False)
+            while self._mode(False):
+                pass
         return self._take()
 
     def finish(self) -> list[Delta]:
@@ -99,7 +100,10 @@ class ToolParser:
             pass
 
     def _take(self) -> list[Delta]:
-        out, self._out = self._out, []
+        out = self._out
+        if not out:
+            return []
+        self._out = []
         self._last_args = None
         return out
 

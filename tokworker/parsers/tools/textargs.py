@@ -9,6 +9,7 @@ written as json.dumps(..., ensure_ascii=False) would write it, so whole and stre
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring
 
 import regex
 
@@ -21,8 +22,9 @@ def dumps(value) -> str:
 
 
 def string_fragment(text: str) -> str:
-    """text as it appears inside a JSON string (escapes are per character, so pieces concatenate)."""
-    return json.dumps(text, ensure_ascii=False)[1:-1]
+    """text as it appears inside a JSON string (escapes are per character, so pieces concatenate);
+    encode_basestring is what json.dumps(text, ensure_ascii=False) runs."""
+    return encode_basestring(text)[1:-1]
 
 
 def value_types(schema: dict, key: str) -> tuple[str, ...]:
@@ -156,9 +158,11 @@ class TextValuedArgs:
 
     def _held_end_prefix(self, buf: str) -> int:
         prefixes = self._value_end_prefixes
-        for pos in range(max(0, len(buf) - self._value_end_hold), len(buf)):
-            if buf[pos] == "<" and buf[pos:] in prefixes:
+        pos = buf.find("<", max(0, len(buf) - self._value_end_hold))
+        while pos >= 0:
+            if buf[pos:] in prefixes:
                 return len(buf) - pos
+            pos = buf.find("<", pos + 1)
         return 0
 
 
