@@ -86,6 +86,8 @@ class HarmonyReasoningParser:
     grammar lives once, in the `openai` tool parser; this is its reasoning-only face. A stream that also
     asks for the `openai` tool parser needs only that one (TextStream drops this stage then)."""
 
+    passthrough = False  # channels can change at any point
+
     def __init__(self):
         from tokworker.parsers.tools import get_tool_parser
         self._channels = get_tool_parser("openai")
@@ -129,10 +131,13 @@ def get_reasoning_parser(name: str, prompt_text: str | None = None, prompt_ids=N
 
 class ReasoningParser:
     """One stream's reasoning state: `feed(text) -> list[Delta]`, `finish() -> list[Delta]`, and the
-    whole-text `parse(text) -> (reasoning, content)` (None for an empty part)."""
+    whole-text `parse(text) -> (reasoning, content)` (None for an empty part).
 
-    __slots__ = ("fmt", "special_tokens", "_initial", "_mode", "_steady", "_held", "_held_blank", "_started",
-                 "_emitted_content", "_end_firsts", "_end_first")
+    `passthrough` turns True once the answer has begun and nothing is held: from then on every text is
+    content, unchanged, and finish() adds nothing, so a caller may stop feeding the parser."""
+
+    __slots__ = ("fmt", "special_tokens", "passthrough", "_initial", "_mode", "_steady", "_held", "_held_blank",
+                 "_started", "_emitted_content", "_end_firsts", "_end_first")
 
     def __init__(self, fmt: ReasoningFormat, mode: str):
         self.fmt = fmt
@@ -141,6 +146,7 @@ class ReasoningParser:
         self._end_firsts, self._end_first = fmt.end_firsts, fmt.end_first
         self._mode = mode
         self._steady = None
+        self.passthrough = False
         self._held = ""          # text not yet decided (a possible tag, or whitespace at an edge)
         self._held_blank: list[str] = []  # whitespace held after _held, kept apart so a run of it is O(1) a step
         self._started = False    # the current section has shown a non-whitespace character
@@ -160,7 +166,9 @@ class ReasoningParser:
         if steady is _REASONING and text:
             first = self._end_first
             if (first not in text) if first else self._end_firsts.isdisjoint(text):
-                return self._plain_reasoning(text)
+                if text[-1] in _WHITESPACE or self._held_blank:
+                    return self._plain_reasoning(text)
+                return [Delta(reasoning_content=text)]
         if self._held_blank or not self._held.strip(_WHITESPACE):
             if self._holds_blank() and not text.strip(_WHITESPACE):
                 self._held_blank.append(text)  # still only whitespace: the machine would hold it all
@@ -173,11 +181,13 @@ class ReasoningParser:
             self._held_blank.append(held)  # only whitespace waits: the steady path can go on from here
             self._held = held = ""
         self._steady = mode if (mode is CONTENT or mode is _REASONING) and self._started and not held else None
+        self.passthrough = self._steady is CONTENT
         return out
 
     def _plain_reasoning(self, text: str) -> list[Delta]:
-        """Steady reasoning and text that cannot begin an end tag: what the machine would do, without it.
-        Whitespace at its end waits (it is formatting if the end tag follows) and joins the next text."""
+        """Steady reasoning and text that cannot begin an end tag, next to whitespace: what the machine would
+        do, without it. Whitespace at the end waits (it is formatting if the end tag follows) and joins the
+        next text."""
         blank = self._held_blank
         if text[-1] in _WHITESPACE:
             body = text.rstrip(_WHITESPACE)

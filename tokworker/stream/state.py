@@ -144,9 +144,13 @@ class TextStream:
             deltas = _coalesce(tools.feed(text))
         else:
             deltas = reasoning.feed(text)
-            if len(deltas) > 1 or deltas and deltas[0].content is not None:
-                # reasoning passes by the tool parser, which reads only the content
-                deltas = _coalesce(deltas) if tools is None else self._through_tools(deltas, False)
+            if reasoning.passthrough:  # the answer has begun: the rest is content, the parser is done
+                self._reasoning = None
+            if tools is None:
+                if len(deltas) > 1:
+                    deltas = _coalesce(deltas)
+            elif len(deltas) > 1 or deltas and deltas[0].content is not None:
+                deltas = self._through_tools(deltas, False)  # reasoning passes by the tool parser
         return StreamUpdate(deltas) if deltas else _EMPTY
 
     def _general_step(self, ids) -> StreamUpdate:
