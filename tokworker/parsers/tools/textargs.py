@@ -34,14 +34,17 @@ def value_types(schema: dict, key: str) -> tuple[str, ...]:
     return _types_of(prop) if isinstance(prop, dict) else ()
 
 
-def _types_of(prop: dict) -> tuple[str, ...]:
+def _types_of(prop: dict, depth: int = 0) -> tuple[str, ...]:
     found = prop.get("type")
     types = [found] if isinstance(found, str) else [t for t in found if isinstance(t, str)] if isinstance(found, list) else []
     for key in ("anyOf", "oneOf"):
-        for option in prop.get(key) or ():
-            if isinstance(option, dict):
-                types += [t for t in _types_of(option) if t not in types]
-    if not types and "enum" in prop and all(isinstance(v, str) for v in prop["enum"]):
+        options = prop.get(key)
+        if isinstance(options, list) and depth < 8:  # a request's schema is untrusted: bound the recursion
+            for option in options:
+                if isinstance(option, dict):
+                    types += [t for t in _types_of(option, depth + 1) if t not in types]
+    enum = prop.get("enum")
+    if not types and isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
         types = ["string"]
     return tuple(types)
 
