@@ -32,6 +32,9 @@ from frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeou
 log = logging.getLogger("tokworker.frontend")
 
 _AUTH_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+# A CURVE server drops a plaintext client mid-handshake, which the client often sees only as "failed, no
+# detail" (the same as a peer dying mid-handshake): this many of those in a row count as a refusal.
+_HANDSHAKE_DROPS = 3
 _WATCHED = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | \
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 
@@ -76,6 +79,7 @@ class WorkerLink:
         self._hello: asyncio.Future | None = None
         self._hello_id = -1
         self._auth_error: PoolError | None = None
+        self._handshake_drops = 0
         self._task: asyncio.Task | None = None
 
     @property
@@ -227,6 +231,7 @@ class WorkerLink:
             self.max_message_bytes = min(self.max_message_bytes, reply.limits.max_message_bytes)
             self.down = False
             self._auth_error = None
+            self._handshake_drops = 0
             self._resume()
             return reply
         return None
@@ -285,7 +290,9 @@ class WorkerLink:
 
     def _on_event(self, event: int) -> None:
         hello = self._hello
-        if event in _AUTH_EVENTS:
+        if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            self._handshake_drops += 1
+        if event in _AUTH_EVENTS or self._handshake_drops >= _HANDSHAKE_DROPS:
             error = PoolError("auth_failed", f"{self.endpoint} refused the connection's security handshake "
                                              "(CurveZMQ keys missing, wrong or not authorized)")
             if hello is not None and not hello.done():
