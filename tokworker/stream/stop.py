@@ -26,16 +26,18 @@ _PLAN_LIMIT = 256  # distinct stop lists kept; the oldest is dropped beyond that
 class _StopPlan:
     """What the checker needs to know about one list of stop strings, computed once."""
 
-    __slots__ = ("stops", "firsts", "prefixes", "prefix_ends", "max_hold")
+    __slots__ = ("stops", "firsts", "prefixes_by_end")
 
     def __init__(self, stops: tuple[str, ...]):
         self.stops = tuple(dict.fromkeys(s for s in stops if s))
-        # Every proper prefix of every stop: the tails worth holding back; a tail ending in a character
-        # that ends none of them, or starting with one that begins no stop, is released without looking.
-        self.prefixes = frozenset(s[:k] for s in self.stops for k in range(1, len(s)))
-        self.prefix_ends = frozenset(p[-1] for p in self.prefixes)
         self.firsts = frozenset(s[0] for s in self.stops)
-        self.max_hold = max((len(s) - 1 for s in self.stops), default=0)
+        # Every proper prefix of every stop (the tails worth holding back), filed by its last character,
+        # longest first: a text's tail can only be one of those ending in the text's last character.
+        prefixes = sorted({s[:k] for s in self.stops for k in range(1, len(s))}, key=len, reverse=True)
+        by_end: dict[str, list[str]] = {}
+        for prefix in prefixes:
+            by_end.setdefault(prefix[-1], []).append(prefix)
+        self.prefixes_by_end = {end: tuple(group) for end, group in by_end.items()}
 
 
 def _plan(stops) -> _StopPlan:
@@ -54,8 +56,7 @@ class StopChecker:
     string, the returned text ends just before it (or just after it with include_stop), and everything
     later is dropped."""
 
-    __slots__ = ("_stops", "_firsts", "_prefixes", "_prefix_ends", "_max_hold", "_include", "_held", "stopped",
-                 "matched", "holding")
+    __slots__ = ("_stops", "_firsts", "_prefixes_by_end", "_include", "_held", "stopped", "matched", "holding")
 
     def __init__(self, stops, include_stop: bool = False):
         if isinstance(stops, str):
@@ -64,8 +65,7 @@ class StopChecker:
             if type(stop) is not str:
                 raise ValueError(f"stop strings must be str, not {type(stop).__name__}")
         plan = _plan(stops)
-        self._stops, self._firsts, self._prefixes = plan.stops, plan.firsts, plan.prefixes
-        self._prefix_ends, self._max_hold = plan.prefix_ends, plan.max_hold
+        self._stops, self._firsts, self._prefixes_by_end = plan.stops, plan.firsts, plan.prefixes_by_end
         self._include = include_stop
         self._held = ""
         self.stopped = False
@@ -102,12 +102,13 @@ class StopChecker:
                         self.holding = True
                         return text[:end] if self._include else text[:start]
                     break
-        if text[-1] in self._prefix_ends:
-            hold = self._tail_to_hold(text)
-            if hold:
-                self._held = text[-hold:]
-                self.holding = True
-                return text[:-hold]
+        candidates = self._prefixes_by_end.get(text[-1])
+        if candidates is not None:
+            for prefix in candidates:  # longest first: the longest tail that could still become a stop
+                if text.endswith(prefix):
+                    self._held = prefix
+                    self.holding = True
+                    return text[:-len(prefix)]
         self._held = ""
         self.holding = False
         return text
@@ -129,20 +130,3 @@ class StopChecker:
                 if best is None or candidate[:2] < best[:2]:
                     best = candidate
         return best
-
-    def _tail_to_hold(self, text: str) -> int:
-        """The length of the longest tail of text that is a proper prefix of a stop: for each first
-        character, its leftmost occurrence in the last max_hold characters that starts such a tail."""
-        n = len(text)
-        low = n - self._max_hold
-        if low < 0:
-            low = 0
-        prefixes, longest = self._prefixes, 0
-        for first in self._firsts:
-            pos = text.find(first, low)
-            while 0 <= pos < n - longest:
-                if text[pos:] in prefixes:
-                    longest = n - pos
-                    break
-                pos = text.find(first, pos + 1)
-        return longest
