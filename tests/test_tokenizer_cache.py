@@ -74,3 +74,41 @@ def test_unwritable_cache_directory_is_ignored(tmp_path, monkeypatch, small_rank
     monkeypatch.setenv("TOKWORKER_CACHE_DIR", str(blocker / "sub"))
     tok = Tokenizer.from_tiktoken(small_ranks, loaders.CL100K_PATTERN, {})
     assert tok.decode(tok.encode(TEXT)) == TEXT
+
+
+def test_merges_stay_encoded_until_the_table_is_built(tmp_path, cache):
+    """from_file decodes everything but the merges, which only a table build (no cache yet) decodes."""
+    import json
+
+    import msgspec
+
+    from tokworker.tokenizer import tokenizer as tokenizer_module
+    path = vocabulary("qwen3_dir") / "tokenizer.json"
+    data = path.read_bytes()
+    whole = json.loads(data)
+    spec = tokenizer_module._read_spec(data)
+    assert isinstance(spec["model"]["merges"], msgspec.Raw)
+    assert msgspec.json.decode(spec["model"].pop("merges")) == whole["model"].pop("merges")
+    assert spec == {key: value for key, value in whole.items() if key in spec} and set(spec) >= {"model", "decoder"}
+
+    bad = dict(json.loads(data), model=dict(whole["model"], merges=[["a", "b", "c"]]))
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"not a \(left, right\) pair"):
+        Tokenizer.from_file(tmp_path / "bad.json")
+
+
+def test_loads_leave_the_garbage_collector_as_they_found_it(tmp_path, small_ranks):
+    import gc
+    assert gc.isenabled()
+    Tokenizer.from_tiktoken(small_ranks, loaders.CL100K_PATTERN, {})
+    assert gc.isenabled()
+    (tmp_path / "tokenizer.json").write_text('{"model": {"type": "Nonesuch"}}')
+    with pytest.raises(ValueError):
+        Tokenizer.from_file(tmp_path / "tokenizer.json")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        Tokenizer.from_tiktoken(small_ranks, loaders.CL100K_PATTERN, {})
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

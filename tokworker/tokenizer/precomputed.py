@@ -81,7 +81,8 @@ def _read_tables(path: Path, count: int) -> list[dict[int, int]] | None:
     if len(sizes) != count or count + 2 * sum(sizes) != len(numbers):
         return None
     for size in sizes:
-        tables.append(dict(zip(numbers[offset:offset + size], numbers[offset + size:offset + 2 * size])))
+        middle = offset + size
+        tables.append(dict(zip(numbers[offset:middle].tolist(), numbers[middle:middle + size].tolist())))
         offset += 2 * size
     return tables
 
@@ -107,7 +108,7 @@ def _read(path: Path) -> dict[int, int] | None:
     half = len(numbers) // 2
     if len(numbers) % 2:
         return None
-    return dict(zip(numbers[:half], numbers[half:]))
+    return dict(zip(numbers[:half].tolist(), numbers[half:].tolist()))
 
 
 def _write(path: Path, table: dict[int, int]) -> None:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from codecs import charmap_decode
 from heapq import heapify, heappop, heappush
-from itertools import islice, repeat
+from itertools import compress, islice, repeat
 from operator import itemgetter, lshift, or_
+from typing import Union
 
+import msgspec
 import regex
 
 from .. import precomputed
@@ -55,7 +57,7 @@ class BPE:
 
     @classmethod
     def from_spec(cls, spec: dict, cache_key: str | None = None) -> "BPE":
-        merges = spec.get("merges") or []
+        merges = spec.get("merges") or []          # a list, or msgspec.Raw still to decode (see _pair_table)
         return cls(dict(spec["vocab"]), merges, cache_key=cache_key, unk_token=spec.get("unk_token"),
                    continuing_subword_prefix=spec.get("continuing_subword_prefix"),
                    end_of_word_suffix=spec.get("end_of_word_suffix"), fuse_unk=bool(spec.get("fuse_unk")),
@@ -91,21 +93,30 @@ class BPE:
 
     def _consistent(self, table: dict[int, int]) -> bool:
         """A spot check of a cached table against this vocabulary: each sampled merge's parts spell its result."""
-        tokens = {token_id: token for token, token_id in self.vocab.items()}
         shift, mask, prefix_len = self.shift, self.id_mask, len(self.prefix)
-        for key, value in islice(table.items(), 0, None, max(len(table) // 64, 1)):
+        sample = list(islice(table.items(), 0, None, max(len(table) // 64, 1)))
+        wanted = {part for key, value in sample for part in (key >> shift, key & mask, value & mask)}
+        found = list(map(wanted.__contains__, self.vocab.values()))          # C-level, not a reverse map
+        tokens = dict(zip(compress(self.vocab.values(), found), compress(self.vocab, found)))
+        for key, value in sample:
             left, right, merged = tokens.get(key >> shift), tokens.get(key & mask), tokens.get(value & mask)
             if left is None or right is None or merged != left + right[prefix_len:]:
                 return False
         return True
 
     def _pair_table(self, merges) -> dict[int, int]:
-        """Packed (left id, right id) -> (rank, merged id), built with C-level maps."""
+        """Packed (left id, right id) -> (rank, merged id), built with C-level maps. `merges` may still be
+        encoded JSON (msgspec.Raw, as Tokenizer.from_file leaves it)."""
+        if isinstance(merges, msgspec.Raw):
+            try:
+                merges = msgspec.json.decode(merges, type=list[Union[tuple[str, str], str]])
+            except msgspec.ValidationError as error:
+                raise ValueError(f"a BPE merge is not a (left, right) pair: {error}") from None
         if not merges:
             return {}
         if isinstance(merges[0], str):                        # the older "left right" string form
             merges = [merge.split(" ", 1) for merge in merges]
-        if any(len(merge) != 2 for merge in merges):
+        if set(map(len, merges)) != {2}:
             raise ValueError("a BPE merge is not a (left, right) pair")
         vocab, shift, prefix_len = self.vocab, self.shift, len(self.prefix)
         lefts, rights = list(map(itemgetter(0), merges)), list(map(itemgetter(1), merges))
