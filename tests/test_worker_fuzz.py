@@ -187,10 +187,10 @@ _VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1
                        max_leaves=25)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(["hello", "stats", "render", "encode", "decode", "compile", "guide", "open", "step", "close", "x"]),
        st.dictionaries(st.sampled_from(["texts", "ids", "messages", "tools", "stream_id", "params", "finish",
-                                        "version", "session", "epoch", "replay", "pattern", "stream_ids"]),
+                                        "version", "session", "epoch", "replay", "pattern", "stream_ids", "queries"]),
                        _VALUES, max_size=4))
 def test_random_messages_get_a_reply_or_a_typed_error(worker, kind, fields):
     reply = worker[2].call(msgspec.msgpack.encode({"type": kind, **fields}))
