@@ -78,7 +78,7 @@ async def _guide_link(link, group: dict, timeout: float | None) -> dict:
             if isinstance(result, PoolError) and result.code == ErrorCode.UNKNOWN_CONSTRAINT}
     if not lost:
         return results
-    constraints = {group[name][0] for name in lost}
+    constraints = list({group[name][0] for name in lost})
     recompiled = await asyncio.gather(*(_recompile(c, timeout) for c in constraints), return_exceptions=True)
     failed = {c: error for c, error in zip(constraints, recompiled) if error is not None}
     retry = {name: group[name] for name in lost if group[name][0] not in failed}
