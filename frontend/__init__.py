@@ -13,5 +13,6 @@ from frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeo
                              WorkerLost)
 from frontend.stream import Stream
 
-__all__ = ["TokenizerPool", "Stream", "Constraint", "PoolError", "InvalidRequest", "Overloaded", "RequestTimeout", "StreamFailed",
+__all__ = ["TokenizerPool", "Stream", "Constraint",
+           "PoolError", "InvalidRequest", "Overloaded", "RequestTimeout", "StreamFailed",
            "UnknownStream", "WorkerLost"]

@@ -222,7 +222,8 @@ class TokenizerPool:
         params = params or StreamParams()
         prompt_ids = list(prompt_ids) if prompt_ids is not None else None
         stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer)
-        body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids, prompt_text=prompt_text))
+        body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
+                                         prompt_text=prompt_text))
 
         def opened(reply):
             if self._streams.get(stream_id) is stream and not stream.finished:

@@ -13,10 +13,10 @@ from hypothesis import given, settings, strategies as st
 
 from protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
 from protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, CompileReply, Decode, DecodeReply,
-                               Encode, EncodeReply, Error, ErrorReply, Guide, GuideQuery, GuideReply, GuideResult, Hello,
-                               HelloReply, Limits, OpenReply, OpenStream,
-                               Render, RenderReply, Stats, StatsReply, Step, StepReply, decode_reply, decode_request,
-                               encode_message, nesting_depth, pack_id, unpack_id)
+                               Encode, EncodeReply, Error, ErrorReply, Guide, GuideQuery, GuideReply, GuideResult,
+                               Hello, HelloReply, Limits, OpenReply, OpenStream, Render, RenderReply, Stats, StatsReply,
+                               Step, StepReply, decode_reply, decode_request, encode_message, nesting_depth, pack_id,
+                               unpack_id)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -150,7 +150,8 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) 
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.sampled_from(["hello", "stats", "render", "encode", "decode", "compile", "guide", "open", "step", "close", "zzz"]),
+@given(st.sampled_from(["hello", "stats", "render", "encode", "decode", "compile", "guide", "open", "step", "close",
+                         "zzz"]),
        st.dictionaries(st.sampled_from(["texts", "ids", "messages", "stream_id", "params", "finish", "version", "x"]),
                        _JSON, max_size=4))
 def test_random_fields_decode_or_raise_a_validation_error(kind, fields):

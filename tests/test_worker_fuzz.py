@@ -188,7 +188,8 @@ _VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(["hello", "stats", "render", "encode", "decode", "compile", "guide", "open", "step", "close", "x"]),
+@given(st.sampled_from(["hello", "stats", "render", "encode", "decode", "compile", "guide", "open", "step", "close",
+                         "x"]),
        st.dictionaries(st.sampled_from(["texts", "ids", "messages", "tools", "stream_id", "params", "finish",
                                         "version", "session", "epoch", "replay", "pattern", "stream_ids", "queries"]),
                        _VALUES, max_size=4))
