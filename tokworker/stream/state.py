@@ -22,6 +22,7 @@ import sys
 import weakref
 
 from protocol.deltas import Delta, StreamParams, StreamUpdate
+from tokworker.parsers.reasoning import get_reasoning_parser
 
 from .detokenizer import IncrementalDetokenizer
 from .stop import StopChecker
@@ -44,14 +45,14 @@ def _eos_ids(tokenizer) -> tuple[int | None, frozenset]:
 class TextStream:
     """`push(ids) -> StreamUpdate` per engine step; `finish() -> StreamUpdate` when the engine ended the
     request by itself (everything held is flushed). After the stream has ended both return an empty
-    update: ids the engine produced before it saw the abort are ignored."""
+    update: ids the engine produced before it saw the abort are ignored. Updates are read-only: every empty
+    one is the same object."""
 
     def __init__(self, tokenizer, params: StreamParams, prompt_ids=None, prompt_text=None):
         self._reasoning = self._tools = None
         # gpt-oss: the openai tool parser reads every harmony channel, reasoning included
         harmony_twice = params.reasoning_parser == "openai_gptoss" and params.tool_parser == "openai"
         if params.reasoning_parser and not harmony_twice:
-            from tokworker.parsers.reasoning import get_reasoning_parser
             self._reasoning = get_reasoning_parser(params.reasoning_parser, prompt_text=prompt_text,
                                                    prompt_ids=prompt_ids, tokenizer=tokenizer)
         if params.tool_parser:
