@@ -11,7 +11,7 @@ from importlib import import_module
 
 from .base import ToolParser
 
-# vLLM name -> (module, class). Imported on first use so a stream pays only for its own format.
+# vLLM name -> (module, class). Imported on first use so a process pays only for the formats it serves.
 _PARSERS = {
     "hermes": ("hermes", "HermesToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
@@ -26,15 +26,19 @@ _PARSERS = {
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))
+_CLASSES: dict[str, type[ToolParser]] = {}  # bounded by _PARSERS: one class per known name
 
 
 def get_tool_parser(name: str, tools: list[dict] | None = None) -> ToolParser:
     """A fresh parser for one stream. tools: the request's OpenAI tools (schemas type text values)."""
-    try:
-        module, cls = _PARSERS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown tool parser {name!r}; known: {', '.join(TOOL_PARSERS)}") from None
-    return getattr(import_module(f"{__name__}.{module}"), cls)(tools)
+    parser_class = _CLASSES.get(name) if isinstance(name, str) else None
+    if parser_class is None:
+        try:
+            module, cls = _PARSERS[name]
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown tool parser {name!r}; known: {', '.join(TOOL_PARSERS)}") from None
+        parser_class = _CLASSES[name] = getattr(import_module(f"{__name__}.{module}"), cls)
+    return parser_class(tools)
 
 
 __all__ = ["TOOL_PARSERS", "ToolParser", "get_tool_parser"]

@@ -17,6 +17,7 @@ construction; the tests check that the result is the same however the text is sp
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import regex
@@ -28,6 +29,18 @@ from .jsonscan import JsonScanner
 # An opening (marker + call header) longer than this is not a call: stop holding it back.
 HEADER_LIMIT = 1024
 _WHITESPACE = " \t\n\r"
+# Call ids: one random prefix per process and a counter per parser, so ids are unique across streams
+# and requests without a system call per stream (the prefix is drawn again in a forked child).
+_ID_PREFIX = ""
+_ID_PREFIX_PID = -1
+_PARSER_NUMBERS = itertools.count()
+
+
+def _id_base() -> str:
+    global _ID_PREFIX, _ID_PREFIX_PID
+    if _ID_PREFIX_PID != os.getpid():
+        _ID_PREFIX, _ID_PREFIX_PID = os.urandom(4).hex(), os.getpid()
+    return f"{_ID_PREFIX}{next(_PARSER_NUMBERS) & 0xFFFFFFFF:08x}"
 
 
 class ToolParser:
@@ -48,7 +61,7 @@ class ToolParser:
         self._content_seen = False  # whitespace after a call separates content only if some came before
         self._index = -1
         self._call_name = ""
-        self._id_base = os.urandom(8).hex()
+        self._id_base = ""  # drawn when the first call opens: most streams never call a tool
         self._scanner: JsonScanner | None = None
         self._after_args = None  # the mode to enter once the arguments object closes
         self.called = False
@@ -215,6 +228,8 @@ class ToolParser:
         self._index += 1
         self._call_name = name
         self.called = True
+        if not self._id_base:
+            self._id_base = _id_base()
         call_id = f"call_{self._id_base}{self._index:08x}"
         header = ToolCallDelta(index=self._index, id=call_id, type="function",
                                function=FunctionDelta(name=name, arguments=""))

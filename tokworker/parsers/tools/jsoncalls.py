@@ -29,9 +29,10 @@ class JsonCallObjects:
         m = self._match(head, final)
         if m is None:
             return False
-        if m and decode_json_string(m["name"]):
+        name = decode_json_string(m["name"]) if m else None
+        if name:
             self._consume(m.end())
-            self._open_call(decode_json_string(m["name"]))
+            self._open_call(name)
             if m["noargs"] is not None:
                 self._args("{}")
                 self._close_call()
@@ -94,6 +95,8 @@ class JsonCallObjects:
 
 def decode_json_string(body: str) -> str | None:
     """The text between a JSON string's quotes -> its value, or None if it is not valid JSON."""
+    if "\\" not in body:  # no escapes: the text is the value (the patterns exclude quotes and controls)
+        return body
     try:
         return json.loads(f'"{body}"')
     except ValueError:
