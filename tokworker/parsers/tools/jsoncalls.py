@@ -9,7 +9,9 @@ holding JSON (some models write that), are held whole and decoded once complete.
 from __future__ import annotations
 
 import json
+import re
 
+from .base import HEADER_LIMIT
 from .jsonscan import JsonScanner
 
 # `{"name": "NAME", "arguments": ` up to the arguments' opening brace (not consumed), or `{"name": "NAME"}`;
@@ -18,16 +20,30 @@ CALL_HEADER = (r'\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"(?P<name>
                r'(?:,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)|(?P<noargs>\}))')
 # Any object whose first key says it is a call: held whole when the fast path does not apply.
 CALL_OBJECT = r'(?=\{\s*"(?:name|arguments|parameters|type)")'
+_WORD_RUN = re.compile(r"\w+")
 
 
 class JsonCallObjects:
     """Mixin for ToolParser: read one JSON call object at a known position in the buffer."""
 
+    _head_checked = 0  # buffer length when the undecided opening was last matched (0: match now)
+
     def _call_object(self, final: bool, head, fallback, reject_len: int, after) -> bool:
         """head: regex ending in CALL_HEADER; fallback: regex ending in CALL_OBJECT. Commits the call
-        (then `after` runs once the object closes), waits, or rejects reject_len characters."""
+        (then `after` runs once the object closes), waits, or rejects reject_len characters.
+
+        While the call is undecided, text made only of word characters (a name or key arriving in
+        pieces) is not re-matched: the buffer's state is as if that text came with the next piece, so
+        the result is the same (parsing is split-invariant) and the header costs one match per piece
+        that can change it, not one per token. Anything else, the end, or the length limit re-matches."""
+        buf = self._buf
+        checked = self._head_checked
+        if checked and not final and len(buf) <= HEADER_LIMIT and _WORD_RUN.fullmatch(buf, checked):
+            return False
+        self._head_checked = 0
         m = self._match(head, final)
         if m is None:
+            self._head_checked = len(buf)
             return False
         name = decode_json_string(m["name"]) if m else None
         if name:
@@ -43,6 +59,7 @@ class JsonCallObjects:
             return True
         whole = self._match(fallback, final)
         if whole is None:
+            self._head_checked = len(buf)
             return False
         if whole:
             self._whole_start = whole.end()
