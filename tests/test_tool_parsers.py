@@ -110,6 +110,29 @@ def test_held_text_is_bounded():
     assert sent["content"] and len(sent["content"]) > 4000 and not sent["calls"]
 
 
+def test_unfinished_header_streamed_in_word_pieces_is_still_bounded():
+    """Word-only pieces skip the header re-match; the length limit still releases the held text,
+    and the set of known unfinished headers stays bounded."""
+    from tokworker.parsers.tools.jsoncalls import _UNDECIDED, UNDECIDED_LIMIT
+    parser = get_tool_parser("hermes")
+    sent = parser.feed("<tool_call>")
+    for _ in range(600):
+        sent += parser.feed("ab")
+    released = summary(sent, validate=False)
+    assert released["content"] and len(released["content"]) > 1000 and not released["calls"]
+    assert summary(sent + parser.feed(" x") + parser.finish(), validate=False)["content"] == \
+        "<tool_call>" + "ab" * 600 + " x"
+    for i in range(UNDECIDED_LIMIT + 10):
+        get_tool_parser("hermes").feed(f'<tool_call>{{"name": "tool_{i}')
+    assert len(_UNDECIDED) <= UNDECIDED_LIMIT
+
+
+def test_call_ids_differ_across_streams():
+    text = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    ids = {get_tool_parser("hermes").feed(text)[0].tool_calls[0].id for _ in range(50)}
+    assert len(ids) == 50 and all(i.startswith("call_") and len(i) == 29 for i in ids)
+
+
 def test_llama3_calls_may_say_their_type_first():
     text = '{"type": "function", "name": "f", "parameters": {"a": 1}}'
     assert assert_split_invariant("llama3_json", text, every_split=True)["calls"] == [("f", '{"a": 1}')]
