@@ -135,3 +135,28 @@ def test_whole_character_start_equals_byte_start(qwen, llama3_model, word):
             continue
         expected = model.merge([model.byte_ids[b] for b in word.encode()])
         assert model.tokenize_byte_word(word) == expected
+
+
+_SCRIPTS = "абвгдежзийклмнопрстуфхцчшщыэюя" + "αβγδεζηθικλμνξοπρστυφχψω" + "ابتثجحخدذرزسشصضطظعغفقكلمنهوي" + \
+    "अआइईउऊएऐओऔकखगघचछजझटठडढणतथदधनपफबभमयरलवशसह" + "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对可她里后"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(list(" (\n'a1")), st.text(alphabet=st.sampled_from(list(_SCRIPTS)), min_size=1, max_size=9))
+def test_word_initial_units_equal_byte_start(qwen, llama3_model, first, rest):
+    """An ASCII character and the non-ASCII one after it start as one token where bpe_chars proves it safe
+    (" п" in " привет"): the merges must end exactly where starting from bytes ends."""
+    word = first + rest
+    for model in (qwen[0].model, llama3_model):
+        if model.ignore_merges and model.vocab.get("".join(
+                model._latin1_to_symbols[b] for b in word.encode())) is not None:
+            continue
+        assert model.tokenize_byte_word(word) == model.merge([model.byte_ids[b] for b in word.encode()])
+
+
+def test_word_initial_units_are_used(qwen):
+    """The unit saves merges on real words: " привет" starts from fewer symbols than its characters alone."""
+    chars = qwen[0].model._chars
+    words = [" " + "".join(random.Random(i).choice(_SCRIPTS[:30]) for _ in range(6)) for i in range(200)]
+    started_whole = sum(chars.symbols(word)[0] == chars.table[word[:2]][1] for word in words)
+    assert started_whole > 100

@@ -65,7 +65,9 @@ class Tokenizer:
         unsplit = pre_tokenizer is None or (isinstance(pre_tokenizer, pre_tokenizers.Metaspace)
                                             and not pre_tokenizer.split_words)
         self._pieces = model.independent_pieces() if unsplit and hasattr(model, "independent_pieces") else None
-        self._cache: dict[str, tuple] = {}
+        # word -> ids; the cached lists are only ever read (copied into the output), never changed
+        self._cache: dict[str, list[int]] = {}
+        self._word_ids = model.tokenize_byte_word if self._byte_words else self._model_word_ids
         self._token_bytes: list[bytes] | None = None
         form = decoders.bytewise_form(decoder, filter(None, self._id_to_token))
         self._bytes_of_token = form[0] if form else None
@@ -162,24 +164,22 @@ class Tokenizer:
         words = self.pre_tokenizer.split([text], at_start) if self.pre_tokenizer is not None else [text]
         if self._pieces is not None:
             words = [piece for word in words for piece in self._pieces(word)]
-        cache = self._cache
+        cache, word_ids = self._cache, self._word_ids
         get = cache.get
         for word in words:
             ids = get(word)
             if ids is None:
-                ids = self._word_ids(word)
+                ids = word_ids(word)
                 if len(word) <= _CACHEABLE_WORD:
                     if len(cache) >= _CACHE_LIMIT:
                         cache.clear()
                     cache[word] = ids
             out += ids
 
-    def _word_ids(self, word: str) -> tuple:
-        if self._byte_words:
-            return tuple(self.model.tokenize_byte_word(word))
+    def _model_word_ids(self, word: str) -> list[int]:
         if self._byte_level_words:
             word = pre_tokenizers.to_byte_symbols(word)
-        return tuple(self.model.tokenize(word))
+        return self.model.tokenize(word)
 
     # ------------------------------------------------------------------ decoding
     def decode(self, ids, skip_special_tokens: bool = False) -> str:

@@ -237,9 +237,11 @@ class BPE:
             del values[i]
             if i:
                 values[i - 1] = get(symbols[i - 1] << shift | merged, none)
-            if i < len(values):
-                values[i] = get(merged << shift | symbols[i + 1], none)
-            if not values:
+                if i < len(values):
+                    values[i] = get(merged << shift | symbols[i + 1], none)
+            elif values:
+                values[0] = get(merged << shift | symbols[1], none)
+            else:
                 break
             best = min(values)
         return symbols

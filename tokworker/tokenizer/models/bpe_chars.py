@@ -9,6 +9,11 @@ ranks lower), so starting from T gives exactly the same result with fewer merges
 "Could form" is judged by what can stand beside the character: nothing at a word's edge; a symbol ending
 (or starting) with a non-ASCII byte next to a non-ASCII character; anything next to an ASCII one. So each
 character keeps two verdicts per side. Characters that do not qualify keep their bytes.
+
+A word that starts with an ASCII character and then a non-ASCII one (" слово", "(日本") gets the same
+treatment for those two characters as one unit: nothing stands to their left, and in byte-level
+vocabularies the space merges with a lead byte before that byte's own character is whole, so the unit is
+what usually qualifies where the character alone does not.
 """
 
 from __future__ import annotations
@@ -32,9 +37,15 @@ class CharSymbols:
         self._lowest: tuple[dict, dict, dict, dict] | None = None
 
     def symbols(self, word: str) -> list[int]:
-        table, out, last = self.table, [], len(word) - 1
-        entries = [table.get(char) or self._entry(char) for char in word]
-        for i, (ids, token, left_any, left_wide, right_any, right_wide) in enumerate(entries):
+        table, out, last, first = self.table, [], len(word) - 1, 0
+        if last and word[0] < "\x80" <= word[1]:
+            unit = word[:2]
+            ids, token, _, _, right_any, right_wide = table.get(unit) or self._entry(unit)
+            if token is not None and (last == 1 or (right_wide if word[2] >= "\x80" else right_any)):
+                out.append(token)
+                first = 2
+        entries = [table.get(char) or self._entry(char) for char in word[first:]]
+        for i, (ids, token, left_any, left_wide, right_any, right_wide) in enumerate(entries, first):
             if token is not None and (i == 0 or (left_wide if word[i - 1] >= "\x80" else left_any)) and \
                     (i == last or (right_wide if word[i + 1] >= "\x80" else right_any)):
                 out.append(token)
@@ -42,15 +53,16 @@ class CharSymbols:
                 out += ids
         return out
 
-    def _entry(self, char: str) -> tuple:
+    def _entry(self, chars: str) -> tuple:
+        """A character's entry, or a word-initial unit's (whose left verdicts go unused: nothing is there)."""
         byte_ids = self.model.byte_ids
-        ids = tuple(byte_ids[b] for b in char.encode("utf-8"))
+        ids = tuple(byte_ids[b] for b in chars.encode("utf-8"))
         entry = (ids, None, False, False, False, False)
         if len(ids) > 1:
             entry = self._premerged(ids) or entry
         if len(self.table) >= _TABLE_LIMIT:
             self.table.clear()
-        self.table[char] = entry
+        self.table[chars] = entry
         return entry
 
     def _index_pairs(self) -> tuple[dict, dict, dict, dict]:
