@@ -4,7 +4,7 @@
 characters with Rust's tables; Python's `regex`/`unicodedata` use other Unicode versions, which gives wrong
 ids on thousands of newer code points. Models were trained with `tokenizers`' behaviour, so that is what
 this module reproduces, from data probed out of the libraries themselves (tools/probe_unicode.py ->
-unicode_data/tables.py). `tiktoken` vocabularies are matched against tiktoken's own regex engine.
+unicode_data/tables.zlib). `tiktoken` vocabularies are matched against tiktoken's own regex engine.
 
 Each predicate is also offered as a `regex` bracket body (`WHITESPACE_CLASS`, ...: explicit ranges, valid
 in V0 and V1 patterns) so a pre-tokenizer can use one compiled regex instead of a call per character.

@@ -1,25 +1,26 @@
 """The Unicode behaviour of `tokenizers` (Oniguruma classes, its normalization tables, its Rust character
 predicates) and of `tiktoken` (Rust regex classes), as probed from those libraries by
-tools/probe_unicode.py and shipped in tables.py; plus the code that reads it.
+tools/probe_unicode.py and shipped as tables.zlib (zlib-compressed JSON); plus the code that reads it.
 
 Sets of scalar values are "boundary lists": sorted [start, end, start, end, ...] with exclusive ends.
 """
 
 from __future__ import annotations
 
-import base64
 import functools
 import itertools
 import json
 import zlib
 
-from . import tables
+from pathlib import Path
+
+TABLES = Path(__file__).with_name("tables.zlib")
 
 
 @functools.lru_cache(maxsize=1)
 def data() -> dict:
     """The decoded tables (decoded once, on first use, so importing costs nothing)."""
-    return expand(json.loads(zlib.decompress(base64.b64decode("".join(tables.BLOB)))))
+    return expand(json.loads(zlib.decompress(TABLES.read_bytes())))
 
 
 def expand(stored: dict) -> dict:

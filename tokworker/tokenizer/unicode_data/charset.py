@@ -14,7 +14,7 @@ import functools
 
 import regex
 
-from . import boundaries, data, tables
+from . import boundaries, data
 
 MAX_CODE = 0x110000
 EMPTY: tuple[int, ...] = ()
@@ -177,7 +177,7 @@ class Atoms:
         self._tables = data()["flavors"][flavor]
         self.aliases = {_loose(k): v for k, v in self._tables["aliases"].items()}
         self.names = {_loose(k[3:]): k for k in self._tables["atoms"] if k[:3] in ("gc:", "sc:")}
-        self._same_regex = regex.__version__ == tables.REGEX_VERSION
+        self._same_regex = regex.__version__ == data()["probed_with"]["regex"]
 
     def lookup(self, name: str) -> str | None:
         """The atom for a \\p{name}: general category or script, by any alias, matched loosely."""
