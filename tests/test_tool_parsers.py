@@ -306,3 +306,22 @@ def test_marker_soup_streams_like_whole_text(name, pieces, chunking):
             assert_every_prefix(name, text, SOUP_TOOLS)
     for call_name, _ in result["calls"]:
         assert call_name
+
+
+@pytest.mark.parametrize("name", TOOL_PARSERS)
+def test_finished_parser_is_freed_without_the_cycle_collector(name):
+    import gc
+    import weakref
+    parser = get_tool_parser(name)
+    parser.feed('<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call> [TOOL_CALLS] x')
+    parser.finish()
+    assert parser.finish() == []
+    with pytest.raises(ValueError, match="finished"):
+        parser.feed("more")
+    ref = weakref.ref(parser)
+    gc.disable()
+    try:
+        del parser
+        assert ref() is None
+    finally:
+        gc.enable()

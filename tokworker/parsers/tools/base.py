@@ -91,7 +91,17 @@ class ToolParser:
         if self._held_ws and not self._after_call:
             self._emit_content(self._held_ws)
             self._held_ws = ""
+        self._drop_modes()
         return self._take()
+
+    def _drop_modes(self) -> None:
+        """Modes are bound methods, each a reference cycle through self: once the stream has finished,
+        replace them so the parser is freed by refcounting, not left for the cyclic collector."""
+        state = self.__dict__
+        for key, value in state.items():
+            if getattr(value, "__self__", None) is self:
+                state[key] = None
+        self._mode = _finished_mode
 
     def parse(self, text: str) -> tuple[str | None, list[dict]]:
         """The whole model output -> (content or None, tool calls in OpenAI's format)."""
@@ -290,6 +300,13 @@ class ToolParser:
         self._close_call()
         self._mode = then or self._resume_mode()
         return True
+
+
+def _finished_mode(final: bool) -> bool:
+    """The mode of a finished parser: finishing again is a no-op, more text is a caller error."""
+    if final:
+        return False
+    raise ValueError("this tool parser has finished; use a new parser for each stream")
 
 
 def tool_schemas(tools: list[dict] | None) -> dict[str, dict]:
