@@ -160,3 +160,43 @@ def test_missing_unknown_tokens_raise_value_error():
     assert WordLevel({"a": 0, "<unk>": 1}).tokenize("b") == [1]
     with pytest.raises(ValueError):
         WordPiece.from_spec({"type": "WordPiece", "vocab": ["a"]})
+
+
+_PRE_TOKENIZER_CHARS = st.characters(blacklist_categories=("Cs",)) | st.sampled_from(
+    list(" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2028\u3000\ufeff.,;!?¿¡«»、。・‧—–‐-_~`'\"()[]{}@#%&*\\/"
+         "東京abcé\u0301١"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(line=st.text(_PRE_TOKENIZER_CHARS, max_size=80))
+def test_bert_pre_tokenizer_matches_tokenizers(line):
+    """One pass (re for ASCII, str.translate otherwise) gives tokenizers' words: whitespace by
+    char::is_whitespace removed (U+001C..U+001F are not whitespace there), each punctuation character alone."""
+    from tokworker.tokenizer import pre_tokenizers as ours_pre
+    ours = ours_pre.from_spec({"type": "BertPreTokenizer"})
+    expected = [word for word, _ in pre_tokenizers.BertPreTokenizer().pre_tokenize_str(line)]
+    assert ours.split([line]) == expected
+    assert ours.split([line, line]) == expected * 2
+
+
+class _CountingDict(dict):
+    lookups = 0
+
+    def get(self, key, default=None):
+        _CountingDict.lookups += 1
+        return super().get(key, default)
+
+
+def test_wordpiece_looks_up_each_position_as_far_as_its_match_goes(bert_model):
+    """The longest piece at a position is found walking forward through pieces and their prefixes: the
+    lookups are the characters matched plus one per piece, not one per piece length the vocabulary has."""
+    model = WordPiece(bert_model.vocab)
+    model._start_nodes = _CountingDict(model._start_nodes)
+    model._continue_nodes = _CountingDict(model._continue_nodes)
+    for word in ["unbelievable", "tokenization", "абвгд", "東京", "x"]:
+        _CountingDict.lookups = 0
+        ids = model.tokenize(word)
+        assert ids == [t.id for t in models.WordPiece(bert_model.vocab, unk_token="[UNK]").tokenize(word)]
+        assert _CountingDict.lookups > 0
+        if ids != [model.vocab["[UNK]"]]:
+            assert _CountingDict.lookups <= len(word) + len(ids), word

@@ -1,13 +1,23 @@
 """WordPiece: greedy longest-match-first over the vocabulary, exactly as `tokenizers` segments a word.
 
 A word longer than `max_input_chars_per_word` characters, or one with any position no vocabulary piece
-matches, becomes the single unknown token. Matching tries only lengths that some piece has (precomputed
-per vocabulary), and whole-word results are cached in a bounded dict.
+matches, becomes the single unknown token. The longest piece at a position is found walking forward
+through a dict of every piece and every prefix of one (a trie flattened into a dict), so a position costs
+as many lookups as its match is long plus one, not one per piece length tried; whole-word results are
+cached in a bounded dict.
 """
 
 from __future__ import annotations
 
 _CACHE_LIMIT = 50_000     # words remembered; cleared when full
+_PREFIX_ONLY = -1         # a string that only begins pieces
+
+
+def _with_prefixes(pieces: dict[str, int]) -> dict[str, int]:
+    """piece -> id, and each proper prefix of a piece that is not itself a piece -> _PREFIX_ONLY."""
+    nodes = dict.fromkeys({piece[:end] for piece in pieces for end in range(1, len(piece))}, _PREFIX_ONLY)
+    nodes.update(pieces)
+    return nodes
 
 
 class WordPiece:
@@ -24,9 +34,8 @@ class WordPiece:
                            if token.startswith(continuing_subword_prefix) and len(token) > prefix_len}
         if not continuing_subword_prefix:
             self._continues = vocab
-        # Lengths that exist, longest first, so a position tries only lengths some piece has.
-        self._start_lengths = sorted({len(t) for t in vocab}, reverse=True)
-        self._continue_lengths = sorted({len(t) for t in self._continues}, reverse=True)
+        self._start_nodes = _with_prefixes(self._starts)
+        self._continue_nodes = self._start_nodes if self._continues is vocab else _with_prefixes(self._continues)
         self._cache: dict[str, list[int]] = {}
 
     @classmethod
@@ -62,18 +71,20 @@ class WordPiece:
             return None
         ids = []
         start = 0
-        pieces, lengths = self._starts, self._start_lengths
+        node_of = self._start_nodes.get
         while start < size:
-            remaining = size - start
-            for length in lengths:
-                if length > remaining:
-                    continue
-                id_ = pieces.get(word[start:start + length])
-                if id_ is not None:
-                    ids.append(id_)
-                    start += length
+            found = _PREFIX_ONLY
+            end = start + 1
+            while end <= size:
+                node = node_of(word[start:end])
+                if node is None:
                     break
-            else:
+                if node != _PREFIX_ONLY:
+                    found, found_end = node, end
+                end += 1
+            if found == _PREFIX_ONLY:
                 return None
-            pieces, lengths = self._continues, self._continue_lengths
+            ids.append(found)
+            start = found_end
+            node_of = self._continue_nodes.get
         return ids
