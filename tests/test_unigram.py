@@ -112,3 +112,48 @@ def test_long_word_is_linear():
 def test_bad_specs_raise_value_error(spec):
     with pytest.raises(ValueError):
         Unigram.from_spec(spec)
+
+
+def _scores_as_tokenizers_reads_them(number_texts: list[str]) -> list[float] | None:
+    """Each JSON number text as a Unigram score, read back from `tokenizers` (to_str writes its f64 exactly)."""
+    vocab = ", ".join(f'["p{i}", {text}]' for i, text in enumerate(number_texts))
+    source = '{"version": "1.0", "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], %s]}}' % vocab
+    try:
+        reference = RefTokenizer.from_str(source)
+    except Exception:
+        return None
+    return [score for _, score in json.loads(reference.to_str())["model"]["vocab"][1:]]
+
+
+_NUMBER_TEXTS = st.floats(allow_nan=False, allow_infinity=False).map(repr) | st.from_regex(
+    r"-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,25})?([eE][+-]?[0-9]{1,3})?", fullmatch=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(_NUMBER_TEXTS, min_size=1, max_size=20))
+def test_scores_are_read_as_tokenizers_reads_them(texts):
+    """serde_json's float parsing (not correctly rounded past 2^53) is what tokenizers' scores are."""
+    from tokworker.tokenizer.json_numbers import serde_f64
+    expected = _scores_as_tokenizers_reads_them(texts)
+    if expected is None:                                   # out of range for tokenizers too
+        with pytest.raises(ValueError):
+            [serde_f64(text) for text in texts]
+        return
+    assert [serde_f64(text) for text in texts] == expected
+
+
+def test_near_tie_follows_tokenizers_reading_of_the_file(tmp_path):
+    """"-10.637309763495383" is -10.637309763495384 to tokenizers: enough to flip which of two equal-looking
+    paths through "iii" wins. Read correctly rounded, the other path wins and the ids differ."""
+    scores = [("<unk>", "0.0"), ("▁", "-0.7163940285656256"), ("i", "-7.368580525490345"),
+              ("ii", "-10.637309763495383"), ("h", "-9.0")]
+    vocab = ", ".join(f'["{piece}", {score}]' for piece, score in scores)
+    source = ('{"version": "1.0", "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", '
+              '"prepend_scheme": "always", "split": true}, '
+              '"model": {"type": "Unigram", "unk_id": 0, "vocab": [%s]}}' % vocab)
+    (tmp_path / "tokenizer.json").write_text(source, encoding="utf-8")
+    reference = RefTokenizer.from_str(source)
+    ours = Tokenizer.from_file(tmp_path / "tokenizer.json")
+    for line in ["iii", "iiih", "h iii iiiii"]:
+        assert ours.encode(line) == reference.encode(line, add_special_tokens=False).ids, line
+    assert ours.encode("iii") == [1, 2, 3]                 # ▁ i ii, not ▁ ii i

@@ -18,6 +18,7 @@ from . import decoders, models, normalizers, pre_tokenizers, precomputed, proces
 from .added_tokens import AddedVocabulary, LiteralSpans
 from .config import TokenizerConfig
 from .errors import UnsupportedComponent
+from .json_numbers import serde_f64
 
 _CACHE_LIMIT = 100_000       # words
 _CACHEABLE_WORD = 256        # characters; longer words are merged every time
@@ -293,17 +294,22 @@ class _FileLayout(msgspec.Struct):
     decoder: Any = msgspec.UNSET
 
 
+_DECODER = msgspec.json.Decoder(float_hook=serde_f64)          # floats exactly as tokenizers reads them
+_LAYOUT_DECODER = msgspec.json.Decoder(type=_FileLayout, float_hook=serde_f64)
+
+
 def _read_spec(data: bytes) -> dict:
     """tokenizer.json decoded with msgspec (a third faster than json), except the model's "merges", left
-    encoded (msgspec.Raw) for the model to decode only if its merge table is not in the disk cache."""
+    encoded (msgspec.Raw) for the model to decode only if its merge table is not in the disk cache. Floats
+    (Unigram scores) are read with serde_json's rounding, as `tokenizers` reads them (json_numbers)."""
     try:
-        layout = msgspec.json.decode(data, type=_FileLayout)
+        layout = _LAYOUT_DECODER.decode(data)
     except msgspec.ValidationError:              # valid JSON of another shape: from_spec says what is wrong
-        return msgspec.json.decode(data)
+        return _DECODER.decode(data)
     spec = {field: value for field in _FileLayout.__struct_fields__
             if (value := getattr(layout, field)) is not msgspec.UNSET}
     if "model" in spec:
-        spec["model"] = {key: value if key == "merges" else msgspec.json.decode(value)
+        spec["model"] = {key: value if key == "merges" else _DECODER.decode(value)
                          for key, value in spec["model"].items()}
     return spec
 

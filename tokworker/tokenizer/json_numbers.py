@@ -1,0 +1,68 @@
+"""JSON numbers read the way `tokenizers` reads them: serde_json's default float parsing.
+
+serde_json (without its float_roundtrip feature, which `tokenizers` does not enable) gathers a number's
+digits into a u64 and applies one multiplication or division by a power of ten. Past 2^53 the digits are
+rounded to a float first, then the division rounds again, so the result can sit one unit in the last place
+away from the correctly rounded value Python (and msgspec) produce: "-10.637309763495383" is read as
+-10.637309763495384. Unigram scores feed a Viterbi search where such a difference flips near-ties, so a
+tokenizer.json's floats are read here exactly as `tokenizers` holds them.
+"""
+
+from __future__ import annotations
+
+_POW10 = [float(f"1e{power}") for power in range(309)]      # Rust's literals 1e0 ..= 1e308
+_U64_MAX = (1 << 64) - 1
+_SAFE_DIGITS = 19                                              # any 19 digits fit in a u64
+
+
+def serde_f64(text: str) -> float:
+    """The f64 serde_json reads from the JSON number `text` (already validated as JSON)."""
+    mantissa, _, exponent_text = text.lower().partition("e")
+    negative = mantissa.startswith("-")
+    whole, _, fraction = mantissa.lstrip("-").partition(".")
+    exponent = int(exponent_text) if exponent_text else 0
+    digits = whole + fraction
+    if len(digits) <= _SAFE_DIGITS:
+        significand, exponent = int(digits), exponent - len(fraction)
+    else:
+        significand, exponent = _long_significand(whole, fraction, exponent)
+    value = _from_parts(significand, exponent, text)
+    return -value if negative else value
+
+
+def _long_significand(whole: str, fraction: str, exponent: int) -> tuple[int, int]:
+    """Digits past u64 range are dropped: in the integer part each raises the exponent by one; in the
+    fraction part the remaining digits are ignored."""
+    significand = 0
+    for index, digit in enumerate(whole):
+        grown = significand * 10 + int(digit)
+        if grown > _U64_MAX:
+            exponent += len(whole) - index
+            break
+        significand = grown
+    for digit in fraction:
+        grown = significand * 10 + int(digit)
+        if grown > _U64_MAX:
+            break
+        significand = grown
+        exponent -= 1
+    return significand, exponent
+
+
+def _from_parts(significand: int, exponent: int, text: str) -> float:
+    value = float(significand)
+    while True:
+        if abs(exponent) < len(_POW10):
+            if exponent >= 0:
+                value *= _POW10[exponent]
+                if value == float("inf"):
+                    raise ValueError(f"number {text} is out of range")
+            else:
+                value /= _POW10[-exponent]
+            return value
+        if value == 0.0:
+            return value
+        if exponent >= 0:
+            raise ValueError(f"number {text} is out of range")
+        value /= 1e308
+        exponent += 308
