@@ -157,3 +157,16 @@ def test_near_tie_follows_tokenizers_reading_of_the_file(tmp_path):
     for line in ["iii", "iiih", "h iii iiiii"]:
         assert ours.encode(line) == reference.encode(line, add_special_tokens=False).ids, line
     assert ours.encode("iii") == [1, 2, 3]                 # ▁ i ii, not ▁ ii i
+
+
+@settings(max_examples=300, deadline=None)
+@given(line=st.text(st.sampled_from(list(" ▁▁ab\u3000\n")), max_size=30),
+       scheme=st.sampled_from(["always", "first", "never"]), at_start=st.booleans())
+def test_metaspace_words_match_tokenizers(line, scheme, at_start):
+    """Metaspace's split before each ▁ (one findall) gives tokenizers' words, ▁ runs and leading runs too."""
+    from tokworker.tokenizer import pre_tokenizers as ours_pre
+    ours = ours_pre.Metaspace(prepend_scheme=scheme)
+    expected = [word for word, _ in pre_tokenizers.Metaspace(prepend_scheme=scheme).pre_tokenize_str(line)]
+    if scheme == "first" and not at_start:
+        expected = [word for word, _ in pre_tokenizers.Metaspace(prepend_scheme="never").pre_tokenize_str(line)]
+    assert ours.split([line], at_start) == expected

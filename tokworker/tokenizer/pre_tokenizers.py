@@ -10,6 +10,8 @@ UTF-8 bytes to symbol ids and cache by the raw piece.
 
 from __future__ import annotations
 
+import re
+
 import regex
 
 from . import unicode
@@ -173,6 +175,10 @@ class Metaspace:
             raise UnsupportedComponent("Metaspace prepend_scheme", prepend_scheme)
         self.replacement, self.prepend_scheme, self.split_words = replacement, prepend_scheme, split
         self.pattern = regex.compile(regex.escape(replacement))
+        # Splitting before each replacement character (MergedWithNext) is one findall: a replacement and
+        # what follows it up to the next one, or a run before the first.
+        mark = re.escape(replacement)
+        self._words = re.compile(f"{mark}[^{mark}]*|[^{mark}]+").findall if len(replacement) == 1 else None
 
     @classmethod
     def from_spec(cls, spec: dict) -> "Metaspace":
@@ -185,11 +191,15 @@ class Metaspace:
         out: list[str] = []
         replacement = self.replacement
         for index, piece in enumerate(pieces):
+            if not piece:                     # nothing to prepend to: tokenizers yields no word either
+                continue
             piece = piece.replace(" ", replacement)
             if not piece.startswith(replacement) and (
                     self.prepend_scheme == "always" or (self.prepend_scheme == "first" and at_start and index == 0)):
                 piece = replacement + piece
-            if self.split_words:
+            if self._words is not None and self.split_words:
+                out += self._words(piece)
+            elif self.split_words:
                 spans = [match.span() for match in self.pattern.finditer(piece)]
                 out.extend(split_with_behavior(piece, spans, "MergedWithNext"))
             elif piece:

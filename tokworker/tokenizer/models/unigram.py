@@ -8,7 +8,7 @@ else the unknown id.
 
 Per vocabulary we keep one dict over every piece and every prefix of a piece (a trie flattened into a dict),
 so the search from a position stops at the first substring no piece starts with: linear in the word for a
-bounded piece length.
+bounded piece length. No per-word cache here: the Tokenizer caches whole words in front of every model.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 _UNK_PENALTY = 10.0
 _PREFIX_ONLY = (-1, 0.0)  # marks a string that only begins pieces
 _INFINITY = float("inf")
-_CACHE_LIMIT = 50_000     # words remembered; cleared when full
 
 
 class Unigram:
@@ -36,7 +35,6 @@ class Unigram:
         lowest = min((float(score) for _, score in pieces), default=float("inf"))
         self._unk_score = lowest - _UNK_PENALTY
         self._byte_ids = [self.vocab.get(f"<0x{byte:02X}>") for byte in range(256)] if byte_fallback else None
-        self._cache: dict[str, list[int]] = {}
 
     @classmethod
     def from_spec(cls, spec: dict) -> "Unigram":
@@ -51,59 +49,54 @@ class Unigram:
         return cls(pieces, None if unk_id is None else int(unk_id), bool(spec.get("byte_fallback", False)))
 
     def tokenize(self, word: str) -> list[int]:
-        cached = self._cache.get(word)
-        if cached is not None:
-            return cached[:]
-        ids = self._encode(word) if word else []
-        cache = self._cache
-        if len(cache) >= _CACHE_LIMIT:
-            cache.clear()
-        cache[word] = ids
-        return ids[:]
+        return self._encode(word) if word else []
 
-    def _best_path(self, word: str) -> tuple[list[int], list[int]]:
-        """For each end position: where its best piece starts, and that piece's id."""
+    def _best_path(self, word: str) -> list:
+        """For each end position, (start, id) of the best piece ending there."""
         size = len(word)
-        node_of, unk_id, unk_score = self._nodes.get, self.unk_id, self._unk_score
+        node_of, unk_id, unk_score, prefix_only = self._nodes.get, self.unk_id, self._unk_score, _PREFIX_ONLY
         score = [-_INFINITY] * (size + 1)
         score[0] = 0.0
-        start_at = [0] * (size + 1)
-        id_at = [0] * (size + 1)
+        back: list = [None] * (size + 1)
         for start in range(size):
             reached = score[start]
             end = start + 1
             entry = node_of(word[start])
-            if entry is None or entry is _PREFIX_ONLY:
+            if entry is None or entry is prefix_only:
                 # No one-character piece here: the unknown piece covers this character.
                 candidate = unk_score + reached
                 if candidate > score[end]:
                     if unk_id is None:
                         raise ValueError(f"Unigram: {word[start]!r} is not in the vocabulary and there is no unk_id")
-                    score[end], start_at[end], id_at[end] = candidate, start, unk_id
+                    score[end] = candidate
+                    back[end] = (start, unk_id)
                 if entry is None:
                     continue
             else:
                 candidate = entry[1] + reached
                 if candidate > score[end]:
-                    score[end], start_at[end], id_at[end] = candidate, start, entry[0]
-            for end in range(start + 2, size + 1):
+                    score[end] = candidate
+                    back[end] = (start, entry[0])
+            end += 1
+            while end <= size:
                 entry = node_of(word[start:end])
                 if entry is None:
                     break
-                if entry is _PREFIX_ONLY:
-                    continue
-                candidate = entry[1] + reached
-                if candidate > score[end]:
-                    score[end], start_at[end], id_at[end] = candidate, start, entry[0]
-        return start_at, id_at
+                if entry is not prefix_only:
+                    candidate = entry[1] + reached
+                    if candidate > score[end]:
+                        score[end] = candidate
+                        back[end] = (start, entry[0])
+                end += 1
+        return back
 
     def _encode(self, word: str) -> list[int]:
-        start_at, id_at = self._best_path(word)
+        back = self._best_path(word)
         unk_id = self.unk_id
         ids: list[int] = []          # built backwards
         end, unknown_end = len(word), -1
         while end > 0:
-            start, id_ = start_at[end], id_at[end]
+            start, id_ = back[end]
             if id_ == unk_id:
                 if unknown_end < 0:
                     unknown_end = end

@@ -3,13 +3,12 @@
 A word longer than `max_input_chars_per_word` characters, or one with any position no vocabulary piece
 matches, becomes the single unknown token. The longest piece at a position is found walking forward
 through a dict of every piece and every prefix of one (a trie flattened into a dict), so a position costs
-as many lookups as its match is long plus one, not one per piece length tried; whole-word results are
-cached in a bounded dict.
+as many lookups as its match is long plus one, not one per piece length tried. No per-word cache here: the
+Tokenizer caches whole words in front of every model.
 """
 
 from __future__ import annotations
 
-_CACHE_LIMIT = 50_000     # words remembered; cleared when full
 _PREFIX_ONLY = -1         # a string that only begins pieces
 
 
@@ -36,7 +35,6 @@ class WordPiece:
             self._continues = vocab
         self._start_nodes = _with_prefixes(self._starts)
         self._continue_nodes = self._start_nodes if self._continues is vocab else _with_prefixes(self._continues)
-        self._cache: dict[str, list[int]] = {}
 
     @classmethod
     def from_spec(cls, spec: dict) -> "WordPiece":
@@ -53,17 +51,8 @@ class WordPiece:
         return [unk_id]
 
     def tokenize(self, word: str) -> list[int]:
-        cached = self._cache.get(word)
-        if cached is not None:
-            return cached[:]
         ids = self._segment(word)
-        if ids is None:
-            ids = self._unknown()
-        cache = self._cache
-        if len(cache) >= _CACHE_LIMIT:
-            cache.clear()
-        cache[word] = ids
-        return ids[:]
+        return ids if ids is not None else self._unknown()
 
     def _segment(self, word: str) -> list[int] | None:
         size = len(word)
