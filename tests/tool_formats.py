@@ -72,8 +72,9 @@ def stream(name: str, chunks: list[str], tools=None) -> list:
 
 def summary(deltas: list, validate: bool = True) -> dict:
     """Deltas -> what a client assembles: content, reasoning, [(name, arguments)], checking OpenAI's
-    streaming rules on the way: one kind per delta, the first delta of call i carries id, type and
-    name with arguments "", later ones only argument fragments, and indexes go 0, 1, 2, ..."""
+    streaming rules on the way: one kind per delta, the first delta of call i carries id, type, name and
+    the arguments so far ("" or a first fragment), later ones only argument fragments, and indexes go
+    0, 1, 2, ..."""
     content, reasoning, calls = [], [], []
     for delta in deltas:
         chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
@@ -94,8 +95,8 @@ def summary(deltas: list, validate: bool = True) -> dict:
             if part.id is not None:
                 assert part.index == len(calls), (part.index, len(calls))
                 assert part.id.startswith("call_") and len(part.id) == 29
-                assert part.type == "function" and part.function.name and part.function.arguments == ""
-                calls.append([part.function.name, ""])
+                assert part.type == "function" and part.function.name and part.function.arguments is not None
+                calls.append([part.function.name, part.function.arguments])
             else:
                 assert part.index == len(calls) - 1 and part.type is None
                 assert part.function.name is None and part.function.arguments

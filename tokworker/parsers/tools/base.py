@@ -20,27 +20,29 @@ from __future__ import annotations
 import itertools
 import os
 
-import regex
+import re
 
 from protocol.deltas import Delta, FunctionDelta, ToolCallDelta
 
-from .jsonscan import JsonScanner
+from .jsonscan import STRING_BREAK, JsonScanner
 
 # An opening (marker + call header) longer than this is not a call: stop holding it back.
 HEADER_LIMIT = 1024
 _WHITESPACE = " \t\n\r"
-# Call ids: one random prefix per process and a counter per parser, so ids are unique across streams
-# and requests without a system call per stream (the prefix is drawn again in a forked child).
+# Call ids: a random prefix per process (drawn again in a forked child) and a counter, so ids are unique
+# across streams and requests without a system call per call.
+_CALL_NUMBERS = itertools.count()
+_ID_MASK = (1 << 64) - 1
 _ID_PREFIX = ""
-_ID_PREFIX_PID = -1
-_PARSER_NUMBERS = itertools.count()
 
 
-def _id_base() -> str:
-    global _ID_PREFIX, _ID_PREFIX_PID
-    if _ID_PREFIX_PID != os.getpid():
-        _ID_PREFIX, _ID_PREFIX_PID = os.urandom(4).hex(), os.getpid()
-    return f"{_ID_PREFIX}{next(_PARSER_NUMBERS) & 0xFFFFFFFF:08x}"
+def _draw_id_prefix() -> None:
+    global _ID_PREFIX
+    _ID_PREFIX = os.urandom(4).hex()
+
+
+_draw_id_prefix()
+os.register_at_fork(after_in_child=_draw_id_prefix)
 
 
 class ToolParser:
@@ -61,9 +63,9 @@ class ToolParser:
         self._content_seen = False  # whitespace after a call separates content only if some came before
         self._index = -1
         self._call_name = ""
-        self._id_base = ""  # drawn when the first call opens: most streams never call a tool
         self._scanner: JsonScanner | None = None
         self._after_args = None  # the mode to enter once the arguments object closes
+        self._args_open = False  # streaming JSON arguments with nothing buffered: feed scans text directly
         self.called = False
         self._mode = self._initial_mode()
 
@@ -72,14 +74,26 @@ class ToolParser:
         super().__init_subclass__(**kwargs)
         if cls.starts:
             ordered = sorted(cls.starts, key=len, reverse=True)
-            cls._start_re = regex.compile("|".join(regex.escape(s) for s in ordered))
+            cls._start_re = re.compile("|".join(re.escape(s) for s in ordered))
             cls._start_prefixes = frozenset(s[:k] for s in cls.starts for k in range(1, len(s)))
-            cls._start_first = regex.compile("[" + "".join(regex.escape(c) for c in {s[0] for s in cls.starts}) + "]")
+            cls._start_first = re.compile("[" + "".join(re.escape(c) for c in {s[0] for s in cls.starts}) + "]")
             cls._start_hold = max(map(len, cls.starts)) - 1
 
     # ---- public surface ----
 
     def feed(self, text: str) -> list[Delta]:
+        if self._args_open:  # inside a call's arguments with nothing buffered: the usual token of a call
+            scanner = self._scanner
+            if scanner.in_string and STRING_BREAK.search(text) is None:
+                # more of a string: nothing to scan or decide
+                if not text:
+                    return []
+                function = FunctionDelta(arguments=text)
+                return [Delta(tool_calls=[ToolCallDelta(index=self._index, function=function)])]
+            self._args_open = False
+            if self._scan_args(text):
+                self._run(False)
+            return self._take()
         if text:
             self._buf += text
             while self._mode(False):
@@ -87,6 +101,7 @@ class ToolParser:
         return self._take()
 
     def finish(self) -> list[Delta]:
+        self._args_open = False
         self._run(True)
         if self._held_ws and not self._after_call:
             self._emit_content(self._held_ws)
@@ -238,13 +253,11 @@ class ToolParser:
         self._index += 1
         self._call_name = name
         self.called = True
-        if not self._id_base:
-            self._id_base = _id_base()
-        call_id = f"call_{self._id_base}{self._index:08x}"
-        header = ToolCallDelta(index=self._index, id=call_id, type="function",
-                               function=FunctionDelta(name=name, arguments=""))
+        function = FunctionDelta(name=name, arguments="")
+        header = ToolCallDelta(index=self._index, id=f"call_{_ID_PREFIX}{next(_CALL_NUMBERS) & _ID_MASK:016x}",
+                               type="function", function=function)
         self._out.append(Delta(tool_calls=[header]))
-        self._last_args = None
+        self._last_args = function  # arguments that follow at once join the header
 
     def _args(self, fragment: str) -> None:
         if not fragment:
@@ -272,15 +285,23 @@ class ToolParser:
         buf = self._buf
         if not buf:
             return False
+        self._buf = ""
+        return self._scan_args(buf)
+
+    def _scan_args(self, text: str) -> bool:
+        """Stream the arguments text that opens `text` (taken from the buffer's start); what follows the
+        object, if it closed or broke, goes back to the buffer. The mode's return value."""
         scanner = self._scanner
-        end = scanner.scan(buf, 0)
-        self._args(buf[:end])
-        self._consume(end)
+        end = scanner.scan(text, 0)
+        self._args(text[:end])
         if scanner.done:
+            self._buf = text[end:]
             self._mode = self._after_args
             return True
         if scanner.error:
+            self._buf = text[end:]
             return self._break_call()
+        self._args_open = True  # all of it was arguments: the next text may skip the buffer
         return False
 
     def _break_call(self) -> bool:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import regex
 
 from .base import ToolParser
-from .jsoncalls import CALL_HEADER, CALL_OBJECT, JsonCallObjects
+from .jsoncalls import CALL_OBJECT, JsonCallObjects, call_head
 
 OPEN_TAG = "<tool_call>"
-_HEAD = regex.compile(r"<tool_call>\s*" + CALL_HEADER)
+_HEAD = call_head(r"<tool_call>\s*")
 _WHOLE = regex.compile(r"<tool_call>\s*" + CALL_OBJECT)
 _CLOSE = regex.compile(r"\s*</tool_call>")
 

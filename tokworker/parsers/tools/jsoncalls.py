@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 
+import regex
+
 from .base import HEADER_LIMIT
 from .jsonscan import JsonScanner
 
@@ -18,6 +20,17 @@ from .jsonscan import JsonScanner
 # Llama 3 sometimes opens with `"type": "function", `.
 CALL_HEADER = (r'\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"(?P<name>(?:[^"\\\x00-\x1f]|\\.){1,256})"\s*'
                r'(?:,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)|(?P<noargs>\}))')
+
+
+def call_head(prefix: str) -> tuple:
+    """The pattern `prefix` + CALL_HEADER twice: `re` (ASCII whitespace) finds a complete header ~4x faster
+    than `regex`, which alone can tell whether the text so far may still become one. The prefixes and
+    CALL_HEADER allow one way on at each character, so a complete match on the text so far is the match
+    `regex` gives on it and on any longer text; `regex` still decides the rest (Unicode whitespace too)."""
+    source = prefix + CALL_HEADER
+    return re.compile(source, re.ASCII), regex.compile(source)
+
+
 # Any object whose first key says it is a call: held whole when the fast path does not apply.
 CALL_OBJECT = r'(?=\{\s*"(?:name|arguments|parameters|type)")'
 _WORD_RUN = re.compile(r"\w+")
@@ -34,7 +47,7 @@ class JsonCallObjects:
     _head_checked = 0  # buffer length when the undecided opening was last matched (0: match now)
 
     def _call_object(self, final: bool, head, fallback, reject_len: int, after) -> bool:
-        """head: regex ending in CALL_HEADER; fallback: regex ending in CALL_OBJECT. Commits the call
+        """head: a call_head() pair; fallback: regex ending in CALL_OBJECT. Commits the call
         (then `after` runs once the object closes), waits, or rejects reject_len characters.
 
         While the call is undecided, text made only of word characters (a name or key arriving in
@@ -46,14 +59,15 @@ class JsonCallObjects:
         if checked and not final and len(buf) <= HEADER_LIMIT and _WORD_RUN.fullmatch(buf, checked):
             return False
         self._head_checked = 0
-        if not final and (head, buf) in _UNDECIDED:
+        complete, partial = head
+        if not final and (partial, buf) in _UNDECIDED:
             self._head_checked = len(buf)
             return False
-        m = self._match(head, final)
+        m = complete.match(buf) or self._match(partial, final)
         if m is None:
             if len(_UNDECIDED) >= UNDECIDED_LIMIT:
                 _UNDECIDED.clear()
-            _UNDECIDED.add((head, buf))
+            _UNDECIDED.add((partial, buf))
             self._head_checked = len(buf)
             return False
         name = decode_json_string(m["name"]) if m else None

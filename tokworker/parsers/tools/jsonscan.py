@@ -9,7 +9,7 @@ moment its closing brace arrives, whatever the chunk boundaries.
 
 from __future__ import annotations
 
-import regex
+import re
 
 # Lexical states. Structural ones first, then inside strings, numbers and literals.
 VALUE, OBJ_FIRST, OBJ_KEY, COLON, AFTER, ARR_FIRST = range(6)
@@ -23,8 +23,9 @@ _HEX = "0123456789abcdefABCDEF"
 _ESCAPES = '"\\/bfnrt'
 _LITERALS = {"t": "rue", "f": "alse", "n": "ull"}
 _NUMBER_END_OK = frozenset((NUM_ZERO, NUM_INT, NUM_FRAC, NUM_EXP_DIGITS))
-_STRING_RUN = regex.compile(r'[^"\\\x00-\x1f]+')
-_WS_RUN = regex.compile(r"[ \t\n\r]+")
+_WS_RUN = re.compile(r"[ \t\n\r]+")
+# What ends, escapes or breaks a JSON string: text without any of these, read inside a string, stays in it.
+STRING_BREAK = re.compile(r'["\\\x00-\x1f]')
 
 
 class JsonScanner:
@@ -35,13 +36,16 @@ class JsonScanner:
     (`error`), else len(text). State carries over between calls, so text may be split anywhere.
     `inside_object=True` starts just after a member value of an already open object, to validate the
     rest of an enclosing call object (`, "id": "x"}`).
+    `in_string` says the scan stopped inside a string: text that STRING_BREAK does not find then leaves
+    every state unchanged, so a caller may pass it on without scanning it.
     """
 
-    __slots__ = ("done", "error", "_stack", "_state", "_key", "_pending", "_hex_left")
+    __slots__ = ("done", "error", "in_string", "_stack", "_state", "_key", "_pending", "_hex_left")
 
     def __init__(self, inside_object: bool = False):
         self.done = False
         self.error = False
+        self.in_string = False
         self._stack: list[str] = ["{"] if inside_object else []
         self._state = AFTER if inside_object else VALUE
         self._key = False  # the string being read is an object key
@@ -56,20 +60,20 @@ class JsonScanner:
         while i < n:
             c = text[i]
             if state == STRING:
-                run = _STRING_RUN.match(text, i)
-                if run:
-                    i = run.end()
-                    continue
                 if c == '"':
                     state = COLON if self._key else AFTER
                 elif c == "\\":
                     state = ESCAPE
-                else:  # a raw control character
+                elif c < " ":  # a raw control character
                     return self._fail(i, state)
+                else:  # ordinary characters up to the next one that matters
+                    found = STRING_BREAK.search(text, i)
+                    i = n if found is None else found.start()
+                    continue
                 i += 1
                 continue
-            if c in _WS and state < STRING:
-                i = _WS_RUN.match(text, i).end()
+            if c in _WS and state < STRING:  # one space or newline is the usual; runs are indentation
+                i = _WS_RUN.match(text, i).end() if i + 1 < n and text[i + 1] in _WS else i + 1
                 continue
             if state == AFTER:
                 if not stack:
@@ -169,6 +173,7 @@ class JsonScanner:
                 state = nxt
                 i += 1
         self._state = state
+        self.in_string = state == STRING
         return i
 
     def _fail(self, i: int, state: int) -> int:

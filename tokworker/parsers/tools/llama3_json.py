@@ -11,12 +11,12 @@ from __future__ import annotations
 import regex
 
 from .base import ToolParser
-from .jsoncalls import CALL_HEADER, CALL_OBJECT, JsonCallObjects
+from .jsoncalls import CALL_OBJECT, JsonCallObjects, call_head
 
 _PREFIX = r"\s*(?:<\|python_tag\|>\s*)?"
-_HEAD = regex.compile(_PREFIX + CALL_HEADER)
+_HEAD = call_head(_PREFIX)
 _WHOLE = regex.compile(_PREFIX + CALL_OBJECT)
-_NEXT_HEAD = regex.compile(r"\s*;\s*" + CALL_HEADER)
+_NEXT_HEAD = call_head(r"\s*;\s*")
 _NEXT_WHOLE = regex.compile(r"\s*;\s*" + CALL_OBJECT)
 
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import regex
 
 from .base import ToolParser
-from .jsoncalls import CALL_HEADER, CALL_OBJECT, JsonCallObjects
+from .jsoncalls import CALL_OBJECT, JsonCallObjects, call_head
 
 MARKER = "[TOOL_CALLS]"
 _NAMED = regex.compile(r"\[TOOL_CALLS\]\s*(?P<fname>[^\s\[\]{}\"<>]{1,256})\s*"
                        r"(?:\[CALL_ID\]\s*[^\s\[]{0,64}\s*)?\[ARGS\]\s*(?=\{)")
-_ARRAY_HEAD = regex.compile(r"\[TOOL_CALLS\]\s*\[\s*" + CALL_HEADER)
+_ARRAY_HEAD = call_head(r"\[TOOL_CALLS\]\s*\[\s*")
 _ARRAY_WHOLE = regex.compile(r"\[TOOL_CALLS\]\s*\[\s*" + CALL_OBJECT)
-_NEXT_HEAD = regex.compile(r"\s*,\s*" + CALL_HEADER)
+_NEXT_HEAD = call_head(r"\s*,\s*")
 _NEXT_WHOLE = regex.compile(r"\s*,\s*" + CALL_OBJECT)
 _ARRAY_END = regex.compile(r"\s*\]")
 
