@@ -87,6 +87,7 @@ class HarmonyReasoningParser:
     asks for the `openai` tool parser needs only that one (TextStream drops this stage then)."""
 
     passthrough = False  # channels can change at any point
+    steady_end = ""
 
     def __init__(self):
         from tokworker.parsers.tools import get_tool_parser
@@ -134,10 +135,13 @@ class ReasoningParser:
     whole-text `parse(text) -> (reasoning, content)` (None for an empty part).
 
     `passthrough` turns True once the answer has begun and nothing is held: from then on every text is
-    content, unchanged, and finish() adds nothing, so a caller may stop feeding the parser."""
+    content, unchanged, and finish() adds nothing, so a caller may stop feeding the parser.
+    `steady_end` is the character that begins every tag ending the reasoning while the parser is inside
+    reasoning that has started with nothing held (else ""): then a text without that character, not ending
+    in whitespace, is one reasoning delta of itself and changes no state, so a caller may skip feed()."""
 
-    __slots__ = ("fmt", "special_tokens", "passthrough", "_initial", "_mode", "_steady", "_held", "_held_blank",
-                 "_started", "_emitted_content", "_end_firsts", "_end_first")
+    __slots__ = ("fmt", "special_tokens", "passthrough", "steady_end", "_initial", "_mode", "_steady", "_held",
+                 "_held_blank", "_started", "_emitted_content", "_end_firsts", "_end_first")
 
     def __init__(self, fmt: ReasoningFormat, mode: str):
         self.fmt = fmt
@@ -147,6 +151,7 @@ class ReasoningParser:
         self._mode = mode
         self._steady = None
         self.passthrough = False
+        self.steady_end = ""
         self._held = ""          # text not yet decided (a possible tag, or whitespace at an edge)
         self._held_blank: list[str] = []  # whitespace held after _held, kept apart so a run of it is O(1) a step
         self._started = False    # the current section has shown a non-whitespace character
@@ -173,6 +178,7 @@ class ReasoningParser:
             if self._holds_blank() and not text.strip(_WHITESPACE):
                 self._held_blank.append(text)  # still only whitespace: the machine would hold it all
                 self._steady = None
+                self.steady_end = ""
                 return []
         out: list[Delta] = []
         self._run(self._take_held() + text, out, final=False)
@@ -182,6 +188,7 @@ class ReasoningParser:
             self._held = held = ""
         self._steady = mode if (mode is CONTENT or mode is _REASONING) and self._started and not held else None
         self.passthrough = self._steady is CONTENT
+        self.steady_end = self._end_first if self._steady is _REASONING and not self._held_blank else ""
         return out
 
     def _plain_reasoning(self, text: str) -> list[Delta]:
@@ -190,6 +197,7 @@ class ReasoningParser:
         next text."""
         blank = self._held_blank
         if text[-1] in _WHITESPACE:
+            self.steady_end = ""
             body = text.rstrip(_WHITESPACE)
             if not body:
                 blank.append(text)
@@ -204,6 +212,7 @@ class ReasoningParser:
         if blank:
             text = "".join(blank) + text
             blank.clear()
+            self.steady_end = self._end_first
         return [Delta(reasoning_content=text)]
 
     def finish(self) -> list[Delta]:
@@ -212,6 +221,7 @@ class ReasoningParser:
         if held:
             self._run(held, out, final=True)
         self._steady = None
+        self.steady_end = ""
         return out
 
     def _holds_blank(self) -> bool:

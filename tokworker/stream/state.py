@@ -23,11 +23,13 @@ import weakref
 
 from protocol.deltas import Delta, StreamParams, StreamUpdate
 from tokworker.parsers.reasoning import get_reasoning_parser
+from tokworker.parsers.tools import get_tool_parser
 
 from .detokenizer import IncrementalDetokenizer
 from .stop import StopChecker
 
 
+_WHITESPACE = " \t\r\n"
 _EMPTY = StreamUpdate()  # every step that changes nothing returns this one (updates are read-only)
 _EOS_IDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -56,7 +58,6 @@ class TextStream:
             self._reasoning = get_reasoning_parser(params.reasoning_parser, prompt_text=prompt_text,
                                                    prompt_ids=prompt_ids, tokenizer=tokenizer)
         if params.tool_parser:
-            from tokworker.parsers.tools import get_tool_parser
             self._tools = get_tool_parser(params.tool_parser, params.tools)
         keep = tuple(getattr(self._reasoning, "special_tokens", ())) + tuple(getattr(self._tools, "special_tokens", ()))
         self._detok = IncrementalDetokenizer(tokenizer, params.skip_special_tokens,
@@ -142,8 +143,13 @@ class TextStream:
         if reasoning is None:
             if tools is None:
                 return StreamUpdate([Delta(text)])
-            deltas = _coalesce(tools.feed(text))
+            deltas = tools.feed(text)
+            if len(deltas) > 1:
+                deltas = _coalesce(deltas)
         else:
+            end = reasoning.steady_end  # steady reasoning: a text that cannot end it is reasoning as it is
+            if end and end not in text and text[-1] not in _WHITESPACE:
+                return StreamUpdate([Delta(reasoning_content=text)])
             deltas = reasoning.feed(text)
             if reasoning.passthrough:  # the answer has begun: the rest is content, the parser is done
                 self._reasoning = None

@@ -97,6 +97,11 @@ class JsonCallObjects:
 
     def _object_rest_mode(self, final: bool) -> bool:
         """The arguments closed: validate the rest of the call object up to its closing brace."""
+        if self._buf[:1] == "}":  # the usual end, nothing after the arguments: what the scanner would say
+            self._consume(1)
+            self._close_call()
+            self._mode = self._after_object
+            return True
         self._scanner = JsonScanner(inside_object=True)
         self._mode = self._object_tail_mode
         return True
