@@ -325,3 +325,12 @@ def test_finished_parser_is_freed_without_the_cycle_collector(name):
         assert ref() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("name_text", ["f" * 256, "f" * 257, "g" * 300, "\\n" * 200, "\\u00e9" * 60 + "x"])
+def test_long_and_escaped_names_stream_as_whole_text_parses(name_text):
+    """A name of up to 256 characters or escapes is read by the header fast path; longer ones are held
+    whole and decoded once complete. Either way, however the text is split, the same call comes out."""
+    text = f'<tool_call>\n{{"name": "{name_text}", "arguments": {{"a": [1, "x"]}}}}\n</tool_call>'
+    result = assert_split_invariant("hermes", text, cuts=[13, 20, 200, 280, 300])
+    assert result["calls"] == [(json.loads(f'"{name_text}"'), '{"a": [1, "x"]}')]

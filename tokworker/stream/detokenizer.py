@@ -163,10 +163,10 @@ class IncrementalDetokenizer:
                 text = self._texts[token_id]
                 if text is not None:
                     return text
+        if not ids:
+            return ""
         if not checked:
             if len(ids) != 1:
-                if not ids:
-                    return ""
                 self.check(ids)
             elif type(ids[0]) is not int or not 0 <= ids[0] < self._size:
                 self.check(ids)

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import itertools
 import os
-
 import re
+from types import MethodType
 
 from protocol.deltas import Delta, FunctionDelta, ToolCallDelta
 
@@ -114,7 +114,7 @@ class ToolParser:
         replace them so the parser is freed by refcounting, not left for the cyclic collector."""
         state = self.__dict__
         for key, value in state.items():
-            if getattr(value, "__self__", None) is self:
+            if type(value) is MethodType and value.__self__ is self:
                 state[key] = None
         self._mode = _finished_mode
 

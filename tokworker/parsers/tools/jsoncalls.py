@@ -17,18 +17,23 @@ from .base import HEADER_LIMIT
 from .jsonscan import JsonScanner
 
 # `{"name": "NAME", "arguments": ` up to the arguments' opening brace (not consumed), or `{"name": "NAME"}`;
-# Llama 3 sometimes opens with `"type": "function", `.
-CALL_HEADER = (r'\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"(?P<name>(?:[^"\\\x00-\x1f]|\\.){1,256})"\s*'
-               r'(?:,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)|(?P<noargs>\}))')
+# Llama 3 sometimes opens with `"type": "function", `. A name is 1 to NAME_LIMIT characters or escapes.
+NAME_LIMIT = 256
+_CALL_HEADER = (r'\{{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"(?P<name>{name})"\s*'
+                r'(?:,\s*"(?:arguments|parameters)"\s*:\s*(?=\{{)|(?P<noargs>\}}))')
+CALL_HEADER = _CALL_HEADER.format(name=r'(?:[^"\\\x00-\x1f]|\\.){1,%d}' % NAME_LIMIT)
+# The same with the name as runs between escapes, of any length: `re` matches that ~2x faster than the
+# bounded repeat, and a name past NAME_LIMIT characters is left to the exact pattern.
+_CALL_HEADER_RUNS = _CALL_HEADER.format(name=r'[^"\\\x00-\x1f]*+(?:\\.[^"\\\x00-\x1f]*+)*+')
 
 
 def call_head(prefix: str) -> tuple:
     """The pattern `prefix` + CALL_HEADER twice: `re` (ASCII whitespace) finds a complete header ~4x faster
     than `regex`, which alone can tell whether the text so far may still become one. The prefixes and
-    CALL_HEADER allow one way on at each character, so a complete match on the text so far is the match
-    `regex` gives on it and on any longer text; `regex` still decides the rest (Unicode whitespace too)."""
-    source = prefix + CALL_HEADER
-    return re.compile(source, re.ASCII), regex.compile(source)
+    CALL_HEADER allow one way on at each character, so a complete match on the text so far (with a name of
+    1 to NAME_LIMIT characters) is the match `regex` gives on it and on any longer text; `regex` decides
+    the rest (Unicode whitespace too)."""
+    return re.compile(prefix + _CALL_HEADER_RUNS, re.ASCII), regex.compile(prefix + CALL_HEADER)
 
 
 # Any object whose first key says it is a call: held whole when the fast path does not apply.
@@ -63,7 +68,9 @@ class JsonCallObjects:
         if not final and (partial, buf) in _UNDECIDED:
             self._head_checked = len(buf)
             return False
-        m = complete.match(buf) or self._match(partial, final)
+        m = complete.match(buf)
+        if m is None or not 0 < len(m["name"]) <= NAME_LIMIT:
+            m = self._match(partial, final)
         if m is None:
             if len(_UNDECIDED) >= UNDECIDED_LIMIT:
                 _UNDECIDED.clear()
