@@ -85,25 +85,55 @@ def streams_as_string(types: tuple[str, ...], untyped_as_json: bool) -> bool:
 class TextValuedArgs:
     """Mixin for ToolParser: write {"key": value, ...} as keys and values are read.
 
-    A format calls _begin_args after committing a call, _begin_value when a key is complete (giving
-    the regex that ends the value), and _end_args when the call closes; _value_mode streams values.
+    A format calls _begin_args after committing a call; _params_mode then reads one parameter after
+    another and _value_mode streams each value. The format says what its markup looks like:
+    param_open (group "key") opens a parameter; value_end ends a value (group "own" set when the match
+    is the value's own closing tag, consumed, else the value just stops there and the parameters read
+    on), with value_end_prefixes and value_end_hold from marker_prefixes; call_end ends the call's
+    parameters, and _mode_after_call picks the mode that follows it.
     """
 
     untyped_as_json = False
     strip_value_newlines = False  # drop one "\n" after the opening tag and one before the closing tag
+    # every format sets these (class attributes: patterns and data, never bound methods)
+    param_open: regex.Pattern
+    value_end: regex.Pattern
+    value_end_prefixes: frozenset
+    value_end_hold: int
+    call_end: regex.Pattern
 
-    def _begin_args(self, params_mode) -> None:
+    def _begin_args(self) -> None:
         self._arg_count = 0
-        self._params_mode = params_mode
-        self._mode = params_mode
+        self._mode = self._params_mode
+
+    def _params_mode(self, final: bool) -> bool:
+        param = self._match(self.param_open, final)
+        if param:
+            self._consume(param.end())
+            self._begin_value(param["key"].strip())
+            return True
+        end = self._match(self.call_end, final)
+        if end:
+            self._consume(end.end())
+            self._end_args()
+            self._mode = self._mode_after_call(end)
+            return True
+        if param is None or end is None:
+            return False
+        # the end of the stream, or text that is no parameter: the call ends at this clean boundary
+        self._end_args()
+        self._mode = self._content_mode
+        return True
+
+    def _mode_after_call(self, end):
+        """The mode once call_end's match `end` is consumed: content, unless the format has more to read."""
+        return self._content_mode
 
     def _end_args(self) -> None:
         self._args("}" if self._arg_count else "{}")
         self._close_call()
 
-    def _begin_value(self, key: str, end, end_prefixes: frozenset, end_hold: int) -> None:
-        """end: regex whose match ends the value; group "own" set when the match is the value's own
-        closing tag (consumed), else the value just stops there (the params mode reads on)."""
+    def _begin_value(self, key: str) -> None:
         self._args(("{" if not self._arg_count else ", ") + dumps(key) + ": ")
         self._arg_count += 1
         schema = self._schemas.get(self._call_name) or {}
@@ -112,7 +142,6 @@ class TextValuedArgs:
         self._value_streams = streams_as_string(types, self.untyped_as_json)
         self._value_raw = []
         self._value_begun = not self.strip_value_newlines
-        self._value_end, self._value_end_prefixes, self._value_end_hold = end, end_prefixes, end_hold
         if self._value_streams:
             self._args('"')
         self._mode = self._value_mode
@@ -126,7 +155,7 @@ class TextValuedArgs:
             if buf[0] == "\n":
                 self._consume(1)
                 return True
-        m = self._value_end.search(buf)
+        m = self.value_end.search(buf)
         if m is None:
             if final:  # cut off inside a value: the call keeps what was written, left open
                 self._value_piece(buf)
@@ -160,8 +189,8 @@ class TextValuedArgs:
             self._value_raw.append(text)
 
     def _held_end_prefix(self, buf: str) -> int:
-        prefixes = self._value_end_prefixes
-        pos = buf.find("<", max(0, len(buf) - self._value_end_hold))
+        prefixes = self.value_end_prefixes
+        pos = buf.find("<", max(0, len(buf) - self.value_end_hold))
         while pos >= 0:
             if buf[pos:] in prefixes:
                 return len(buf) - pos
