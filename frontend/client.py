@@ -28,9 +28,9 @@ from pathlib import Path
 import zmq
 
 from protocol.deltas import StreamParams, StreamUpdate
-from protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, GuideResult, OpenStream, Render,
+from protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
                                RenderReply, Stats, StatsReply, Step, StepReply)
-from frontend.constraints import Constraint, compile_on, encode_request, guide
+from frontend.constraints import Constraint, GuideStep, compile_on, encode_request, guide
 from frontend.errors import InvalidRequest, Overloaded, PoolError, StreamFailed, UnknownStream, WorkerLost, error_for
 from frontend.launcher import Launcher
 from frontend.link import WorkerLink
@@ -194,9 +194,9 @@ class TokenizerPool:
         return await compile_on(self._least_loaded(), request, timeout)
 
     async def guide(self, queries: dict[str, tuple[Constraint, int, list[int]]], *,
-                    timeout: float | None = None) -> dict[str, GuideResult | PoolError]:
+                    timeout: float | None = None) -> dict[str, GuideStep | PoolError]:
         """One engine step of constrained decoding: {name: (constraint, state, ids sampled since)} -> {name:
-        GuideResult(state, mask, accepting)}, or that query's PoolError. One message per worker."""
+        GuideStep(state, mask, accepting)}, or that query's PoolError. One message per worker."""
         if self.closed:
             raise PoolError("closed", "this pool is closed")
         return await guide(self, queries, timeout)

@@ -16,8 +16,20 @@ from __future__ import annotations
 
 import asyncio
 
-from protocol.messages import CompileReply, ErrorCode, Guide, GuideQuery, GuideResult, encode_message
+import msgspec
+
+from protocol.messages import CompileReply, ErrorCode, Guide, GuideQuery, encode_message
 from frontend.errors import InvalidRequest, PoolError, error_for
+
+
+class GuideStep(msgspec.Struct, gc=False):
+    """One sequence's answer for one step: its new state, the token bitmask (bit t % 32 of little-endian
+    32-bit word t // 32 set when token t may come next) and whether EOS may be sampled. Sequences whose
+    masks are equal in one reply share the same bytes object (the wire carries each distinct mask once)."""
+
+    state: int
+    mask: bytes
+    accepting: bool = False
 
 
 class Constraint:
@@ -51,8 +63,8 @@ async def compile_on(link, request: bytes, timeout: float | None) -> Constraint:
     return Constraint(reply, link, request)
 
 
-async def guide(pool, queries: dict, timeout: float | None = None) -> dict[str, GuideResult | PoolError]:
-    """{name: (constraint, state, ids sampled since)} -> {name: GuideResult, or the PoolError of that query}."""
+async def guide(pool, queries: dict, timeout: float | None = None) -> dict[str, GuideStep | PoolError]:
+    """{name: (constraint, state, ids sampled since)} -> {name: GuideStep, or the PoolError of that query}."""
     by_link: dict = {}
     results: dict = {}
     for name, (constraint, state, ids) in queries.items():
@@ -89,7 +101,8 @@ async def _guide_link(link, group: dict, timeout: float | None) -> dict:
 
 
 async def _ask(link, group: dict, timeout: float | None) -> dict:
-    """Send the queries in as few messages as the reply size limit allows (each mask has a fixed size)."""
+    """Send the queries in as few messages as the reply size limit allows (sized for the worst case: every
+    mask distinct, each of a fixed size)."""
     names = list(group)
     mask_bytes = (next(iter(group.values()))[0].vocab_size + 31) // 32 * 4
     per_message = max(1, min(link.info.limits.max_batch, link.max_message_bytes // 2 // (mask_bytes + 64)))
@@ -107,7 +120,12 @@ async def _ask(link, group: dict, timeout: float | None) -> dict:
             continue
         if isinstance(reply, BaseException):
             raise reply
-        results.update(reply.results)
+        masks = reply.masks
+        for name, result in reply.results.items():
+            if 0 <= result.mask < len(masks):
+                results[name] = GuideStep(result.state, masks[result.mask], result.accepting)
+            else:
+                results[name] = PoolError(ErrorCode.INTERNAL, f"the worker's guide reply has no mask {result.mask}")
         for name, error in reply.errors.items():
             results[name] = error_for(error.code, error.message)
         for name in chunk:

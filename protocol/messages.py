@@ -16,7 +16,7 @@ import msgspec
 
 from protocol.deltas import StreamParams, StreamUpdate
 
-PROTOCOL_VERSION = 2                   # 2: compile returns a constraint id; guide answers per-step masks
+PROTOCOL_VERSION = 3                   # 3: a guide reply sends each distinct mask once (results index it)
 _ID = struct.Struct("<Q")
 
 
@@ -191,16 +191,21 @@ class Guide(_Request, tag="guide"):
 
 
 class GuideResult(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
-    """The state after the query's ids; `mask` has bit (t % 32) of little-endian 32-bit word (t // 32) set
-    when token t may come next (EOS ids included when `accepting`). No bit set: the constraint is done."""
+    """The state after the query's ids and its token mask, as an index into the reply's `masks`."""
 
     state: int
-    mask: bytes
+    mask: int
     accepting: bool = False
 
 
 class GuideReply(_Reply, tag="guide"):
+    """Each distinct mask once in `masks` (in a batch many sequences share a state: every forced tool call
+    starts in the same one), so a reply is at most queries x mask bytes. A mask has bit (t % 32) of
+    little-endian 32-bit word (t // 32) set when token t may come next (EOS ids included when the result
+    is `accepting`). No bit set: the constraint is done."""
+
     results: dict[str, GuideResult]
+    masks: list[bytes] = []
     errors: dict[str, Error] = {}
 
 

@@ -1,18 +1,27 @@
 """Constrained decoding through a real pool on Qwen3's real 151,669-token vocabulary: every per-step mask the
 workers send equals the in-process TokenAutomaton's allowed set, state for state, along a forced
 get_weather call; a worker killed mid-call, or one that evicted the automaton, is compiled again
-transparently with the same state numbers; big batches are split under the message size limit."""
+transparently with the same state numbers; big batches are split under the message size limit; a reply
+carries each distinct mask once. And the bounds as `tokworker serve` flags: a daemon started with small
+ones evicts, as a raw client sees it on the wire."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import uvloop
+import zmq
 
 from frontend import InvalidRequest, TokenizerPool
+from protocol.messages import (PROTOCOL_VERSION, Compile, CompileReply, ErrorCode, ErrorReply, Guide, GuideQuery,
+                               GuideReply, Hello, HelloReply, decode_reply, encode_message, pack_id, unpack_id)
 from tests.realdata import vocabulary
 from tests.test_automaton import WEATHER_TOOL
 from tokworker.constrain import TokenAutomaton, VocabTrie
@@ -105,3 +114,89 @@ def test_a_batch_of_sequences_on_evicted_constraints_is_split_and_exact(qwen3):
             assert isinstance(results["bad-token"], InvalidRequest) and isinstance(results["bad-state"], InvalidRequest)
 
     loop.run_until_complete(main())
+
+
+def test_sequences_in_one_state_share_one_mask_on_the_wire_and_in_the_result(qwen3):
+    loop, pool, tokenizer, trie = qwen3
+    automaton = TokenAutomaton(tool_call_pattern([WEATHER_TOOL], "get_weather", format="hermes"), trie,
+                               eos_ids=tokenizer.eos_token_ids)
+    first = tokenizer.encode(CALL)[:1]
+
+    async def main():
+        constraint = await pool.compile(tools=[WEATHER_TOOL], tool_name="get_weather")
+        link = constraint.link
+        queries = {f"start-{i}": GuideQuery(constraint_id=constraint.id, state=constraint.initial_state)
+                   for i in range(20)}
+        queries.update({f"next-{i}": GuideQuery(constraint_id=constraint.id, state=constraint.initial_state,
+                                                ids=first) for i in range(5)})
+        reply = await link.request(encode_message(Guide(queries=queries)))
+        assert isinstance(reply, GuideReply) and len(reply.masks) == 2           # 25 sequences, two masks
+        assert {reply.results[f"start-{i}"].mask for i in range(20)} == {reply.results["start-0"].mask}
+        results = await pool.guide({name: (constraint, query.state, query.ids) for name, query in queries.items()})
+        start = results["start-0"].mask
+        assert allowed_ids(start) == list(automaton.allowed(automaton.initial_state))
+        assert all(results[f"start-{i}"].mask is start for i in range(20))
+        assert allowed_ids(results["next-4"].mask) == list(automaton.allowed(
+            automaton.advance(automaton.initial_state, first[0])))
+
+    loop.run_until_complete(main())
+
+
+MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
+
+
+class RawClient:
+    """A DEALER speaking the protocol by hand, so the worker's own answers (not the pool's recovery) show."""
+
+    def __init__(self, endpoint: str):
+        self.context = zmq.Context()
+        self.sock = self.context.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.rid = 0
+
+    def call(self, msg, timeout_ms: int = 60_000):
+        self.rid += 1
+        self.sock.send_multipart([pack_id(self.rid), encode_message(msg)])
+        assert self.sock.poll(timeout_ms), "no reply from the worker"
+        frames = self.sock.recv_multipart()
+        assert unpack_id(frames[0]) == self.rid
+        return decode_reply(frames[1])
+
+    def close(self):
+        self.sock.close()
+        self.context.term()
+
+
+@pytest.mark.parametrize("flags", [["--max-constraints", "1"], ["--max-constraint-states", "1"]])
+def test_serve_flags_bound_the_constraint_cache(flags):
+    """Compile A, use it, compile B, use it: with either bound at 1 the worker has dropped A, says so per
+    query (unknown_constraint), and compiling A again gives the same id and start state."""
+    run_dir = tempfile.mkdtemp(prefix="tokworker-guide-")
+    endpoint = f"ipc://{run_dir}/sock"
+    daemon = subprocess.Popen([sys.executable, "-m", "tokworker.cli", "serve", "--model-dir", str(MODEL), "--bind",
+                               endpoint, *flags], env={**os.environ, "PYTHONPATH": str(MODEL.parents[2])},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = RawClient(endpoint)
+    try:
+        refused = client.call(Hello(version=PROTOCOL_VERSION - 1))
+        assert isinstance(refused, ErrorReply) and refused.code == ErrorCode.UNSUPPORTED_VERSION
+        assert isinstance(client.call(Hello(version=PROTOCOL_VERSION, session="s")), HelloReply)
+        compile_a, compile_b = Compile(pattern="(yes|no), [a-z]+"), Compile(json_schema=SCHEMA)
+        a = client.call(compile_a)
+        assert isinstance(a, CompileReply)
+        query_a = {"a": GuideQuery(constraint_id=a.constraint_id, state=a.initial_state)}
+        assert "a" in client.call(Guide(queries=query_a)).results
+        b = client.call(compile_b)
+        query_b = {"b": GuideQuery(constraint_id=b.constraint_id, state=b.initial_state)}
+        assert "b" in client.call(Guide(queries=query_b)).results
+        evicted = client.call(Guide(queries={**query_a, **query_b}))
+        assert list(evicted.results) == ["b"] and evicted.errors["a"].code == ErrorCode.UNKNOWN_CONSTRAINT
+        again = client.call(compile_a)
+        assert (again.constraint_id, again.initial_state) == (a.constraint_id, a.initial_state)
+        assert "a" in client.call(Guide(queries=query_a)).results
+    finally:
+        client.close()
+        daemon.send_signal(signal.SIGTERM)
+        status = daemon.wait(20)
+    assert status == 0, daemon.stderr.read()

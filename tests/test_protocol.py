@@ -50,8 +50,8 @@ REPLIES = [
     EncodeReply(ids=[[1], []]),
     DecodeReply(texts=["a", ""]),
     CompileReply(constraint_id="c" * 32, pattern="a+", initial_state=1, vocab_size=151_669, eos_token_ids=[2]),
-    GuideReply(results={"r1": GuideResult(state=3, mask=b"\x01\x00\x00\x80" * 4740, accepting=True)},
-               errors={"r2": Error(code="unknown_constraint")}),
+    GuideReply(results={"r1": GuideResult(state=3, mask=0, accepting=True), "r3": GuideResult(state=3, mask=0)},
+               masks=[b"\x01\x00\x00\x80" * 4740], errors={"r2": Error(code="unknown_constraint")}),
     OpenReply(stream_id="s"),
     StepReply(updates={"a": StreamUpdate(deltas=[Delta(content="hi"), Delta(reasoning_content="r"), Delta(
         tool_calls=[ToolCallDelta(index=0, id="call_1", type="function",

@@ -6,6 +6,13 @@ import argparse
 import sys
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokworker", description="The text boundary of LLM serving, in a pool of "
                                                                    "worker processes.")
@@ -22,6 +29,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--allow-request-templates", action="store_true",
                        help="run chat templates sent in requests (untrusted code in a bounded sandbox)")
     serve.add_argument("--memory-limit-mb", type=int, default=4096, help="RLIMIT_AS per worker (0: none)")
+    serve.add_argument("--max-constraints", type=_positive, default=256,
+                       help="compiled constraints kept per worker (least recently used go first)")
+    serve.add_argument("--max-constraint-states", type=_positive, default=1024,
+                       help="their compiled states per worker, all together (one can hold ~0.75 MB on a 150k "
+                            "vocabulary)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
     keys = commands.add_parser("keys", help="make CurveZMQ keys: the server pair and client pairs")
@@ -40,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.model_dir, workers=args.workers, bind=args.bind, curve_keys=args.curve_keys,
                      log_level=args.log_level, tool_parser=args.tool_call_parser,
                      reasoning_parser=args.reasoning_parser, allow_request_templates=args.allow_request_templates,
-                     memory_limit_mb=args.memory_limit_mb)
+                     memory_limit_mb=args.memory_limit_mb, max_constraints=args.max_constraints,
+                     max_constraint_states=args.max_constraint_states)
     if args.command == "keys":
         from tokworker.worker.security import generate_keys
         directory = generate_keys(args.directory, args.client or ["client"])
