@@ -267,6 +267,26 @@ class FixedLength:
         return [piece[i:i + size] for piece in pieces for i in range(0, len(piece), size)]
 
 
+class UnicodeScripts:
+    """A piece per run of one script (tokenizers' own table, see unicode.script_table). "ANY" characters
+    (space, unassigned) never split: they join the run before them, and those leading a piece are dropped,
+    as tokenizers does. Each piece is translated to its script indices (one byte each) and a regex with a
+    backreference finds the runs: a scripted character, then the same script or ANY."""
+
+    byte_level = False
+    _RUNS = re.compile(r"([^\x00])(?:\1|\x00)*", re.S)
+
+    def __init__(self):
+        self._table = unicode.script_table()
+
+    def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
+        out: list[str] = []
+        table, runs = self._table, self._RUNS.finditer
+        for piece in pieces:
+            out += [piece[match.start():match.end()] for match in runs(piece.translate(table))]
+        return out
+
+
 class Sequence:
     """Stages in order. A ByteLevel stage that is not last maps bytes eagerly, so later stages see symbols."""
 
@@ -312,6 +332,8 @@ def from_spec(spec: dict | None):
         return BertPreTokenizer()
     if kind == "Punctuation":
         return CharClassSplit(_PUNCTUATION, spec.get("behavior", "Isolated"))
+    if kind == "UnicodeScripts":
+        return UnicodeScripts()
     if kind == "Digits":
         if spec.get("individual_digits", False):
             return CharClassSplit(_DIGITS, "Isolated")

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
+import json
+import zlib
 
 import regex
 
-from .unicode_data import charset, data, predicate
+from .unicode_data import TABLES, charset, data, predicate
 from .unicode_data.charset import Atoms
 from .unicode_data.normalization import normalize
 from .unicode_data.pattern import Translator, UnsupportedPattern
@@ -25,7 +28,8 @@ from .unicode_data.pattern import Translator, UnsupportedPattern
 __all__ = ["translate_pattern", "compile_pattern", "normalize", "UnsupportedPattern", "is_whitespace",
            "is_bert_whitespace", "is_punctuation", "is_control", "is_chinese_char", "is_alphanumeric",
            "is_numeric", "to_lowercase", "strip_accents", "bert_strip_accents", "WHITESPACE_CLASS", "BERT_WHITESPACE_CLASS",
-           "PUNCTUATION_CLASS", "CONTROL_CLASS", "CHINESE_CLASS", "WORD_CLASS", "NUMERIC_CLASS"]
+           "PUNCTUATION_CLASS", "CONTROL_CLASS", "CHINESE_CLASS", "WORD_CLASS", "NUMERIC_CLASS", "script",
+           "script_table", "script_names"]
 
 FLAVORS = ("tokenizers", "tiktoken")
 
@@ -161,3 +165,34 @@ def strip_accents(text: str) -> str:
     if text.isascii():
         return text
     return text.translate(_strip_table())
+
+
+# -- UnicodeScripts' scripts: a separate file (unicode_data/scripts.zlib), read only by a tokenizer that uses them
+SCRIPTS = TABLES.with_name("scripts.zlib")
+
+
+@functools.lru_cache(maxsize=1)
+def _scripts() -> tuple[tuple[str, ...], bytes]:
+    stored = json.loads(zlib.decompress(SCRIPTS.read_bytes()))
+    starts = list(itertools.accumulate(stored["starts"])) + [0x110000]
+    table = b"".join(bytes((script,)) * (end - start)
+                     for script, start, end in zip(stored["scripts"], starts, starts[1:]))
+    return tuple(stored["names"]), table
+
+
+def script_table() -> bytes:
+    """UnicodeScripts' script of every code point, as a `str.translate` table: byte c is the index into
+    script_names() of chr(c)'s script. Index 0 is "ANY" (space, surrogates and everything tokenizers' table
+    leaves out): such characters never start a piece. Built on first use (1.1 MB)."""
+    return _scripts()[1]
+
+
+def script_names() -> tuple[str, ...]:
+    """Script names by index (named after the `regex` module's script most of their characters have)."""
+    return _scripts()[0]
+
+
+def script(ch: str) -> str:
+    """The script UnicodeScripts gives `ch`, with its fixups: Hiragana, Katakana and U+30FC count as HAN,
+    a space as ANY."""
+    return script_names()[script_table()[ord(ch)]]
