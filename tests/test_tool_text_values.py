@@ -5,7 +5,9 @@ streamed results agree however the text is split.
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import pytest
 from hypothesis import assume, given, settings
@@ -187,3 +189,35 @@ def test_text_values_cut_off_keep_what_was_written():
     assert typed["calls"] == [("f", '{"n": 4')] and typed["content"] is None
     text = assert_split_invariant("glm45", "<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>abc", tools, every_split=True)
     assert text["calls"] == [("f", '{"s": "abc')] and text["content"] is None
+
+
+FREED_STREAMS = {
+    # id: (format, text fed a character at a time), ending the stream in each of the text-valued modes
+    "qwen3_coder-whole": ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=n>\n4\n</parameter>\n"
+                                         "<parameter=s>\nab\n</parameter>\n</function>\n</tool_call> after"),
+    "qwen3_coder-closing": ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=n>\n4\n</parameter>\n</function>\n"),
+    "qwen3_coder-value": ("qwen3_coder", "<function=f>\n<parameter=s>\nhalf a val"),
+    "qwen3_coder-params": ("qwen3_coder", "<function=f>\n<parameter=n>\n4\n</parameter>\n<param"),
+    "glm45-whole": ("glm45", "<tool_call>f\n<arg_key>n</arg_key>\n<arg_value>4</arg_value>\n<arg_key>s</arg_key>\n"
+                             "<arg_value>ab</arg_value>\n</tool_call> after"),
+    "glm45-value": ("glm45", "<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>half a val"),
+    "glm45-params": ("glm45", "<tool_call>f\n<arg_key>n</arg_key>\n<arg_value>4</arg_value>\n<arg_k"),
+}
+
+
+@pytest.mark.parametrize("name,text", FREED_STREAMS.values(), ids=FREED_STREAMS)
+def test_text_valued_parser_is_freed_without_the_cycle_collector(name, text):
+    """The parameter loop keeps no bound method where finish() cannot drop it: a finished parser is
+    freed by refcounting alone, whichever mode the stream ended in."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer"}, "s": {"type": "string"}}}}}]
+    gc.disable()
+    try:
+        parser = get_tool_parser(name, tools)
+        ref = weakref.ref(parser)
+        deltas = [d for piece in text for d in parser.feed(piece)] + parser.finish()
+        assert summary(deltas)["calls"][0][0] == "f"
+        del parser
+        assert ref() is None
+    finally:
+        gc.enable()
