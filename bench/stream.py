@@ -2,8 +2,13 @@
 
 Both sides walk the same generated ids one engine step at a time on a real 151k vocabulary (Qwen3) in the
 same run, alternating, best of many rounds of process CPU time (the machine is shared: ratios, not absolute
-numbers, are what to read). Outputs are dropped as they come, as a worker does after sending them. The reference does less work (detokenization only); tokworker does the whole stream:
-detokenizer, stop strings, reasoning and tool-call parsing, and builds the OpenAI deltas.
+numbers, are what to read). Outputs are dropped as they come, as a worker does after sending them. The
+reference does less work (detokenization only); tokworker does the whole stream: detokenizer, stop strings,
+reasoning and tool-call parsing, and builds the OpenAI deltas.
+
+Two ways to step: one stream from its first token to its last (`ratio`), and a batch of streams stepped
+together, one token each per engine step, as a worker serves them (`batch_ratio`): there every stream's
+code stays warm while each one's state is visited once per step.
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ ANSWER = ("The capital of France is Paris. 日本の首都は東京です。 �
 REASONING = ("The user asks a few things. Let me think step by step: first the geography, then the code, "
              "then check the numbers twice. 中文推理也可以。 ")
 TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+# An agent writing a file: most of the call is one long JSON string (code, with its escapes).
+CODE = ("def fibonacci(n: int) -> list[int]:\n    \"\"\"The first n Fibonacci numbers.\"\"\"\n    a, b = 0, 1\n"
+        "    out = []\n    for _ in range(n):\n        out.append(a)\n        a, b = b, a + b\n    return out\n\n\n"
+        "if __name__ == \"__main__\":\n    print(fibonacci(10))  # [0, 1, 1, 2, 3, 5, 8, 13, 21, 34]\n")
+WRITE_FILE = ('<tool_call>\n{"name": "write_file", "arguments": {"path": "fib.py", "content": %s}}\n</tool_call>'
+              % json.dumps(CODE * 4))
 
 
 def _vocabulary():
@@ -66,20 +77,27 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
     frozen = _stream_creation_us(ours, StreamParams, TextStream)
     repeats = 4 if quick else 40
     rounds = 30 if quick else 25  # a quick round takes well under a millisecond: many rounds steady the minimum
+    batch, batch_rounds = (8, 5) if quick else (64, 5)
     eos = [ours.token_to_id("<|im_end|>")]
-    plain = reference.encode(ANSWER * repeats, add_special_tokens=False).ids + eos
-    thinking = reference.encode("<think>\n" + REASONING * repeats + "\n</think>\n\n" + ANSWER * repeats,
-                                add_special_tokens=False).ids + eos
-    calling = reference.encode("<think>\n" + REASONING * repeats + "\n</think>\n\n" + TOOL_CALL,
-                               add_special_tokens=False).ids + eos
+
+    def generated(text: str) -> list[int]:
+        return reference.encode(text, add_special_tokens=False).ids + eos
+
+    plain = generated(ANSWER * repeats)
+    thinking = generated("<think>\n" + REASONING * repeats + "\n</think>\n\n" + ANSWER * repeats)
+    calling = generated("<think>\n" + REASONING * repeats + "\n</think>\n\n" + TOOL_CALL)
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}}}}]
+    with_tools = StreamParams(stop=["</answer>"], reasoning_parser="qwen3", tool_parser="hermes", tools=tools)
+    tools_only = StreamParams(stop=["</answer>"], tool_parser="hermes", tools=tools)
     cases = [
         ("plain", plain, StreamParams(), 1),
         ("stop strings", plain, StreamParams(stop=["</answer>", "\nUser:"]), 1),
         ("stop + qwen3 reasoning", thinking, StreamParams(stop=["</answer>"], reasoning_parser="qwen3"), 1),
-        ("stop + reasoning + hermes tools", calling,
-         StreamParams(stop=["</answer>"], reasoning_parser="qwen3", tool_parser="hermes", tools=tools), 1),
+        ("stop + reasoning + hermes tools", calling, with_tools, 1),
+        # the tool call's own tokens, nothing around them: the parser's whole cost per token
+        ("hermes tool call alone", generated(TOOL_CALL), tools_only, 1),
+        ("hermes call writing a file", generated(WRITE_FILE), tools_only, 1),
         ("plain, 4 tokens per step", plain, StreamParams(), 4),
     ]
     rows = []
@@ -96,16 +114,28 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
             for i in ids:
                 step(reference, i)
 
-        try:
-            stream = TextStream(ours, params)  # untimed pass: what the timed runs produce, for the checks
-            updates = [stream.push(step) for step in steps]
-            ours_s, ref_s = [], []
-            for _ in range(rounds):  # alternate so both see the same machine load
-                ours_s.append(_best(tokworker_stream, 1))
-                ref_s.append(_best(decode_stream, 1))
-        except (ImportError, ValueError) as error:  # a parser another module has not landed yet
-            rows.append({"vocabulary": "qwen3 (151k)", "case": case, "skipped": str(error)[:80]})
-            continue
+        def tokworker_batch():
+            pushes = [TextStream(ours, params).push for _ in range(batch)]
+            for step in steps:
+                for push in pushes:
+                    push(step)
+
+        def decode_stream_batch():
+            decoders = [DecodeStream(skip_special_tokens=True).step for _ in range(batch)]
+            for step in steps:
+                for decode in decoders:
+                    for i in step:
+                        decode(reference, i)
+
+        stream = TextStream(ours, params)  # untimed pass: what the timed runs produce, for the checks
+        updates = [stream.push(step) for step in steps]
+        ours_s, ref_s, ours_batch_s, ref_batch_s = [], [], [], []
+        for _ in range(rounds):  # alternate so both see the same machine load
+            ours_s.append(_best(tokworker_stream, 1))
+            ref_s.append(_best(decode_stream, 1))
+        for _ in range(batch_rounds):
+            ours_batch_s.append(_best(tokworker_batch, 1))
+            ref_batch_s.append(_best(decode_stream_batch, 1))
         decoder = DecodeStream(skip_special_tokens=True)
         reference_text = "".join(decoder.step(reference, i) or "" for i in ids)
         text = "".join(d.content or "" for u in updates for d in u.deltas)
@@ -115,8 +145,9 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
         row = {"vocabulary": "qwen3 (151k)", "case": case, "tokens": len(ids),
                "tokworker_tokens_per_s": round(ours_rate), "decode_stream_tokens_per_s": round(ref_rate),
                "ratio": round(ours_rate / ref_rate, 3),
+               f"batch_ratio ({batch} streams)": round(min(ref_batch_s) / min(ours_batch_s), 3),
                "finish_reason": updates[-1].finish_reason}
-        if params.reasoning_parser is None:
+        if params.reasoning_parser is None and params.tool_parser is None:
             row["identical_text"] = text == reference_text
         else:
             row["reasoning_chars"], row["content_chars"], row["tool_calls"] = len(reasoning), len(text), calls

@@ -303,7 +303,11 @@ def test_tool_calls_finish_with_tool_calls(tok, ref):
 
 CALL_PIECES = ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
                '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>', "\n", "Sure.", "<tool_call>", "{",
-               '"}', "</tool_call>", "<think>\nhmm\n</think>\n\n", " 日本", "🧑‍🚀"]
+               '"}', "</tool_call>", "<think>\nhmm\n</think>\n\n", " 日本", "🧑‍🚀",
+               # an argument string of code: escapes split across tokens, quotes, non-ASCII, a raw tab (invalid)
+               '<tool_call>\n{"name": "write", "arguments": {"text": "def f():\\n    return '
+               '\\"é\\" \\u00e9 日本 \\\\"}}\n</tool_call>',
+               '<tool_call>\n{"name": "write", "arguments": {"text": "a\tb"}}\n</tool_call>']
 
 
 def test_tool_calls_agree_across_groupings_and_with_whole_parse(tok, ref):

@@ -21,15 +21,17 @@ from __future__ import annotations
 import sys
 import weakref
 
-from protocol.deltas import Delta, StreamParams, StreamUpdate
+from protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
 from tokworker.parsers.reasoning import get_reasoning_parser
 from tokworker.parsers.tools import get_tool_parser
+from tokworker.parsers.tools.jsonscan import STRING_PIECE
 
 from .detokenizer import IncrementalDetokenizer
 from .stop import StopChecker
 
 
 _WHITESPACE = " \t\r\n"
+_STRING_PIECE = STRING_PIECE.fullmatch
 _EMPTY = StreamUpdate()  # every step that changes nothing returns this one (updates are read-only)
 _EOS_IDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -143,6 +145,10 @@ class TextStream:
         if reasoning is None:
             if tools is None:
                 return StreamUpdate([Delta(text)])
+            index = tools.string_args  # inside a call's argument string: a token of it is more of it
+            if index >= 0 and _STRING_PIECE(text):
+                call = ToolCallDelta(index=index, function=FunctionDelta(arguments=text))
+                return StreamUpdate([Delta(tool_calls=[call])])
             deltas = tools.feed(text)
             if len(deltas) > 1:
                 deltas = _coalesce(deltas)

@@ -24,7 +24,7 @@ from types import MethodType
 
 from protocol.deltas import Delta, FunctionDelta, ToolCallDelta
 
-from .jsonscan import STRING_BREAK, JsonScanner
+from .jsonscan import JsonScanner
 
 # An opening (marker + call header) longer than this is not a call: stop holding it back.
 HEADER_LIMIT = 1024
@@ -51,6 +51,10 @@ class ToolParser:
     name = ""
     special_tokens: tuple[str, ...] = ()
     starts: tuple[str, ...] = ()  # markers that may open a call, searched for in content
+    # The index of the call whose JSON arguments are inside a string, with nothing buffered, else -1: a
+    # text that jsonscan.STRING_PIECE matches whole is then more of those arguments, one fragment of itself,
+    # and changes no state, so a caller may emit it without feed() (TextStream does, per token).
+    string_args = -1
 
     def __init__(self, tools: list[dict] | None = None):
         self._tools = tools
@@ -82,15 +86,8 @@ class ToolParser:
     # ---- public surface ----
 
     def feed(self, text: str) -> list[Delta]:
-        if self._args_open:  # inside a call's arguments with nothing buffered: the usual token of a call
-            scanner = self._scanner
-            if scanner.in_string and STRING_BREAK.search(text) is None:
-                # more of a string: nothing to scan or decide
-                if not text:
-                    return []
-                function = FunctionDelta(arguments=text)
-                return [Delta(tool_calls=[ToolCallDelta(index=self._index, function=function)])]
-            self._args_open = False
+        if self._args_open:  # inside a call's arguments with nothing buffered: scan the text where it is
+            self._args_open, self.string_args = False, -1
             if self._scan_args(text):
                 self._run(False)
             return self._take()
@@ -101,7 +98,7 @@ class ToolParser:
         return self._take()
 
     def finish(self) -> list[Delta]:
-        self._args_open = False
+        self._args_open, self.string_args = False, -1
         self._run(True)
         if self._held_ws and not self._after_call:
             self._emit_content(self._held_ws)
@@ -302,6 +299,8 @@ class ToolParser:
             self._buf = text[end:]
             return self._break_call()
         self._args_open = True  # all of it was arguments: the next text may skip the buffer
+        if scanner.in_string:
+            self.string_args = self._index
         return False
 
     def _break_call(self) -> bool:

@@ -24,8 +24,10 @@ _ESCAPES = '"\\/bfnrt'
 _LITERALS = {"t": "rue", "f": "alse", "n": "ull"}
 _NUMBER_END_OK = frozenset((NUM_ZERO, NUM_INT, NUM_FRAC, NUM_EXP_DIGITS))
 _WS_RUN = re.compile(r"[ \t\n\r]+")
-# What ends, escapes or breaks a JSON string: text without any of these, read inside a string, stays in it.
+# What ends, escapes or breaks a JSON string (the scanner's search inside one).
 STRING_BREAK = re.compile(r'["\\\x00-\x1f]')
+# Text that, read inside a string, leaves the scanner inside it: characters and whole escapes.
+STRING_PIECE = re.compile(r'(?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+')
 
 
 class JsonScanner:
@@ -36,8 +38,8 @@ class JsonScanner:
     (`error`), else len(text). State carries over between calls, so text may be split anywhere.
     `inside_object=True` starts just after a member value of an already open object, to validate the
     rest of an enclosing call object (`, "id": "x"}`).
-    `in_string` says the scan stopped inside a string: text that STRING_BREAK does not find then leaves
-    every state unchanged, so a caller may pass it on without scanning it.
+    `in_string` says the scan stopped inside a string (not inside an escape): text that STRING_PIECE
+    matches whole then leaves every state unchanged, so a caller may pass it on without scanning it.
     """
 
     __slots__ = ("done", "error", "in_string", "_stack", "_state", "_key", "_pending", "_hex_left")
