@@ -8,11 +8,11 @@ took 176 ms with Qwen3's tables and trie, 30 ms frozen).
 """
 
 from frontend.client import TokenizerPool
-from frontend.constraints import Constraint
+from frontend.constraints import Constraint, GuideStep
 from frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeout, StreamFailed, UnknownStream,
                              WorkerLost)
 from frontend.stream import Stream
 
-__all__ = ["TokenizerPool", "Stream", "Constraint",
+__all__ = ["TokenizerPool", "Stream", "Constraint", "GuideStep",
            "PoolError", "InvalidRequest", "Overloaded", "RequestTimeout", "StreamFailed",
            "UnknownStream", "WorkerLost"]
