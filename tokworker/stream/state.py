@@ -14,6 +14,11 @@ min_tokens. A stream that ends with tool calls and would finish with "stop" fini
 
 Parsers may need special tokens that skip_special_tokens removes (kimi's <|tool_calls_section_begin|>):
 each declares them in `special_tokens` and the detokenizer keeps exactly those.
+
+Every stage publishes when it is steady (the detokenizer's `idle`, the stop checker's `holding`, the
+reasoning parser's `steady_end`, the tool parser's `string_args`): a token that a steady stage would pass
+through unchanged is handled here with a lookup or a search, without calling the stage. Most tokens of a
+stream take that path, and the tests check it against the stages' own answers under every grouping.
 """
 
 from __future__ import annotations
@@ -108,7 +113,8 @@ class TextStream:
         anything changes, so the stream stays usable."""
         # The usual step takes as few operations as possible: ids that end nothing (the count stays inside
         # the window where no length, eos or min_tokens rule applies); for one id, one lookup decodes it
-        # while the detokenizer holds nothing; the stop checker is asked only when the text could matter.
+        # while the detokenizer holds nothing; the stop checker is asked only when the text could matter;
+        # steady reasoning and argument strings become their delta without a parser call.
         count = self._count
         if len(ids) == 1:
             token_id = ids[0]
