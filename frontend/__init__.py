@@ -1,5 +1,8 @@
 """What the API process imports: TokenizerPool (asyncio, uvloop-friendly) and the errors it raises.
 
+ChunkFormat (open_stream's `chunks`) has the workers write each stream's OpenAI chunks as server-sent
+event bytes, so the API process neither decodes deltas nor encodes JSON per token.
+
 Advice for the API process: once the server has started (models' configs read, routes built, the pool
 spawned), call `gc.collect(); gc.freeze()`. Everything alive then lives as long as the process, and frozen
 objects are no longer walked by full collections, which otherwise pause the event loop in proportion to
@@ -7,12 +10,13 @@ all that long-lived state. Each worker does the same after loading its tokenizer
 took 176 ms with Qwen3's tables and trie, 30 ms frozen).
 """
 
+from protocol.deltas import ChunkFormat
 from frontend.client import TokenizerPool
 from frontend.constraints import Constraint, GuideStep
 from frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeout, StreamFailed, UnknownStream,
                              WorkerLost)
 from frontend.stream import Stream
 
-__all__ = ["TokenizerPool", "Stream", "Constraint", "GuideStep",
+__all__ = ["TokenizerPool", "Stream", "ChunkFormat", "Constraint", "GuideStep",
            "PoolError", "InvalidRequest", "Overloaded", "RequestTimeout", "StreamFailed",
            "UnknownStream", "WorkerLost"]

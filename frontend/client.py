@@ -10,6 +10,9 @@
     updates = await pool.step({"req-1": [17, 42], "req-2": [5]})   # one message per worker per engine step
     async for update in stream: ...                                # the same updates, per stream
 
+A stream opened with `chunks=ChunkFormat(id, model, created)` gets `update.sse`: its OpenAI chunks as
+finished server-sent event bytes, written by the worker, for the HTTP response as they are.
+
 A stream lives on one worker (its state is there); render/encode/decode go to whichever worker has the
 fewest requests in flight. Every request has a timeout; a full pool raises Overloaded instead of queueing
 without bound; a worker that dies is restarted (by the launcher, or by the daemon's) and the link replays
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import zmq
 
-from protocol.deltas import StreamParams, StreamUpdate
+from protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
                                RenderReply, Stats, StatsReply, Step, StepReply)
 from frontend.constraints import Constraint, GuideStep, compile_on, encode_request, guide
@@ -206,9 +209,13 @@ class TokenizerPool:
 
     # ------------------------------------------------------------ streams
     async def open_stream(self, stream_id: str, params: StreamParams | None = None, prompt_ids: list[int] | None = None,
-                          prompt_text: str | None = None, *, buffer: bool = True) -> Stream:
+                          prompt_text: str | None = None, *, buffer: bool = True,
+                          chunks: ChunkFormat | None = None) -> Stream:
         """Create a stream on the worker with the fewest; `buffer=False` when only step()'s return value is
-        read (no per-stream buffer to fill)."""
+        read (no per-stream buffer to fill). With `chunks`, every update carries `sse`: the stream's OpenAI
+        chat.completion.chunk server-sent events (`data: {json}\n\n` each), and no deltas."""
+        if chunks is not None and not isinstance(chunks, ChunkFormat):
+            raise InvalidRequest(ErrorCode.INVALID, f"chunks is a ChunkFormat, not {type(chunks).__name__}")
         if not isinstance(stream_id, str):
             raise InvalidRequest(ErrorCode.INVALID, f"stream ids are str, not {type(stream_id).__name__}")
         if stream_id in self._streams:
@@ -221,9 +228,9 @@ class TokenizerPool:
         link = min(links, key=lambda link: (len(link.streams), link.load))
         params = params or StreamParams()
         prompt_ids = list(prompt_ids) if prompt_ids is not None else None
-        stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer)
+        stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks)
         body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
-                                         prompt_text=prompt_text))
+                                         prompt_text=prompt_text, chunks=chunks))
 
         def opened(reply):
             if self._streams.get(stream_id) is stream and not stream.finished:

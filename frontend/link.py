@@ -9,10 +9,10 @@ Recovery. When the connection drops (a socket monitor reports the disconnect: ki
 a stream request times out, the link throws the socket away and starts a new epoch: a fresh socket, and
 a Hello(reset=True, epoch+1) that makes the worker drop this session's streams and ignore anything still
 arriving on older connections. Then it replays every acknowledged stream from its log (open + all
-acknowledged id batches, output discarded) and re-sends, in their original order, the requests that had
-not been answered. Nothing answered is re-sent and nothing unanswered is lost, so every delta reaches
-the caller exactly once. A request re-sent `max_attempts` times fails with WorkerLost (a poison request
-must not kill workers forever).
+acknowledged id batches, output discarded, with the same ChunkFormat so the worker knows the role chunk
+was sent) and re-sends, in their original order, the requests that had not been answered. Nothing
+answered is re-sent and nothing unanswered is lost, so every delta reaches the caller exactly once. A
+request re-sent `max_attempts` times fails with WorkerLost (a poison request must not kill workers forever).
 """
 
 from __future__ import annotations
@@ -314,7 +314,7 @@ class WorkerLink:
                 del self.streams[stream.id]
                 continue
             body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
-                                             prompt_text=stream.prompt_text, replay=stream.log))
+                                             prompt_text=stream.prompt_text, replay=stream.log, chunks=stream.chunks))
             pending = _Pending(body, self.loop.create_future(), None, self._stream_failer(stream), True, replay=True)
             pending.future.add_done_callback(_quiet)
             pending.timer = self.loop.call_later(self.request_timeout, self._expire, pending)

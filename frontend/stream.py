@@ -8,6 +8,9 @@ Iterating a Stream (`async for update in stream`) yields its StreamUpdates as st
 that pile up while nobody reads are merged into one, so the buffer stays one entry per unread step at most
 `MAX_BUFFERED` long. The iteration ends after the update that carries the finish reason, or raises
 StreamFailed if the stream failed.
+
+A stream opened with a ChunkFormat gets its output as server-sent event bytes (`update.sse`, deltas empty);
+`chunks` is kept so that a replay on a new worker asks for the same chunks.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from protocol.deltas import StreamParams, StreamUpdate
+from protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from frontend.errors import PoolError, StreamFailed
 
 MAX_BUFFERED = 64
@@ -23,23 +26,26 @@ FAILED = StreamUpdate(finish_reason="error", abort=True)
 
 
 def merge_updates(updates) -> StreamUpdate:
-    """Several consecutive updates of one stream as one: deltas in order, the last finish wins."""
-    deltas, finish, reason, abort = [], None, None, False
+    """Several consecutive updates of one stream as one: deltas (and sse bytes) in order, the last finish wins."""
+    deltas, sse, finish, reason, abort = [], [], None, None, False
     for update in updates:
         deltas.extend(update.deltas)
+        sse.append(update.sse)
         if update.finish_reason is not None:
             finish, reason = update.finish_reason, update.stop_reason
         abort = abort or update.abort
-    return StreamUpdate(deltas=deltas, finish_reason=finish, stop_reason=reason, abort=abort)
+    return StreamUpdate(deltas=deltas, finish_reason=finish, stop_reason=reason, abort=abort, sse=b"".join(sse))
 
 
 class Stream:
-    def __init__(self, stream_id: str, link, params: StreamParams, prompt_ids, prompt_text, buffer: bool):
+    def __init__(self, stream_id: str, link, params: StreamParams, prompt_ids, prompt_text, buffer: bool,
+                 chunks: ChunkFormat | None = None):
         self.id = stream_id
         self.link = link
         self.params = params
         self.prompt_ids = prompt_ids
         self.prompt_text = prompt_text
+        self.chunks = chunks
         self.log: list[list[int]] = []
         self.finished = False
         self.finish_reason: str | None = None

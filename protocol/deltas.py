@@ -53,15 +53,30 @@ class StreamParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     tools: list[dict] | None = None
 
 
+class ChunkFormat(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The fields every OpenAI chat.completion.chunk of one response repeats (choices[0].index is `index`).
+    A stream opened with one has its worker write the chunks as finished server-sent events."""
+
+    id: str
+    model: str
+    created: int
+    index: int = 0
+
+
 class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, gc=False):
     """What one push of token ids produced for one stream.
 
     finish_reason is "stop", "length" or "tool_calls" once the stream is over; stop_reason is the matched
     stop string or stop token id (None for eos). abort=True tells the caller to abort the request in the
     engine: the text side has decided the stream is over before the engine did.
+
+    sse is set only for a stream opened with a ChunkFormat: this update's chunks as server-sent events,
+    `data: {json}\n\n` each, ready for the HTTP response; `deltas` is then empty (the API process decodes
+    one bytes field instead of nested Structs, and encodes nothing).
     """
 
     deltas: list[Delta] = []
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     abort: bool = False
+    sse: bytes = b""

@@ -14,9 +14,11 @@ from typing import Any, Union
 
 import msgspec
 
-from protocol.deltas import StreamParams, StreamUpdate
+from protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 
-PROTOCOL_VERSION = 3                   # 3: a guide reply sends each distinct mask once (results index it)
+# 3: a guide reply sends each distinct mask once (results index it); a stream opened with `chunks` gets its
+# updates as server-sent event bytes (StreamUpdate.sse)
+PROTOCOL_VERSION = 3
 _ID = struct.Struct("<Q")
 
 
@@ -213,13 +215,16 @@ class GuideReply(_Reply, tag="guide"):
 
 class OpenStream(_Request, tag="open"):
     """Create one request's streaming state. `replay` is a list of id batches pushed at once, whose
-    output is discarded: how a client rebuilds a stream on a worker that replaced a dead one."""
+    output is discarded: how a client rebuilds a stream on a worker that replaced a dead one. With
+    `chunks`, every update of the stream carries its OpenAI chunks as server-sent events (`sse`) instead
+    of deltas."""
 
     stream_id: str
     params: StreamParams = msgspec.field(default_factory=StreamParams)
     prompt_ids: list[int] | None = None
     prompt_text: str | None = None
     replay: list[list[int]] = []
+    chunks: ChunkFormat | None = None
 
 
 class OpenReply(_Reply, tag="open"):

@@ -1,10 +1,14 @@
 """Streams through a real pool (worker processes, ipc sockets, uvloop) equal the in-process TextStream,
-update for update, with many concurrent streams, random step sizes and pipelined steps."""
+update for update, with many concurrent streams, random step sizes and pipelined steps; streams opened
+with a ChunkFormat get the server-sent events those updates make, through worker deaths too."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import re
+import signal
 from pathlib import Path
 
 import msgspec
@@ -13,7 +17,8 @@ import uvloop
 
 from frontend import TokenizerPool
 from frontend.errors import InvalidRequest, StreamFailed, UnknownStream
-from protocol.deltas import StreamParams, StreamUpdate
+from protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
+from tokworker.parsers.openai_chunks import ChunkWriter
 from tokworker.stream.state import TextStream
 from tokworker.tokenizer import Tokenizer
 
@@ -90,12 +95,17 @@ def normalized(updates: list[StreamUpdate]) -> list:
     return out
 
 
+def chunk_format(script: Script) -> ChunkFormat:
+    return ChunkFormat(id=f"chatcmpl-{script.stream_id}", model="tokworker-default", created=1700000000)
+
+
 async def drive(pool: TokenizerPool, scripts: list[Script], rng: random.Random, depth: int = 1,
-                between=None) -> dict[str, list[StreamUpdate]]:
+                between=None, chunked=()) -> dict[str, list[StreamUpdate]]:
     """Play the engine: every step carries the next batch of every live stream, up to `depth` steps in
-    flight. Returns each stream's updates in order."""
+    flight. Returns each stream's updates in order. Streams named in `chunked` get server-sent events."""
     for script in scripts:
-        await pool.open_stream(script.stream_id, script.params, prompt_text=script.prompt_text, buffer=False)
+        await pool.open_stream(script.stream_id, script.params, prompt_text=script.prompt_text, buffer=False,
+                               chunks=chunk_format(script) if script.stream_id in chunked else None)
     got = {s.stream_id: [] for s in scripts}
     cursor = {s.stream_id: 0 for s in scripts}
     by_id = {s.stream_id: s for s in scripts}
@@ -227,3 +237,71 @@ def test_stream_errors_are_typed(tokenizer):
                     pass
 
     run(main())
+
+
+# ---------------------------------------------------------------- server-sent events written by the workers
+
+def same_call_ids(body: bytes) -> bytes:
+    """Tool-call ids are random per worker process: compare everything else byte for byte."""
+    return re.sub(rb'"id":"call_[0-9a-f]+"', b'"id":"call"', body)
+
+
+def reference_sse(tokenizer, script: Script) -> bytes:
+    """What an API process that did the text work itself would write for this stream."""
+    writer = ChunkWriter.for_format(chunk_format(script))
+    return same_call_ids(b"".join(writer.sse(update) for update in reference(tokenizer, script)))
+
+
+def received_sse(updates: list[StreamUpdate]) -> bytes:
+    assert all(not update.deltas for update in updates)
+    return same_call_ids(b"".join(update.sse for update in updates))
+
+
+def test_chunked_streams_get_the_events_of_their_deltas(tokenizer):
+    scripts = make_scripts(tokenizer, 40, seed=6)
+    twins = [msgspec.structs.replace(s, stream_id=f"{s.stream_id}-sse") for s in scripts]
+
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=2) as pool:
+            return await drive(pool, scripts + twins, random.Random(6), depth=2,
+                               chunked={t.stream_id for t in twins})
+
+    got = run(main())
+    check(tokenizer, scripts, got)
+    for script, twin in zip(scripts, twins):
+        body = received_sse(got[twin.stream_id])
+        assert body == reference_sse(tokenizer, twin), twin.stream_id
+        # the deltas the unchunked twin got, written as events by the API process, say the same
+        writer = ChunkWriter.for_format(chunk_format(twin))
+        assert body == same_call_ids(b"".join(writer.sse(u) for u in got[script.stream_id])), twin.stream_id
+        assert body.count(b'"role":"assistant"') == 1
+
+
+def test_kill_9_mid_stream_sends_every_event_once(tokenizer):
+    rng = random.Random(7)
+    scripts = make_scripts(tokenizer, 12, seed=7, fragments=40)
+
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=2) as pool:
+            kills, steps = [], [0]
+
+            async def between():
+                steps[0] += 1
+                if len(kills) < 3 and steps[0] % 6 == 3:
+                    index = rng.randrange(2)
+                    pid = pool.launcher.pids[index]
+                    if pid is not None:
+                        await asyncio.sleep(rng.choice([0, 0.001]))
+                        os.kill(pid, signal.SIGKILL)
+                        kills.append(pid)
+
+            got = await drive(pool, scripts, rng, depth=2, between=between,
+                              chunked={s.stream_id for s in scripts})
+            assert len(kills) == 3 and sum(link.recoveries for link in pool.links) >= 3
+            return got
+
+    got = run(main())
+    for script in scripts:
+        body = received_sse(got[script.stream_id])
+        assert body == reference_sse(tokenizer, script), script.stream_id
+        assert body.count(b'"role":"assistant"') == 1

@@ -4,6 +4,10 @@ A stream leaves the table when its update carries a finish_reason (stop string, 
 engine finishes it, when the client closes it, when its session resets, or when it sits idle too long.
 Ids that arrive for a stream that finished a moment ago (the engine had not yet seen the abort flag) get
 an empty update rather than an error; a small bounded memory of finished ids tells the two apart.
+
+A stream opened with a ChunkFormat keeps a ChunkWriter beside its TextStream, and its updates carry the
+finished server-sent event bytes (`sse`) instead of deltas: the API process then decodes one bytes field
+per stream per step and writes it to the response untouched.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import msgspec
 
 from protocol.deltas import StreamParams, StreamUpdate
 from protocol.messages import Error, ErrorCode, OpenStream, Step, StepReply
+from tokworker.parsers.openai_chunks import ChunkWriter
 
 EMPTY = StreamUpdate()
 
@@ -36,7 +41,8 @@ class StreamTable:
         self.idle_s = idle_s
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
-        self.sessions: dict[str, dict[str, list]] = {}     # session -> stream id -> [TextStream, last used]
+        # session -> stream id -> [TextStream, last used, ChunkWriter or None]
+        self.sessions: dict[str, dict[str, list]] = {}
         self.count = 0
         self.opened = 0
         self._finished: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -57,16 +63,20 @@ class StreamTable:
                                        prompt_text=msg.prompt_text)
         except (ValueError, KeyError, TypeError) as exc:
             raise WorkerError(ErrorCode.INVALID, f"cannot open stream: {exc}") from None
+        writer = ChunkWriter.for_format(msg.chunks) if msg.chunks is not None else None
         finished = False
         for batch in msg.replay:                 # rebuild a stream from its ids; its client already has the text
-            if stream.push(batch).finish_reason is not None:
+            update = stream.push(batch)
+            if writer is not None:
+                writer.sse(update)               # discarded too, but the writer now knows the role was sent
+            if update.finish_reason is not None:
                 finished = True
                 break
         self._finished.pop((session, msg.stream_id), None)
         if finished:
             self._remember_finished(session, msg.stream_id)
             return
-        streams[msg.stream_id] = [stream, time.monotonic()]
+        streams[msg.stream_id] = [stream, time.monotonic(), writer]
         self.count += 1
         self.opened += 1
 
@@ -103,12 +113,15 @@ class StreamTable:
         streams = self.sessions.get(session, {})
         updates: dict[str, StreamUpdate] = {}
         errors: dict[str, Error] = {}
+        chunked: dict[str, ChunkWriter] = {}     # streams whose updates leave as server-sent events
         now = time.monotonic()
         for stream_id, ids in msg.ids.items():
             entry = streams.get(stream_id)
             if entry is None:
                 self._missing(session, stream_id, updates, errors)
                 continue
+            if entry[2] is not None:
+                chunked[stream_id] = entry[2]
             try:
                 update = entry[0].push(ids)
             except Exception as exc:  # a parser bug must cost one stream, not the worker
@@ -125,6 +138,8 @@ class StreamTable:
                 if stream_id not in updates and stream_id not in errors:
                     self._missing(session, stream_id, updates, errors)
                 continue
+            if entry[2] is not None:
+                chunked[stream_id] = entry[2]
             try:
                 final = entry[0].finish()
             except Exception as exc:
@@ -138,6 +153,12 @@ class StreamTable:
             self._remove(session, streams, stream_id)
         if not streams and session in self.sessions:
             del self.sessions[session]
+        for stream_id, writer in chunked.items():     # after finish: its text joins the same step's chunks
+            update = updates.get(stream_id)
+            if update is not None:
+                sse = writer.sse(update)
+                updates[stream_id] = StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
+                                                  abort=update.abort, sse=sse) if sse or update.abort else EMPTY
         return StepReply(updates=updates, errors=errors)
 
     # ------------------------------------------------------------ helpers
