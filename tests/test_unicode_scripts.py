@@ -48,6 +48,16 @@ def test_leading_any_characters_are_dropped_like_tokenizers(text):
 
 
 # -- every code point ---------------------------------------------------------------------------------
+def test_every_ascii_pair_alone_and_joined():
+    """ASCII pieces take their own path (one findall, no translation)."""
+    pairs = [a + b for a in map(chr, range(128)) for b in map(chr, range(128))]
+    splitter = ours.UnicodeScripts()
+    assert splitter.split(pairs) == reference_split(pairs)
+    triples = ["".join(pair) for pair in itertools.product(pairs[::61], map(chr, range(128)))]
+    assert splitter.split(["".join(triples)]) == reference_split(["".join(triples)])
+    assert splitter.split(triples) == reference_split(triples)
+
+
 @pytest.mark.parametrize("left", ["a", " ", "\u4e00"])
 def test_every_code_point_after_latin_space_and_han(left):
     """After "a" or Han, a character splits unless it is ANY or of that script: together these two find

@@ -270,20 +270,30 @@ class FixedLength:
 class UnicodeScripts:
     """A piece per run of one script (tokenizers' own table, see unicode.script_table). "ANY" characters
     (space, unassigned) never split: they join the run before them, and those leading a piece are dropped,
-    as tokenizers does. Each piece is translated to its script indices (one byte each) and a regex with a
-    backreference finds the runs: a scripted character, then the same script or ANY."""
+    as tokenizers does. A piece is translated to its script indices (one character each) and a regex with a
+    backreference finds the runs: a scripted character, then the same script or ANY. An ASCII piece skips
+    the translation: one findall with the ASCII scripts spelled out as classes."""
 
     byte_level = False
     _RUNS = re.compile(r"([^\x00])(?:\1|\x00)*", re.S)
 
     def __init__(self):
-        self._table = unicode.script_table()
+        self._table = table = unicode.script_table()
+        ascii_scripts: dict[int, str] = {}
+        for code in range(128):
+            ascii_scripts[table[code]] = ascii_scripts.get(table[code], "") + re.escape(chr(code))
+        joining = ascii_scripts.pop(0, "")
+        self._findall_ascii = re.compile("|".join(f"[{chars}][{chars}{joining}]*"
+                                                  for chars in ascii_scripts.values())).findall
 
     def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
         out: list[str] = []
-        table, runs = self._table, self._RUNS.finditer
+        table, runs, findall_ascii = self._table, self._RUNS.finditer, self._findall_ascii
         for piece in pieces:
-            out += [piece[match.start():match.end()] for match in runs(piece.translate(table))]
+            if piece.isascii():
+                out += findall_ascii(piece)
+            else:
+                out += [piece[match.start():match.end()] for match in runs(piece.translate(table))]
         return out
 
 

@@ -172,15 +172,17 @@ SCRIPTS = TABLES.with_name("scripts.zlib")
 
 
 @functools.lru_cache(maxsize=1)
-def _scripts() -> tuple[tuple[str, ...], bytes]:
+def _scripts() -> tuple[tuple[str, ...], memoryview]:
     stored = json.loads(zlib.decompress(SCRIPTS.read_bytes()))
     starts = list(itertools.accumulate(stored["starts"])) + [0x110000]
-    table = b"".join(bytes((script,)) * (end - start)
-                     for script, start, end in zip(stored["scripts"], starts, starts[1:]))
-    return tuple(stored["names"]), table
+    table = bytearray(0x110000)
+    for script, start, end in zip(stored["scripts"], starts, starts[1:]):
+        if script:
+            table[start:end] = bytes((script,)) * (end - start)
+    return tuple(stored["names"]), memoryview(table).toreadonly()  # read-only, without a second copy
 
 
-def script_table() -> bytes:
+def script_table() -> memoryview:
     """UnicodeScripts' script of every code point, as a `str.translate` table: byte c is the index into
     script_names() of chr(c)'s script. Index 0 is "ANY" (space, surrogates and everything tokenizers' table
     leaves out): such characters never start a piece. Built on first use (1.1 MB)."""
