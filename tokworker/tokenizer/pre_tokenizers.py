@@ -270,15 +270,19 @@ class FixedLength:
 class UnicodeScripts:
     """A piece per run of one script (tokenizers' own table, see unicode.script_table). "ANY" characters
     (space, unassigned) never split: they join the run before them, and those leading a piece are dropped,
-    as tokenizers does. A piece is translated to its script indices (one character each) and a regex with a
-    backreference finds the runs: a scripted character, then the same script or ANY. An ASCII piece skips
-    the translation: one findall with the ASCII scripts spelled out as classes."""
+    as tokenizers does. A piece is translated to its script indices (one character each, ANY is NUL) and
+    one findall finds the runs: a script's character, then that one or NUL, per script (an alternation
+    of literal-led branches, which `re` tries by first character: faster than a backreference). Only
+    leading NULs go unmatched, so the runs' lengths place them in the piece. An ASCII piece skips the
+    translation: one findall with the ASCII scripts spelled out as classes."""
 
     byte_level = False
-    _RUNS = re.compile(r"([^\x00])(?:\1|\x00)*", re.S)
 
     def __init__(self):
         self._table = table = unicode.script_table()
+        self._findall_runs = re.compile("|".join(
+            f"{re.escape(chr(index))}[{re.escape(chr(index))}\\x00]*"
+            for index in range(1, len(unicode.script_names())))).findall
         ascii_scripts: dict[int, str] = {}
         for code in range(128):
             ascii_scripts[table[code]] = ascii_scripts.get(table[code], "") + re.escape(chr(code))
@@ -288,12 +292,19 @@ class UnicodeScripts:
 
     def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
         out: list[str] = []
-        table, runs, findall_ascii = self._table, self._RUNS.finditer, self._findall_ascii
+        table, findall_runs, findall_ascii = self._table, self._findall_runs, self._findall_ascii
         for piece in pieces:
             if piece.isascii():
                 out += findall_ascii(piece)
-            else:
-                out += [piece[match.start():match.end()] for match in runs(piece.translate(table))]
+                continue
+            runs = findall_runs(piece.translate(table))
+            if len(runs) == 1:
+                out.append(piece[len(piece) - len(runs[0]):])
+                continue
+            start = len(piece) - sum(map(len, runs))
+            for run in runs:
+                out.append(piece[start:start + len(run)])
+                start += len(run)
         return out
 
 
