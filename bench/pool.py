@@ -8,8 +8,13 @@
    (one message per worker per step, pipelined: the loop does not wait for the deltas). Reported: engine
    step time p50/p99, and the delay from a token's emission to its delta being available to the API.
    A third case adds one new ~1,500-token chat per step, rendered and encoded in the loop or by the pool.
+   The "SSE chunks" cases compare what an OpenAI-compatible server really does per token: in-process,
+   TextStream.push then ChunkWriter.sse (the chunk's server-sent event bytes); through the pool, streams
+   opened with a ChunkFormat, so the loop receives those bytes ready for the HTTP response.
    `loop_cpu_ms_per_step` is the CPU the loop's own thread spent per step (what holds the GIL; robust on
-   a busy machine, unlike wall times). `cpu_ratio` = in-process / pool of that, `step_ratio` the same for
+   a busy machine, unlike wall times), `text_cpu_ms_per_step` the part of it not spent in the engine's own
+   work (the text path alone: the difference the pool makes, without the fixed work diluting it).
+   `cpu_ratio` = in-process / pool of loop CPU, `text_cpu_ratio` of text CPU, `step_ratio` the same for
    step time p50 (above 1: the pool gives the engine loop time back).
 3. Constrained decoding: S requests forced into a tool call, one token per step: the `guide` round trip
    (every request's next state and token bitmask in one message) against the same automaton walked in
@@ -26,7 +31,7 @@ import random
 import time
 from pathlib import Path
 
-from protocol.deltas import StreamParams
+from protocol.deltas import ChunkFormat, StreamParams
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 TEXT = ("The pool moves tokenization, template rendering and detokenization out of the API process. "
@@ -93,21 +98,25 @@ async def _round_trips(workers: int, streams: int, steps: int, ids: list[int]) -
 
 
 async def _engine_loop(mode: str, streams: int, steps: int, work: int, ids: list[int], params: StreamParams,
-                       tokenizer, workers: int, arrivals: bool) -> dict:
+                       tokenizer, workers: int, arrivals: bool, sse: bool = False) -> dict:
     """One simulated engine run, text "in-process" or through the "pool". With `arrivals`, a new chat is
-    rendered and encoded every step too (in the loop, or sent to the pool and awaited elsewhere)."""
+    rendered and encoded every step too (in the loop, or sent to the pool and awaited elsewhere). With
+    `sse`, every update becomes OpenAI chunk events (in the loop, or written by the workers)."""
     from frontend import TokenizerPool
+    from tokworker.parsers.openai_chunks import ChunkWriter
     from tokworker.stream.state import TextStream
 
     names = [f"s{i}" for i in range(streams)]
+    formats = {name: ChunkFormat(id=f"chatcmpl-{name}", model="bench", created=1700000000) for name in names}
     step_times, delays = [], []
     pool = None
     if mode == "pool":
         pool = await TokenizerPool.spawn(MODEL, workers=workers)
         for name in names:
-            await pool.open_stream(name, params, buffer=False)
+            await pool.open_stream(name, params, buffer=False, chunks=formats[name] if sse else None)
     else:
         local = {name: TextStream(tokenizer, params) for name in names}
+        writers = {name: ChunkWriter.for_format(formats[name]) for name in names} if sse else None
     in_flight: list[asyncio.Future] = []
     prompts: list[asyncio.Future] = []
     chats = new_chats(steps) if arrivals else []
@@ -121,14 +130,21 @@ async def _engine_loop(mode: str, streams: int, steps: int, work: int, ids: list
     try:
         started = time.perf_counter()
         cpu_started = time.thread_time()
+        work_cpu = 0.0
         for k in range(steps):
             t0 = time.perf_counter()
+            w0 = time.thread_time()
             _busy(work)                                            # the engine's own Python work
+            work_cpu += time.thread_time() - w0
             batch = {name: [ids[(k + i) % len(ids)]] for i, name in enumerate(names)}
             emitted = time.perf_counter()
             if pool is None:
-                for name, new in batch.items():
-                    local[name].push(new)
+                if writers is None:
+                    for name, new in batch.items():
+                        local[name].push(new)
+                else:
+                    for name, new in batch.items():
+                        writers[name].sse(local[name].push(new))
                 delays.append(time.perf_counter() - emitted)
                 if arrivals:
                     tokenizer.apply_chat_template(chats[k], add_generation_prompt=True)
@@ -152,7 +168,8 @@ async def _engine_loop(mode: str, streams: int, steps: int, work: int, ids: list
     finally:
         if pool is not None:
             await pool.close()
-    return {"loop_cpu_ms_per_step": _ms(cpu / steps), "step_p50_ms": _ms(_percentile(step_times, 0.5)),
+    return {"loop_cpu_ms_per_step": _ms(cpu / steps), "text_cpu_ms_per_step": _ms((cpu - work_cpu) / steps),
+            "step_p50_ms": _ms(_percentile(step_times, 0.5)),
             "step_p99_ms": _ms(_percentile(step_times, 0.99)), "delay_p50_ms": _ms(_percentile(delays, 0.5)),
             "delay_p99_ms": _ms(_percentile(delays, 0.99)), "tokens_per_s": round(streams * steps / elapsed)}
 
@@ -249,19 +266,24 @@ async def _run(quick: bool) -> list[dict]:
         rows.extend(await _guide_steps(guide_dir, sequences, guide_tokenizer, trie))
     work, work_s = _calibrate(0.002)
     workers = max(1, min(2, cpus))
-    kinds = [(kind, text, params, False) for kind, (text, params) in KINDS.items()]
-    kinds.append(("stop strings + one new chat per step", TEXT, PARAMS, True))
-    for kind, text, params, arrivals in kinds:
+    kinds = [(kind, text, params, False, False) for kind, (text, params) in KINDS.items()]
+    kinds.append(("stop strings + one new chat per step", TEXT, PARAMS, True, False))
+    kinds.extend((f"{kind}, SSE chunks", text, params, False, True) for kind, (text, params) in KINDS.items())
+    for kind, text, params, arrivals, sse in kinds:
         kind_ids = tokenizer.encode(text)
         for streams in ((64, 256) if quick else (64, 256, 512)):
             base = {"case": f"engine loop, {kind}", "streams": streams, "cpus": cpus,
                     "engine_work_cpu_ms": _ms(work_s)}
-            local = await _engine_loop("in-process", streams, steps, work, kind_ids, params, tokenizer, 1, arrivals)
-            pooled = await _engine_loop("pool", streams, steps, work, kind_ids, params, tokenizer, workers, arrivals)
+            local = await _engine_loop("in-process", streams, steps, work, kind_ids, params, tokenizer, 1, arrivals,
+                                       sse)
+            pooled = await _engine_loop("pool", streams, steps, work, kind_ids, params, tokenizer, workers, arrivals,
+                                        sse)
             rows.append({**base, "text": "in-process", **local})
             rows.append({**base, "text": f"pool ({workers} workers)", **pooled,
                          "cpu_ratio": round(local["loop_cpu_ms_per_step"] / max(pooled["loop_cpu_ms_per_step"], 1e-6),
                                             2),
+                         "text_cpu_ratio": round(local["text_cpu_ms_per_step"] /
+                                                 max(pooled["text_cpu_ms_per_step"], 1e-6), 2),
                          "step_ratio": round(local["step_p50_ms"] / max(pooled["step_p50_ms"], 1e-6), 2)})
     return rows
 
