@@ -305,3 +305,29 @@ def test_kill_9_mid_stream_sends_every_event_once(tokenizer):
         body = received_sse(got[script.stream_id])
         assert body == reference_sse(tokenizer, script), script.stream_id
         assert body.count(b'"role":"assistant"') == 1
+
+
+def test_chunked_stream_iterators_join_the_events_they_fell_behind_on(tokenizer):
+    scripts = make_scripts(tokenizer, 16, seed=8)
+
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            streams = [await pool.open_stream(s.stream_id, s.params, prompt_text=s.prompt_text,
+                                              chunks=chunk_format(s)) for s in scripts]
+
+            async def consume(stream):
+                return [update async for update in stream]
+
+            live = [asyncio.create_task(consume(stream)) for stream in streams[::2]]
+            for k in range(max(len(s.batches) for s in scripts) + 1):
+                ids = {s.stream_id: s.batches[k] for s in scripts if k < len(s.batches)}
+                finish = [s.stream_id for s in scripts if k == len(s.batches)]
+                await pool.step(ids, finish)
+            late = [asyncio.create_task(consume(stream)) for stream in streams[1::2]]   # merged when read
+            return await asyncio.gather(*live), await asyncio.gather(*late)
+
+    live, late = run(main())
+    assert all(len(updates) == 1 for updates in late)
+    for script, updates in zip(scripts, [u for pair in zip(live, late) for u in pair]):
+        assert received_sse(updates) == reference_sse(tokenizer, script), script.stream_id
+        assert updates[-1].finish_reason == reference(tokenizer, script)[-1].finish_reason
