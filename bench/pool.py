@@ -15,7 +15,8 @@
    a busy machine, unlike wall times), `text_cpu_ms_per_step` the part of it not spent in the engine's own
    work (the text path alone: the difference the pool makes, without the fixed work diluting it).
    `cpu_ratio` = in-process / pool of loop CPU, `text_cpu_ratio` of text CPU, `step_ratio` the same for
-   step time p50 (above 1: the pool gives the engine loop time back).
+   step time p50 (above 1: the pool gives the engine loop time back). Each case runs 3 times, in-process
+   and pool interleaved (once with --quick); a row is the run with the median loop CPU.
 3. Constrained decoding: S requests forced into a tool call, one token per step: the `guide` round trip
    (every request's next state and token bitmask in one message) against the same automaton walked in
    the API process. On Qwen3's 151,669-token vocabulary when installed (the bundled one with --quick).
@@ -234,6 +235,12 @@ def _guide_model(quick: bool):
     return path or MODEL
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """The run with the median loop CPU (whole, so its columns stay one run's): single runs of the same
+    case scatter by up to 2x on a machine whose cores other processes share."""
+    return sorted(runs, key=lambda run: run["loop_cpu_ms_per_step"])[len(runs) // 2]
+
+
 def _calibrate(target_s: float) -> tuple[int, float]:
     """Iterations of _busy that take about target_s of CPU (the fixed per-step engine work), and the CPU
     they really took (thread time: not inflated by other processes on a busy machine)."""
@@ -266,6 +273,7 @@ async def _run(quick: bool) -> list[dict]:
         rows.extend(await _guide_steps(guide_dir, sequences, guide_tokenizer, trie))
     work, work_s = _calibrate(0.002)
     workers = max(1, min(2, cpus))
+    repeats = 1 if quick else 3
     kinds = [(kind, text, params, False, False) for kind, (text, params) in KINDS.items()]
     kinds.append(("stop strings + one new chat per step", TEXT, PARAMS, True, False))
     kinds.extend((f"{kind}, SSE chunks", text, params, False, True) for kind, (text, params) in KINDS.items())
@@ -274,10 +282,13 @@ async def _run(quick: bool) -> list[dict]:
         for streams in ((64, 256) if quick else (64, 256, 512)):
             base = {"case": f"engine loop, {kind}", "streams": streams, "cpus": cpus,
                     "engine_work_cpu_ms": _ms(work_s)}
-            local = await _engine_loop("in-process", streams, steps, work, kind_ids, params, tokenizer, 1, arrivals,
-                                       sse)
-            pooled = await _engine_loop("pool", streams, steps, work, kind_ids, params, tokenizer, workers, arrivals,
-                                        sse)
+            runs: dict[str, list[dict]] = {"in-process": [], "pool": []}
+            for _ in range(repeats):                           # interleaved, so a busy spell hits both modes
+                for mode in runs:
+                    runs[mode].append(await _engine_loop(mode, streams, steps, work, kind_ids, params, tokenizer,
+                                                         1 if mode == "in-process" else workers, arrivals, sse))
+            local, pooled = _median_run(runs["in-process"]), _median_run(runs["pool"])
+            base["runs"] = repeats
             rows.append({**base, "text": "in-process", **local})
             rows.append({**base, "text": f"pool ({workers} workers)", **pooled,
                          "cpu_ratio": round(local["loop_cpu_ms_per_step"] / max(pooled["loop_cpu_ms_per_step"], 1e-6),
