@@ -303,7 +303,7 @@ class TokenizerPool:
                     continue                                 # closed while the step was in flight
                 batch = batch_ids.get(stream_id)
                 if batch is not None:
-                    stream.log.append(batch)
+                    stream.log.extend(batch)
                 if update.finish_reason is not None or stream.buffered:
                     stream.acknowledged(update)
                     if stream.finished:

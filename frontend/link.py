@@ -314,7 +314,7 @@ class WorkerLink:
                 del self.streams[stream.id]
                 continue
             body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
-                                             prompt_text=stream.prompt_text, replay=stream.log, chunks=stream.chunks))
+                                             prompt_text=stream.prompt_text, replay=stream.replay_batches(), chunks=stream.chunks))
             pending = _Pending(body, self.loop.create_future(), None, self._stream_failer(stream), True, replay=True)
             pending.future.add_done_callback(_quiet)
             pending.timer = self.loop.call_later(self.request_timeout, self._expire, pending)

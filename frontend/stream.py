@@ -1,8 +1,11 @@
 """The API process's side of one stream: where it lives, what it has been fed, and its updates.
 
-`log` holds every id batch the worker has acknowledged, in order. It is what makes a worker's death
-invisible: the pool replays the log onto the replacement worker (output discarded) and re-sends the
-batches that were in flight, so the client sees each delta exactly once.
+`log` holds every id the worker has acknowledged, in order. It is what makes a worker's death invisible:
+the pool replays the log onto the replacement worker (output discarded) and re-sends the batches that
+were in flight, so the client sees each delta exactly once. A stream's state after some ids does not
+depend on how they were grouped into steps (TextStream's tested invariant), so the log keeps ids, not
+steps: one flat array, 8 bytes an id and nothing for the cyclic collector to walk (a list per step per
+stream was most of the pool's garbage-collection time with hundreds of streams).
 
 Iterating a Stream (`async for update in stream`) yields its StreamUpdates as steps deliver them; updates
 that pile up while nobody reads are merged into one, so the buffer stays one entry per unread step at most
@@ -16,12 +19,14 @@ A stream opened with a ChunkFormat gets its output as server-sent event bytes (`
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections import deque
 
 from protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from frontend.errors import PoolError, StreamFailed
 
 MAX_BUFFERED = 64
+REPLAY_BATCH = 4096  # ids per batch when a log is replayed
 FAILED = StreamUpdate(finish_reason="error", abort=True)
 
 
@@ -46,7 +51,7 @@ class Stream:
         self.prompt_ids = prompt_ids
         self.prompt_text = prompt_text
         self.chunks = chunks
-        self.log: list[list[int]] = []
+        self.log = array("q")
         self.finished = False
         self.finish_reason: str | None = None
         self.error: PoolError | None = None
@@ -54,6 +59,11 @@ class Stream:
         self._buffer: deque | None = deque() if buffer else None
         self._waiter: asyncio.Future | None = None
         self._unreported_failure = False
+
+    def replay_batches(self) -> list[list[int]]:
+        """The log as OpenStream.replay batches."""
+        log = self.log
+        return [log[i:i + REPLAY_BATCH].tolist() for i in range(0, len(log), REPLAY_BATCH)]
 
     # ------------------------------------------------------------ fed by the pool
     def acknowledged(self, update: StreamUpdate) -> None:

@@ -75,3 +75,39 @@ def test_kill_9_at_random_points_loses_and_duplicates_nothing(tokenizer):
 
     got = uvloop.run(main())
     check(tokenizer, scripts, got)
+
+
+def test_a_long_stream_replays_in_several_batches_after_a_kill(tokenizer):
+    """A stream whose log is longer than one replay batch (REPLAY_BATCH ids) is rebuilt on the new worker
+    from its flat id log, in several batches, and goes on exactly as the in-process engine does."""
+    from frontend.stream import REPLAY_BATCH
+    from tests.test_pool_streams import Script, StreamParams
+    text = ("Some words 日本語 🚀, and <think>not reasoning</think> numbers 3.14. " * 400)
+    ids = tokenizer.encode(text)
+    assert len(ids) > 2 * REPLAY_BATCH
+    rng = random.Random(11)
+    batches, at = [], 0
+    while at < len(ids):
+        size = rng.choice([1, 7, 64, 300])
+        batches.append(ids[at:at + size])
+        at += size
+    script = Script("long", StreamParams(stop=["never appears"], reasoning_parser="qwen3"), ids, batches,
+                    "<|im_start|>assistant\n")
+
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            kills, steps = [], [0]
+
+            async def between():
+                steps[0] += 1
+                if not kills and steps[0] == len(batches) - 5:     # late: the log holds almost every id
+                    pid = pool.launcher.pids[0]
+                    os.kill(pid, signal.SIGKILL)
+                    kills.append(pid)
+
+            got = await drive(pool, [script], rng, depth=1, between=between)
+            assert kills and pool.links[0].recoveries >= 1
+            return got
+
+    got = uvloop.run(main())
+    check(tokenizer, [script], got)
