@@ -13,6 +13,7 @@ from tokenizers import AddedToken, decoders as D, models as M, normalizers as N 
 from tokenizers import pre_tokenizers as P, processors as PP, trainers as T  # noqa: E402
 
 from tests.tokenizer_corpus import CORPUS  # noqa: E402
+from tests.tokenizer_refs import trained  # noqa: E402
 from tokworker.tokenizer import Tokenizer, UnsupportedComponent  # noqa: E402
 
 TRAINING = CORPUS * 3 + [
@@ -32,14 +33,7 @@ TEXTS = CORPUS + [
 
 
 def _train(model, trainer, normalizer=None, pre_tokenizer=None, decoder=None, post_processor=None, added=()):
-    tok = tokenizers.Tokenizer(model)
-    if normalizer is not None:
-        tok.normalizer = normalizer
-    if pre_tokenizer is not None:
-        tok.pre_tokenizer = pre_tokenizer
-    if decoder is not None:
-        tok.decoder = decoder
-    tok.train_from_iterator(TRAINING, trainer)
+    tok = trained(model, trainer, TRAINING, normalizer, pre_tokenizer, decoder)
     if added:
         tok.add_tokens([t for t in added if not t.special])
         tok.add_special_tokens([t for t in added if t.special])

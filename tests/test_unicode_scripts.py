@@ -17,6 +17,7 @@ from tokenizers import Tokenizer as ReferenceTokenizer, decoders as D, models as
 from tokenizers import pre_tokenizers as P, trainers as T
 
 from tests.tokenizer_corpus import CORPUS
+from tests.tokenizer_refs import trained
 from tokworker.tokenizer import Tokenizer, unicode
 from tokworker.tokenizer import pre_tokenizers as ours
 
@@ -134,14 +135,7 @@ TRAINING = CORPUS * 2 + MULTILINGUAL * 3
 
 
 def _train(model, trainer, pre_tokenizer, decoder=None, normalizer=None):
-    tokenizer = ReferenceTokenizer(model)
-    tokenizer.pre_tokenizer = pre_tokenizer
-    if decoder is not None:
-        tokenizer.decoder = decoder
-    if normalizer is not None:
-        tokenizer.normalizer = normalizer
-    tokenizer.train_from_iterator(TRAINING, trainer)
-    return tokenizer
+    return trained(model, trainer, TRAINING, normalizer, pre_tokenizer, decoder)
 
 
 PIPELINES = {

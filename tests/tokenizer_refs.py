@@ -24,3 +24,17 @@ def ours(name: str):
 def reference(name: str):
     import tokenizers
     return tokenizers.Tokenizer.from_file(str(tokenizer_json(name)))
+
+
+def trained(model, trainer, corpus, normalizer=None, pre_tokenizer=None, decoder=None):
+    """A `tokenizers` pipeline trained here on `corpus` (offline): the reference side of a trained-pipeline test."""
+    import tokenizers
+    tok = tokenizers.Tokenizer(model)
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    if pre_tokenizer is not None:
+        tok.pre_tokenizer = pre_tokenizer
+    if decoder is not None:
+        tok.decoder = decoder
+    tok.train_from_iterator(corpus, trainer)
+    return tok
