@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -184,7 +186,13 @@ def test_committed_table_is_what_the_probe_measures():
     probe = importlib.util.module_from_spec(spec)
     sys.modules["probe_unicode"] = probe
     spec.loader.exec_module(probe)
-    assert probe.render_scripts(probe.probe_scripts()) == unicode.SCRIPTS.read_bytes()
+    fresh = json.loads(zlib.decompress(probe.render_scripts(probe.probe_scripts())))
+    committed = json.loads(zlib.decompress(unicode.SCRIPTS.read_bytes()))
+    # The classes' names come from the installed `regex` module's Unicode (a reading aid, never matched on):
+    # they and its version may differ; tokenizers' version, the runs and the class of each run may not.
+    assert len(fresh.pop("names")) == len(committed.pop("names"))
+    assert fresh.pop("probed_with")["tokenizers"] == committed.pop("probed_with")["tokenizers"]
+    assert fresh == committed
 
 
 def test_table_loads_only_for_a_tokenizer_that_uses_it():
