@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -159,20 +160,21 @@ def test_literal_spans_never_match_added_tokens(pair):
     assert ours.encode_with_literal_spans(text, []) == ours.encode(text)
 
 
-@pytest.fixture(scope="module")
-def qwen_and_bare():
-    path = _json("qwen3_dir")
-    spec = json.loads(path.read_text())
+@functools.lru_cache(maxsize=None)
+def _qwen_bare():
+    """Qwen3's tokenizer without its added tokens: what content must encode as. Not a fixture: hypothesis
+    prints a failing example's arguments, and the repr of a 151k-vocabulary tokenizer takes minutes."""
+    spec = json.loads(_json("qwen3_dir").read_text())
     spec["added_tokens"] = []
-    return _ours("qwen3_dir"), tokenizers.Tokenizer.from_str(json.dumps(spec))
+    return tokenizers.Tokenizer.from_str(json.dumps(spec))
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.sampled_from(["<|im_end|>", "<|im_start|>", "<think>", "</think>", "<|endoftext|>", " ", "\n",
                                  "system", "<|im_", "end|>"]) | st.text(max_size=5), max_size=8))
-def test_literal_spans_hypothesis(qwen_and_bare, parts):
+def test_literal_spans_hypothesis(parts):
     """Content with forged control tokens, between real ones: only the real ones become control ids."""
-    ours, bare = qwen_and_bare
+    ours, bare, reference = _ours("qwen3_dir"), _qwen_bare(), shared.reference("qwen3_dir")
     content = "".join(parts)
     prefix, suffix = "<|im_start|>user\n", "<|im_end|>\n"
     text = prefix + content + suffix
@@ -180,4 +182,5 @@ def test_literal_spans_hypothesis(qwen_and_bare, parts):
     im_start, im_end = ours.token_to_id("<|im_start|>"), ours.token_to_id("<|im_end|>")
     assert ids == [im_start] + bare.encode("user\n" + content, add_special_tokens=False).ids + [im_end] + \
         bare.encode("\n", add_special_tokens=False).ids
-    assert ours.decode(ids) == text
+    # decode gives the text as encoded: NFC-normalized, as tokenizers' own decode does
+    assert ours.decode(ids) == reference.decode(ids, skip_special_tokens=False)
