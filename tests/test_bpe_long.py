@@ -20,7 +20,7 @@ from tokworker.tokenizer.models import bpe as bpe_module  # noqa: E402
 
 @pytest.fixture(scope="module")
 def qwen():
-    return shared.ours("qwen3_dir"), shared.reference("qwen3_dir")
+    return shared.Pair("qwen3_dir")
 
 
 def _long_inputs():

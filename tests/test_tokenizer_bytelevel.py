@@ -39,7 +39,8 @@ def _ours(name):
 
 @pytest.fixture(scope="module", params=VOCABS)
 def pair(request):
-    return _ours(request.param), shared.reference(request.param)
+    _ours(request.param)  # records its path for ours_path()
+    return shared.Pair(request.param)
 
 
 @pytest.mark.parametrize("add_special_tokens", [False, True])

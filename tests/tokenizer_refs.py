@@ -8,6 +8,19 @@ import functools
 from tests.realdata import vocabulary
 
 
+class Pair(tuple):
+    """(ours, reference) for one vocabulary, with a short repr: hypothesis prints a failing example's
+    fixtures, and the repr of a 150k-vocabulary tokenizers.Tokenizer runs for minutes."""
+
+    def __new__(cls, name: str):
+        pair = super().__new__(cls, (ours(name), reference(name)))
+        pair.name = name
+        return pair
+
+    def __repr__(self) -> str:
+        return f"Pair({self.name!r})"
+
+
 def tokenizer_json(name: str):
     path = vocabulary(name)
     return path / "tokenizer.json" if path.is_dir() else path
