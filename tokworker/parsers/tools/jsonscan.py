@@ -25,7 +25,7 @@ _LITERALS = {"t": "rue", "f": "alse", "n": "ull"}
 _NUMBER_END_OK = frozenset((NUM_ZERO, NUM_INT, NUM_FRAC, NUM_EXP_DIGITS))
 _WS_RUN = re.compile(r"[ \t\n\r]+")
 # What ends, escapes or breaks a JSON string (the scanner's search inside one).
-STRING_BREAK = re.compile(r'["\\\x00-\x1f]')
+_STRING_BREAK = re.compile(r'["\\\x00-\x1f]')
 # Text that, read inside a string, leaves the scanner inside it: characters and whole escapes.
 STRING_PIECE = re.compile(r'(?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+')
 
@@ -69,7 +69,7 @@ class JsonScanner:
                 elif c < " ":  # a raw control character
                     return self._fail(i, state)
                 else:  # ordinary characters up to the next one that matters
-                    found = STRING_BREAK.search(text, i)
+                    found = _STRING_BREAK.search(text, i)
                     i = n if found is None else found.start()
                     continue
                 i += 1
