@@ -32,7 +32,7 @@ import random
 import time
 from pathlib import Path
 
-from protocol.deltas import ChunkFormat, StreamParams
+from tokworker.protocol.deltas import ChunkFormat, StreamParams
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 TEXT = ("The pool moves tokenization, template rendering and detokenization out of the API process. "
@@ -79,7 +79,7 @@ def _busy(iterations: int) -> int:
 
 async def _round_trips(workers: int, streams: int, steps: int, ids: list[int]) -> dict:
     """`await pool.step` in a loop: the latency of one step through the pool and the tokens it moves."""
-    from frontend import TokenizerPool
+    from tokworker.frontend import TokenizerPool
 
     async with await TokenizerPool.spawn(MODEL, workers=workers) as pool:
         names = [f"s{i}" for i in range(streams)]
@@ -103,7 +103,7 @@ async def _engine_loop(mode: str, streams: int, steps: int, work: int, ids: list
     """One simulated engine run, text "in-process" or through the "pool". With `arrivals`, a new chat is
     rendered and encoded every step too (in the loop, or sent to the pool and awaited elsewhere). With
     `sse`, every update becomes OpenAI chunk events (in the loop, or written by the workers)."""
-    from frontend import TokenizerPool
+    from tokworker.frontend import TokenizerPool
     from tokworker.parsers.openai_chunks import ChunkWriter
     from tokworker.stream.state import TextStream
 
@@ -183,7 +183,7 @@ async def _guide_steps(model_dir, sequences: int, tokenizer, trie) -> list[dict]
     """Constrained decoding of a forced tool call by `sequences` concurrent requests, one token per step:
     the pool's guide round trip (one message per step for all of them) against the same work done in the
     API process (TokenAutomaton.allowed_mask + advance per sequence; its masks cached as the worker's are)."""
-    from frontend import TokenizerPool
+    from tokworker.frontend import TokenizerPool
     from tokworker.constrain import TokenAutomaton
 
     ids = tokenizer.encode(CALL) + list(tokenizer.eos_token_ids)

@@ -63,7 +63,7 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
     import tokenizers
     from tokenizers.decoders import DecodeStream
 
-    from protocol.deltas import StreamParams
+    from tokworker.protocol.deltas import StreamParams
     from tokworker.stream.state import TextStream
     from tokworker.tokenizer import Tokenizer
 

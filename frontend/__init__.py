@@ -10,12 +10,12 @@ all that long-lived state. Each worker does the same after loading its tokenizer
 took 176 ms with Qwen3's tables and trie, 30 ms frozen).
 """
 
-from protocol.deltas import ChunkFormat
-from frontend.client import TokenizerPool
-from frontend.constraints import Constraint, GuideStep
-from frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeout, StreamFailed, UnknownStream,
+from tokworker.protocol.deltas import ChunkFormat
+from tokworker.frontend.client import TokenizerPool
+from tokworker.frontend.constraints import Constraint, GuideStep
+from tokworker.frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeout, StreamFailed, UnknownStream,
                              WorkerLost)
-from frontend.stream import Stream
+from tokworker.frontend.stream import Stream
 
 __all__ = ["TokenizerPool", "Stream", "ChunkFormat", "Constraint", "GuideStep",
            "PoolError", "InvalidRequest", "Overloaded", "RequestTimeout", "StreamFailed",

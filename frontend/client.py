@@ -30,14 +30,14 @@ from pathlib import Path
 
 import zmq
 
-from protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
-from protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
+from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
+from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
                                RenderReply, Stats, StatsReply, Step, StepReply)
-from frontend.constraints import Constraint, GuideStep, compile_on, encode_request, guide
-from frontend.errors import InvalidRequest, Overloaded, PoolError, StreamFailed, UnknownStream, WorkerLost, error_for
-from frontend.launcher import Launcher
-from frontend.link import WorkerLink
-from frontend.stream import FAILED, Stream
+from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, encode_request, guide
+from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, StreamFailed, UnknownStream, WorkerLost, error_for
+from tokworker.frontend.launcher import Launcher
+from tokworker.frontend.link import WorkerLink
+from tokworker.frontend.stream import FAILED, Stream
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.security import ClientKeys, worker_endpoints
 

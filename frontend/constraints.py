@@ -18,8 +18,8 @@ import asyncio
 
 import msgspec
 
-from protocol.messages import CompileReply, ErrorCode, Guide, GuideQuery, encode_message
-from frontend.errors import InvalidRequest, PoolError, error_for
+from tokworker.protocol.messages import CompileReply, ErrorCode, Guide, GuideQuery, encode_message
+from tokworker.frontend.errors import InvalidRequest, PoolError, error_for
 
 
 class GuideStep(msgspec.Struct, gc=False):

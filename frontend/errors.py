@@ -3,7 +3,7 @@ protocol's ErrorCode value in `.code`."""
 
 from __future__ import annotations
 
-from protocol.messages import ErrorCode
+from tokworker.protocol.messages import ErrorCode
 
 
 class PoolError(Exception):

@@ -25,9 +25,9 @@ import msgspec
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, decode_reply,
+from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, decode_reply,
                                encode_message, pack_id, unpack_id)
-from frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost, error_for
+from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost, error_for
 
 log = logging.getLogger("tokworker.frontend")
 

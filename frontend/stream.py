@@ -22,8 +22,8 @@ import asyncio
 from array import array
 from collections import deque
 
-from protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
-from frontend.errors import PoolError, StreamFailed
+from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
+from tokworker.frontend.errors import PoolError, StreamFailed
 
 MAX_BUFFERED = 64
 REPLAY_BATCH = 4096  # ids per batch when a log is replayed

@@ -14,7 +14,7 @@ from typing import Any, Union
 
 import msgspec
 
-from protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
+from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 
 # 3: a guide reply sends each distinct mask once (results index it); a stream opened with `chunks` gets its
 # updates as server-sent event bytes (StreamUpdate.sse)

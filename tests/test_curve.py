@@ -14,8 +14,8 @@ import pytest
 import uvloop
 import zmq
 
-from frontend import PoolError, TokenizerPool
-from protocol.messages import PROTOCOL_VERSION, Hello, encode_message, pack_id
+from tokworker.frontend import PoolError, TokenizerPool
+from tokworker.protocol.messages import PROTOCOL_VERSION, Hello, encode_message, pack_id
 from tokworker.tokenizer import Tokenizer
 from tokworker.worker.security import ClientKeys, InsecureEndpoint, check_bind, generate_keys
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from frontend import TokenizerPool
+from tokworker.frontend import TokenizerPool
 from tokworker.tokenizer import Tokenizer
 from tokworker.worker.security import InsecureEndpoint, check_bind, ensure_private_dir
 

@@ -11,7 +11,7 @@ import msgspec
 from hypothesis import given, settings, strategies as st
 from openai.types.chat import ChatCompletionChunk
 
-from protocol.deltas import ChunkFormat, Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
+from tokworker.protocol.deltas import ChunkFormat, Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
 from tokworker.parsers.openai_chunks import ChunkWriter
 
 text = st.text(min_size=1, max_size=8)

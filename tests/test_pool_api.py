@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from frontend import InvalidRequest, Overloaded, PoolError, RequestTimeout, TokenizerPool
-from protocol.deltas import StreamParams, StreamUpdate
+from tokworker.frontend import InvalidRequest, Overloaded, PoolError, RequestTimeout, TokenizerPool
+from tokworker.protocol.deltas import StreamParams, StreamUpdate
 from tokworker.tokenizer import Tokenizer
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"

@@ -19,8 +19,8 @@ import pytest
 import uvloop
 import zmq
 
-from frontend import InvalidRequest, TokenizerPool
-from protocol.messages import (PROTOCOL_VERSION, Compile, CompileReply, ErrorCode, ErrorReply, Guide, GuideQuery,
+from tokworker.frontend import InvalidRequest, TokenizerPool
+from tokworker.protocol.messages import (PROTOCOL_VERSION, Compile, CompileReply, ErrorCode, ErrorReply, Guide, GuideQuery,
                                GuideReply, Hello, HelloReply, decode_reply, encode_message, pack_id, unpack_id)
 from tests.realdata import vocabulary
 from tests.test_automaton import WEATHER_TOOL

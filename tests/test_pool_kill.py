@@ -12,7 +12,7 @@ import signal
 import pytest
 import uvloop
 
-from frontend import TokenizerPool
+from tokworker.frontend import TokenizerPool
 from tests.test_pool_streams import MODEL, check, drive, make_scripts
 from tokworker.tokenizer import Tokenizer
 
@@ -80,7 +80,7 @@ def test_kill_9_at_random_points_loses_and_duplicates_nothing(tokenizer):
 def test_a_long_stream_replays_in_several_batches_after_a_kill(tokenizer):
     """A stream whose log is longer than one replay batch (REPLAY_BATCH ids) is rebuilt on the new worker
     from its flat id log, in several batches, and goes on exactly as the in-process engine does."""
-    from frontend.stream import REPLAY_BATCH
+    from tokworker.frontend.stream import REPLAY_BATCH
     from tests.test_pool_streams import Script, StreamParams
     text = ("Some words 日本語 🚀, and <think>not reasoning</think> numbers 3.14. " * 400)
     ids = tokenizer.encode(text)

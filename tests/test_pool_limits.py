@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from frontend import PoolError, TokenizerPool, WorkerLost
+from tokworker.frontend import PoolError, TokenizerPool, WorkerLost
 from tokworker.tokenizer import Tokenizer
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"

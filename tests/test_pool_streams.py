@@ -15,9 +15,9 @@ import msgspec
 import pytest
 import uvloop
 
-from frontend import TokenizerPool
-from frontend.errors import InvalidRequest, StreamFailed, UnknownStream
-from protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
+from tokworker.frontend import TokenizerPool
+from tokworker.frontend.errors import InvalidRequest, StreamFailed, UnknownStream
+from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.parsers.openai_chunks import ChunkWriter
 from tokworker.stream.state import TextStream
 from tokworker.tokenizer import Tokenizer

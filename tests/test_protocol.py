@@ -11,8 +11,8 @@ import msgspec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
-from protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, CompileReply, Decode, DecodeReply,
+from tokworker.protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
+from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, CompileReply, Decode, DecodeReply,
                                Encode, EncodeReply, Error, ErrorReply, Guide, GuideQuery, GuideReply, GuideResult,
                                Hello, HelloReply, Limits, OpenReply, OpenStream, Render, RenderReply, Stats, StatsReply,
                                Step, StepReply, decode_reply, decode_request, encode_message, nesting_depth, pack_id,

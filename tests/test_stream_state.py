@@ -11,7 +11,7 @@ import shutil
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from protocol.deltas import StreamParams, StreamUpdate
+from tokworker.protocol.deltas import StreamParams, StreamUpdate
 from tests.realdata import vocabulary
 from tests.test_detokenizer import load
 from tokworker.stream.detokenizer import IncrementalDetokenizer

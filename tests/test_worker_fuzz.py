@@ -16,7 +16,7 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, Render, StatsReply, Stats,
+from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, Render, StatsReply, Stats,
                                decode_reply, encode_message, pack_id, unpack_id)
 from tokworker.worker.options import WorkerOptions, options_to_json
 

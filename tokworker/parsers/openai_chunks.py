@@ -14,7 +14,7 @@ import time
 
 import msgspec
 
-from protocol.deltas import ChunkFormat, StreamUpdate
+from tokworker.protocol.deltas import ChunkFormat, StreamUpdate
 
 _to_builtins = msgspec.to_builtins
 _json = msgspec.json.encode

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.deltas import Delta
+from tokworker.protocol.deltas import Delta
 
 # Where the output starts: inside the reasoning (an opening tag may still be repeated), in content that
 # may open a reasoning block, or in content that never will.

@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 import weakref
 
-from protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
+from tokworker.protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
 from tokworker.parsers.reasoning import get_reasoning_parser
 from tokworker.parsers.tools import get_tool_parser
 from tokworker.parsers.tools.jsonscan import STRING_PIECE

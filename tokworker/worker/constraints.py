@@ -30,7 +30,7 @@ from array import array
 from collections import OrderedDict
 from itertools import chain
 
-from protocol.messages import (Compile, CompileReply, Error, ErrorCode, Guide, GuideReply, GuideResult,
+from tokworker.protocol.messages import (Compile, CompileReply, Error, ErrorCode, Guide, GuideReply, GuideResult,
                                nesting_depth)
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.streams import WorkerError

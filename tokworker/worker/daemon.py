@@ -29,7 +29,7 @@ def default_bind() -> str:
 def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys: str | None = None,
           log_level: str = "INFO", **worker_options) -> int:
     """Run the daemon in the foreground; returns the process exit status."""
-    from frontend.launcher import Launcher
+    from tokworker.frontend.launcher import Launcher
 
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
     bind = bind or default_bind()

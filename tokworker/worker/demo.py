@@ -13,7 +13,7 @@ import time
 
 import msgspec
 
-from protocol.deltas import StreamParams
+from tokworker.protocol.deltas import StreamParams
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city.",
@@ -36,7 +36,7 @@ def chunk(request_id: str, created: int, delta: dict, finish_reason: str | None 
 
 async def run_demo(model_dir: str | None = None, workers: int = 2, out=print) -> list[dict]:
     """Run the turn and return the delta dicts it streamed (what a test checks)."""
-    from frontend import TokenizerPool
+    from tokworker.frontend import TokenizerPool
 
     async with await TokenizerPool.spawn(model_dir, workers=workers) as pool:
         prompt = await pool.render(MESSAGES, tools=TOOLS, return_text=True)

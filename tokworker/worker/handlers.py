@@ -4,7 +4,7 @@ see."""
 
 from __future__ import annotations
 
-from protocol.messages import Decode, DecodeReply, Encode, EncodeReply, ErrorCode, Render, RenderReply, nesting_depth
+from tokworker.protocol.messages import Decode, DecodeReply, Encode, EncodeReply, ErrorCode, Render, RenderReply, nesting_depth
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.streams import WorkerError
 

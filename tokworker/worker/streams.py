@@ -17,8 +17,8 @@ from collections import OrderedDict
 
 import msgspec
 
-from protocol.deltas import StreamParams, StreamUpdate
-from protocol.messages import Error, ErrorCode, OpenStream, Step, StepReply
+from tokworker.protocol.deltas import StreamParams, StreamUpdate
+from tokworker.protocol.messages import Error, ErrorCode, OpenStream, Step, StepReply
 from tokworker.parsers.openai_chunks import ChunkWriter
 
 EMPTY = StreamUpdate()

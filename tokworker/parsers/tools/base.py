@@ -22,7 +22,7 @@ import os
 import re
 from types import MethodType
 
-from protocol.deltas import Delta, FunctionDelta, ToolCallDelta
+from tokworker.protocol.deltas import Delta, FunctionDelta, ToolCallDelta
 
 from .jsonscan import JsonScanner
 
