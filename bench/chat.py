@@ -89,7 +89,7 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
 
     from tokworker.templates import render_chat
     from tokworker.templates.apply import apply_chat_template
-    from tokworker.tokenizer import Tokenizer
+    from tokworker import Tokenizer
 
     template_file = CHAT_TEMPLATES / "Qwen-Qwen3-0.6B.jinja"
     ours = Tokenizer.from_dir(path)

@@ -255,7 +255,7 @@ def _calibrate(target_s: float) -> tuple[int, float]:
 
 
 async def _run(quick: bool) -> list[dict]:
-    from tokworker.tokenizer import Tokenizer
+    from tokworker import Tokenizer
 
     tokenizer = Tokenizer.from_dir(MODEL)
     ids = tokenizer.encode(TEXT)

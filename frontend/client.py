@@ -35,20 +35,14 @@ from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, 
                                RenderReply, Stats, StatsReply, Step, StepReply)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, encode_request, guide
 from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, StreamFailed, UnknownStream, WorkerLost, error_for
-from tokworker.frontend.launcher import Launcher
+from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink
 from tokworker.frontend.stream import FAILED, Stream
-from tokworker.worker.options import WorkerOptions
-from tokworker.worker.security import ClientKeys, worker_endpoints
+from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
+from tokworker.protocol.endpoints import ClientKeys, worker_endpoints
 
 EMPTY = StreamUpdate()
 MAX_FORGOTTEN = 65536
-
-
-def default_model_dir() -> Path:
-    """The small tokenizer bundled with the package (what `tokworker demo` runs on)."""
-    import tokworker
-    return Path(tokworker.__file__).resolve().parent / "data" / "default"
 
 
 class TokenizerPool:
@@ -82,7 +76,7 @@ class TokenizerPool:
         run_dir = tempfile.mkdtemp(prefix="tokworker-")         # mode 0700: only this user can reach the sockets
         endpoints = worker_endpoints(f"ipc://{run_dir}/worker", workers)    # the daemon's naming: discoverable
         worker_options.setdefault("log_level", "WARNING")
-        options = [WorkerOptions(model_dir=str(model_dir or default_model_dir()), bind=endpoint, index=i,
+        options = [WorkerOptions(model_dir=str(model_dir or DEFAULT_MODEL_DIR), bind=endpoint, index=i,
                                  pool_size=workers, **worker_options) for i, endpoint in enumerate(endpoints)]
         launcher = Launcher(options).start()
         pool = cls(endpoints, request_timeout=request_timeout, connect_timeout=startup_timeout,
@@ -93,7 +87,7 @@ class TokenizerPool:
                 await asyncio.wait([starting], timeout=0.1)
                 if launcher.crash_looping and not starting.done():
                     starting.cancel()
-                    raise PoolError("worker_failed", f"workers for {model_dir or default_model_dir()} exit as "
+                    raise PoolError("worker_failed", f"workers for {model_dir or DEFAULT_MODEL_DIR} exit as "
                                                      "soon as they start; their stderr says why")
             starting.result()
         except BaseException:

@@ -17,7 +17,8 @@ import zmq
 from tokworker.frontend import PoolError, TokenizerPool
 from tokworker.protocol.messages import PROTOCOL_VERSION, Hello, encode_message, pack_id
 from tokworker.tokenizer import Tokenizer
-from tokworker.worker.security import ClientKeys, InsecureEndpoint, check_bind, generate_keys
+from tokworker.protocol.endpoints import ClientKeys, InsecureEndpoint
+from tokworker.worker.security import check_bind, generate_keys
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"

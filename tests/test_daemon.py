@@ -18,7 +18,8 @@ import uvloop
 
 from tokworker.frontend import TokenizerPool
 from tokworker.tokenizer import Tokenizer
-from tokworker.worker.security import InsecureEndpoint, check_bind, ensure_private_dir
+from tokworker.protocol.endpoints import InsecureEndpoint
+from tokworker.worker.security import check_bind, ensure_private_dir
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"

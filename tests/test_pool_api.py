@@ -15,7 +15,7 @@ import uvloop
 
 from tokworker.frontend import InvalidRequest, Overloaded, PoolError, RequestTimeout, TokenizerPool
 from tokworker.protocol.deltas import StreamParams, StreamUpdate
-from tokworker.tokenizer import Tokenizer
+from tokworker import Tokenizer
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find a word.",

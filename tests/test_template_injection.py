@@ -20,7 +20,8 @@ from tests.realdata import CHAT_TEMPLATES, vocabulary
 from tokworker.templates import render_chat
 from tokworker.templates.apply import apply_chat_template
 from tokworker.templates.chatml import CHATML_TEMPLATE
-from tokworker.tokenizer import Tokenizer, loaders
+from tokworker import Tokenizer
+from tokworker.tokenizer import loaders
 
 
 def _fixture_template(file):

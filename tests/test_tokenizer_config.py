@@ -9,7 +9,7 @@ import pytest
 
 from tests import tokenizer_refs as shared
 from tests.realdata import vocabulary
-from tokworker.tokenizer import Tokenizer
+from tokworker import Tokenizer
 
 
 @pytest.fixture()

@@ -14,7 +14,7 @@ from tests.realdata import chat_templates
 from tokworker.templates import TemplateError
 from tokworker.templates import apply as apply_module
 from tokworker.templates.apply import render_chat_prompt
-from tokworker.tokenizer import Tokenizer
+from tokworker import Tokenizer
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 NOW = datetime(2025, 3, 14, 15, 9, 26)

@@ -28,7 +28,7 @@ def tokenizer_json(name: str):
 
 @functools.lru_cache(maxsize=None)
 def ours(name: str):
-    from tokworker.tokenizer import Tokenizer
+    from tokworker import Tokenizer
     path = vocabulary(name)
     return Tokenizer.from_dir(path) if path.is_dir() else Tokenizer.from_file(path)
 

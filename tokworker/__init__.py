@@ -7,7 +7,7 @@ jinja2, and `import tokworker` stays cheap in the API process.
 from importlib import import_module
 
 _EXPORTS = {
-    "Tokenizer": "tokworker.tokenizer",
+    "Tokenizer": "tokworker.templates.chat_tokenizer",
     "IncrementalDetokenizer": "tokworker.stream.detokenizer",
     "StopChecker": "tokworker.stream.stop",
     "TextStream": "tokworker.stream.state",

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"keys in {directory}: give the daemon --curve-keys {directory}; give each client server.key and "
               "its own <name>.key_secret")
         return 0
-    from tokworker.worker.demo import main as demo
+    from tokworker.demo import main as demo
     return demo(args.model_dir)
 
 

@@ -277,11 +277,6 @@ class Tokenizer:
     def chat_template(self):
         return self.config.chat_template
 
-    def apply_chat_template(self, messages, tools=None, tokenize=True, chat_template=None, **kwargs):
-        from tokworker.templates.apply import apply_chat_template
-        return apply_chat_template(self, messages, tools=tools, tokenize=tokenize, chat_template=chat_template,
-                                   **kwargs)
-
 
 class _FileLayout(msgspec.Struct):
     """The parts of tokenizer.json a Tokenizer reads, with the model's values left encoded for one more pass."""

@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 
 from tokworker.worker.options import WorkerOptions
-from tokworker.worker.security import InsecureEndpoint, check_bind, worker_endpoints
+from tokworker.protocol.endpoints import InsecureEndpoint, worker_endpoints
+from tokworker.worker.security import check_bind
 
 log = logging.getLogger("tokworker.daemon")
 
@@ -29,7 +30,7 @@ def default_bind() -> str:
 def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys: str | None = None,
           log_level: str = "INFO", **worker_options) -> int:
     """Run the daemon in the foreground; returns the process exit status."""
-    from tokworker.frontend.launcher import Launcher
+    from tokworker.worker.launcher import Launcher
 
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
     bind = bind or default_bind()

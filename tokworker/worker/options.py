@@ -3,7 +3,12 @@ as one JSON argument and the daemon's flags map onto them one to one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
+
+# The small tokenizer bundled with the package (what `tokworker demo` runs on), a pool's default model.
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
 
 
 class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

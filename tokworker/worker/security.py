@@ -16,32 +16,12 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
 import zmq.auth
 
-SERVER = "server"
-AUTHORIZED = "authorized_clients"
-
-
-class InsecureEndpoint(ValueError):
-    """An endpoint that would let someone else in (or that we cannot check)."""
-
-
-def worker_endpoints(base: str, count: int) -> list[str]:
-    """The endpoints of a daemon's `count` workers: worker 0 at `base`, worker i at tcp port + i, or at
-    ipc path + ".i". Clients use the same rule to find every worker from the first one's handshake."""
-    scheme, _, rest = base.partition("://")
-    if scheme == "tcp":
-        host, _, port = rest.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"tcp endpoint needs host:port, got {base!r}")
-        return [f"tcp://{host}:{int(port) + i}" for i in range(count)]
-    if scheme == "ipc":
-        return [base] + [f"{base}.{i}" for i in range(1, count)]
-    raise ValueError(f"endpoint must be ipc:// or tcp://, got {base!r}")
+from tokworker.protocol.endpoints import AUTHORIZED, SERVER, InsecureEndpoint
 
 
 def check_bind(endpoint: str, curve_keys: str | None) -> None:
@@ -110,26 +90,3 @@ def secure_server(context: zmq.Context, socket: zmq.Socket, keys_dir: str):
     socket.curve_publickey = public
     socket.curve_server = True
     return authenticator
-
-
-@dataclass(frozen=True)
-class ClientKeys:
-    """What a client needs for a CURVE connection: the server's public key and its own pair."""
-
-    server_public: bytes
-    public: bytes
-    secret: bytes
-
-    @classmethod
-    def from_dir(cls, directory: str | os.PathLike, name: str = "client") -> "ClientKeys":
-        directory = Path(directory)
-        server_public, _ = zmq.auth.load_certificate(directory / f"{SERVER}.key")
-        public, secret = zmq.auth.load_certificate(directory / f"{name}.key_secret")
-        if secret is None:
-            raise ValueError(f"{directory / (name + '.key_secret')} holds no secret key")
-        return cls(server_public, public, secret)
-
-    def apply(self, socket: zmq.Socket) -> None:
-        socket.curve_serverkey = self.server_public
-        socket.curve_publickey = self.public
-        socket.curve_secretkey = self.secret
