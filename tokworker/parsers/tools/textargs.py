@@ -60,7 +60,7 @@ def convert(text: str, types: tuple[str, ...], untyped_as_json: bool) -> str:
             return dumps(text)
         if kind == "integer" and _INTEGER.fullmatch(stripped):
             return str(int(stripped))
-        if kind == "number" and _NUMBER.fullmatch(stripped):
+        if kind in ("number", "float") and _NUMBER.fullmatch(stripped):  # "float": real tool schemas use it
             return stripped
         if kind == "boolean" and stripped.lower() in ("true", "false"):
             return stripped.lower()
