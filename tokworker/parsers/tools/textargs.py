@@ -189,13 +189,17 @@ class TextValuedArgs:
             self._value_raw.append(text)
 
     def _held_end_prefix(self, buf: str) -> int:
-        prefixes = self.value_end_prefixes
-        pos = buf.find("<", max(0, len(buf) - self.value_end_hold))
-        while pos >= 0:
-            if buf[pos:] in prefixes:
-                return len(buf) - pos
-            pos = buf.find("<", pos + 1)
-        return 0
+        return held_marker_prefix(buf, self.value_end_prefixes, self.value_end_hold)
+
+
+def held_marker_prefix(buf: str, prefixes: frozenset, hold: int) -> int:
+    """The length of buf's tail that may still become one of the markers (from marker_prefixes)."""
+    pos = buf.find("<", max(0, len(buf) - hold))
+    while pos >= 0:
+        if buf[pos:] in prefixes:
+            return len(buf) - pos
+        pos = buf.find("<", pos + 1)
+    return 0
 
 
 def marker_prefixes(*markers: str) -> tuple[frozenset, int]:
