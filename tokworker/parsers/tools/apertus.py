@@ -17,7 +17,8 @@ _NAMED_OBJECT = r'\{\s*"(?P<name>(?:[^"\\\x00-\x1f]|\\.){1,%d})"\s*:\s*(?=\{)' %
 class ApertusToolParser(JsonListToolParser):
     name = "apertus"
     special_tokens = (PREFIX, SUFFIX)
-    starts = (PREFIX,)
+    starts = (PREFIX, SUFFIX)
+    stray_markers = (SUFFIX,)
     drop_rejected_markers = True
     list_open = regex.escape(PREFIX) + r"\s*\[\s*"
     list_close = r"\s*" + regex.escape(SUFFIX)

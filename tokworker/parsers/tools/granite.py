@@ -14,4 +14,5 @@ class GraniteToolParser(JsonListToolParser):
     name = "granite"
     special_tokens = ("<|tool_call|>",)
     starts = ("<|tool_call|>", "<tool_call>")
+    drop_rejected_markers = True  # control tokens in Granite's vocabulary
     list_open = r"(?:<\|tool_call\|>|<tool_call>)\s*\[\s*"

@@ -25,6 +25,7 @@ class JsonListToolParser(JsonCallObjects, ToolParser):
     list_open = ""  # regex source: a marker through the list's "[" and the whitespace after it
     list_close = ""  # regex source: what follows the list's "]" (a closing tag), or "" for nothing
     call_keys = CALL_KEYS
+    stray_markers: tuple[str, ...] = ()  # closing markers (also in `starts`) dropped when met outside a list
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -40,6 +41,10 @@ class JsonListToolParser(JsonCallObjects, ToolParser):
 
     def _opening(self, final: bool) -> bool:
         marker = self._start_re.match(self._buf)[0]
+        if marker in self.stray_markers:
+            self._consume(len(marker))
+            self._mode = self._content_mode
+            return True
         return self._call_object(final, *self._first, len(marker), self._next_call_mode)
 
     def _next_call_mode(self, final: bool) -> bool:

@@ -8,7 +8,8 @@
     </minimax:tool_call>
 
 The template writes strings as they are and other values as JSON, so a value is typed by the tool's
-schema, else JSON when it parses, else a string (as glm45).
+schema, else JSON when it parses, else a string (as glm45). One "\n" after a value's tag and one before
+its closing tag are formatting, as vLLM reads them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class MinimaxM2ToolParser(TextValuedArgs, ToolParser):
     special_tokens = (OPEN, CLOSE)
     starts = (OPEN,)
     untyped_as_json = True
+    strip_value_newlines = True
     param_open = regex.compile(r'\s*<parameter name="(?P<key>[^"\n<>]{1,256})">')
     value_end = regex.compile(r"(?P<own></parameter>)|<parameter name=|</invoke>")
     value_end_prefixes, value_end_hold = marker_prefixes("</parameter>", "<parameter name=", "</invoke>")
