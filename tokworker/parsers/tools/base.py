@@ -219,6 +219,28 @@ class ToolParser:
     def _opening(self, final: bool) -> bool:  # pragma: no cover - every format with starts defines it
         raise NotImplementedError
 
+    def _pass_until(self, end: str, final: bool, as_reasoning: bool, keep_end: bool) -> bool:
+        """A mode's body: text up to the marker `end` is content (or reasoning), never calls; then
+        scanning resumes after it (keep_end: the marker stays in that text). Holds back only a tail
+        that may still become `end`."""
+        buf = self._buf
+        at = buf.find(end)
+        if at < 0:
+            held = 0 if final else next((k for k in range(min(len(end) - 1, len(buf)), 0, -1)
+                                         if buf.endswith(end[:k])), 0)
+            at = len(buf) - held
+        found = buf.startswith(end, at)
+        text = buf[: at + (len(end) if found and keep_end else 0)]
+        if as_reasoning:
+            self._reasoning(text)
+        elif text:
+            self._content(text)
+        self._consume(at + (len(end) if found else 0))
+        if not found:
+            return False
+        self._mode = self._resume_mode()
+        return True
+
     def _reject_opening(self, n: int) -> bool:
         """The text at the buffer's start is not a call: its first n characters are content (or dropped,
         for formats whose markers are control tokens that no content can hold)."""

@@ -17,7 +17,6 @@ import regex
 
 from .jsoncalls import CallKeys
 from .jsonlists import JsonListToolParser
-from .textargs import held_marker_prefix, marker_prefixes
 
 COHERE_KEYS = CallKeys(name=("tool_name",), arguments=("parameters",),
                        lead=r'"tool_call_id"\s*:\s*"(?:[^"\\\x00-\x1f]|\\.){0,64}"\s*,\s*', lead_keys=("tool_call_id",))
@@ -25,8 +24,6 @@ COHERE_KEYS = CallKeys(name=("tool_name",), arguments=("parameters",),
 START_THINKING, END_THINKING = "<|START_THINKING|>", "<|END_THINKING|>"
 START_RESPONSE, END_RESPONSE = "<|START_RESPONSE|>", "<|END_RESPONSE|>"
 START_ACTION, END_ACTION = "<|START_ACTION|>", "<|END_ACTION|>"
-_END_THINKING = regex.compile(regex.escape(END_THINKING))
-_END_THINKING_PREFIXES, _END_THINKING_HOLD = marker_prefixes(END_THINKING)
 
 
 class CohereCommandToolParser(JsonListToolParser):
@@ -58,14 +55,4 @@ class CohereCommand2ToolParser(JsonListToolParser):
 
     def _plan_mode(self, final: bool) -> bool:
         """The tool plan, up to <|END_THINKING|>: reasoning."""
-        buf = self._buf
-        m = _END_THINKING.search(buf)
-        held = 0 if final else held_marker_prefix(buf, _END_THINKING_PREFIXES, _END_THINKING_HOLD)
-        end = m.start() if m else len(buf) - held
-        self._reasoning(buf[:end])
-        self._consume(end)
-        if m is None:
-            return False
-        self._consume(len(END_THINKING))
-        self._mode = self._content_mode
-        return True
+        return self._pass_until(END_THINKING, final, as_reasoning=True, keep_end=False)
