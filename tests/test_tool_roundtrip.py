@@ -230,3 +230,42 @@ def test_mistral_templates_refuse_openai_ids_and_take_ours(oracle):
         render_chat(entry["text"], history, tools=TOOLS, now=NOW, **_variables(entry, TOOLS))
     with pytest.raises(Exception, match="alphanumeric strings with length 9"):
         oracle(entry, history, True)
+
+
+# the Llama 3 based formats, through a whole TextStream on Llama 3's real vocabulary
+LLAMA_FORMATS = ["fireworks-ai-llama-3-firefunction-v2.jinja", "meetkai-functionary-medium-v3.1.jinja",
+                 "meetkai-functionary-medium-v3.2.jinja"]
+
+
+@pytest.fixture(scope="module")
+def llama3():
+    from tests.realdata import vocabulary
+    from tokworker.tokenizer import Tokenizer, loaders
+    return Tokenizer.from_tiktoken(vocabulary("llama3_tiktoken"), loaders.LLAMA3_PATTERN,
+                                   loaders.llama3_special_tokens(), bos_token="<|begin_of_text|>")
+
+
+@pytest.mark.parametrize("file", LLAMA_FORMATS)
+def test_generated_ids_stream_through_text_stream(file, oracle, llama3):
+    """The assistant turn as Llama 3 token ids, pushed one id per engine step through TextStream (detokenizer,
+    special-token keeping, parser): the calls equal the whole-text parse, and a stream the engine stops
+    ends in "tool_calls"."""
+    from tokworker.parsers.tools import get_tool_parser
+    from tokworker.parsers.tools.base import assemble
+    from tokworker.protocol.deltas import StreamParams
+    from tokworker.stream.state import TextStream
+    if file not in TEMPLATES:
+        pytest.skip(f"{file} is not in ../shared/fixtures")
+    tokenizer, case = llama3, CASES[file]
+    text = assistant_text(TEMPLATES[file], case, CALLS, oracle)
+    if case.parser == "functionary_v31":
+        text += '<|python_tag|>print("hi")'  # the python tool: its special token must survive detokenizing
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(ids) == text
+    stream = TextStream(tokenizer, StreamParams(tool_parser=case.parser, tools=TOOLS))
+    updates = [stream.push([i]) for i in ids] + [stream.finish("stop")]  # the engine stopped at <|eot_id|>
+    streamed = assemble([d for u in updates for d in u.deltas])
+    expected = get_tool_parser(case.parser, TOOLS).parse_message(text)
+    assert [c["function"] for c in streamed["tool_calls"]] == [c["function"] for c in expected["tool_calls"]]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in streamed["tool_calls"]][:2] == CALLS
+    assert updates[-1].finish_reason == "tool_calls"
