@@ -27,10 +27,10 @@ class ApertusToolParser(JsonListToolParser):
     def _call_patterns(cls, prefix: str) -> tuple:
         return (regex.compile(prefix + _NAMED_OBJECT),)
 
-    def _call_object(self, final: bool, head, reject_len: int, after) -> bool:
+    def _list_call(self, final: bool, patterns: tuple, reject_len: int, after) -> bool:
         """{"NAME": arguments}: the arguments stream, then the object's closing brace (or more members,
         validated) ends the call."""
-        m = self._match(head, final)
+        m = self._match(patterns[0], final)
         if m is None:
             return False
         name = decode_json_string(m["name"]) if m else None

@@ -45,7 +45,7 @@ class JsonListToolParser(JsonCallObjects, ToolParser):
             self._consume(len(marker))
             self._mode = self._content_mode
             return True
-        return self._call_object(final, *self._first, len(marker), self._next_call_mode)
+        return self._list_call(final, self._first, len(marker), self._next_call_mode)
 
     def _next_call_mode(self, final: bool) -> bool:
         end = self._match(_LIST_END, final)
@@ -55,7 +55,11 @@ class JsonListToolParser(JsonCallObjects, ToolParser):
             self._consume(end.end())
             self._mode = self._list_closing_mode if self._closing else self._resume_mode()
             return True
-        return self._call_object(final, *self._next, 0, self._next_call_mode)
+        return self._list_call(final, self._next, 0, self._next_call_mode)
+
+    def _list_call(self, final: bool, patterns: tuple, reject_len: int, after) -> bool:
+        """Read one call object with `patterns` (from _call_patterns): commit, wait, or reject."""
+        return self._call_object(final, *patterns, reject_len, after)
 
     def _list_closing_mode(self, final: bool) -> bool:
         m = self._match(self._closing, final)
