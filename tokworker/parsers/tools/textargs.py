@@ -155,6 +155,10 @@ class TextValuedArgs:
             if buf[0] == "\n":
                 self._consume(1)
                 return True
+        if not final and buf and "<" not in buf and buf[-1] != "\n":  # the usual token: more of the value
+            self._value_piece(buf)  # (every value end begins with "<"; a final "\n" may be formatting)
+            self._buf = ""
+            return False
         m = self.value_end.search(buf)
         if m is None:
             if final:  # cut off inside a value: the call keeps what was written, left open
