@@ -45,6 +45,8 @@ WRITE_FILE_FORMATS = {
     "functionary_v32": "write_file\n{args}",
     "seed_oss": "<seed:tool_call>\n<function=write_file>\n<parameter=path>fib.py</parameter>\n<parameter=content>{code}"
                 "</parameter>\n</function>\n</seed:tool_call>",
+    "qwen3_coder": "<tool_call>\n<function=write_file>\n<parameter=path>\nfib.py\n</parameter>\n<parameter=content>\n{code}\n"
+                   "</parameter>\n</function>\n</tool_call>",
     "minimax_m2": '<minimax:tool_call>\n<invoke name="write_file">\n<parameter name="path">fib.py</parameter>\n'
                   '<parameter name="content">{code}</parameter>\n</invoke>\n</minimax:tool_call>',
 }
