@@ -32,6 +32,24 @@ CODE = ("def fibonacci(n: int) -> list[int]:\n    \"\"\"The first n Fibonacci nu
         "if __name__ == \"__main__\":\n    print(fibonacci(10))  # [0, 1, 1, 2, 3, 5, 8, 13, 21, 34]\n")
 WRITE_FILE = ('<tool_call>\n{"name": "write_file", "arguments": {"path": "fib.py", "content": %s}}\n</tool_call>'
               % json.dumps(CODE * 4))
+# The same call in the formats the fixture models write: {args} is the arguments JSON, {code} the raw text.
+WRITE_FILE_FORMATS = {
+    "nemotron_json": '<TOOLCALL>[{{"name": "write_file", "arguments": {args}}}]</TOOLCALL>',
+    "granite": '<|tool_call|>[{{"name": "write_file", "arguments": {args}}}]',
+    "firefunction_v2": ' functools[{{"name": "write_file", "arguments": {args}}}]',
+    "apriel": '<tool_calls>[{{"name": "write_file", "arguments": {args}}}]</tool_calls>',
+    "cohere_command": 'Action:\n```json\n[{{"tool_name": "write_file", "parameters": {args}}}]```',
+    "cohere_command2": '<|START_ACTION|>[{{"tool_call_id": "0", "tool_name": "write_file", "parameters": {args}}}]<|END_ACTION|>',
+    "apertus": '<|tools_prefix|>[{{"write_file": {args}}}]<|tools_suffix|>',
+    "functionary_v31": "<function=write_file>{args}</function>",
+    "functionary_v32": "write_file\n{args}",
+    "seed_oss": "<seed:tool_call>\n<function=write_file>\n<parameter=path>fib.py</parameter>\n<parameter=content>{code}"
+                "</parameter>\n</function>\n</seed:tool_call>",
+    "qwen3_coder": "<tool_call>\n<function=write_file>\n<parameter=path>\nfib.py\n</parameter>\n<parameter=content>\n{code}\n"
+                   "</parameter>\n</function>\n</tool_call>",
+    "minimax_m2": '<minimax:tool_call>\n<invoke name="write_file">\n<parameter name="path">fib.py</parameter>\n'
+                  '<parameter name="content">{code}</parameter>\n</invoke>\n</minimax:tool_call>',
+}
 
 
 def _vocabulary():
@@ -100,6 +118,12 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
         ("hermes call writing a file", generated(WRITE_FILE), tools_only, 1),
         ("plain, 4 tokens per step", plain, StreamParams(), 4),
     ]
+    file_args = json.dumps({"path": "fib.py", "content": CODE * 4})
+    file_tools = [{"type": "function", "function": {"name": "write_file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}}}}]
+    cases += [(f"{name} call writing a file", generated(form.format(args=file_args, code=CODE * 4)),
+               StreamParams(stop=["</answer>"], tool_parser=name, tools=file_tools), 1)
+              for name, form in WRITE_FILE_FORMATS.items()]
     rows = []
     for case, ids, params, per_step in cases:
         steps = [ids[i:i + per_step] for i in range(0, len(ids), per_step)]

@@ -94,7 +94,7 @@ def summary(deltas: list, validate: bool = True) -> dict:
             part = delta.tool_calls[0]
             if part.id is not None:
                 assert part.index == len(calls), (part.index, len(calls))
-                assert part.id.startswith("call_") and len(part.id) == 29
+                assert isinstance(part.id, str) and part.id  # each format's own shape: test_tool_parsers_fixture.py
                 assert part.type == "function" and part.function.name and part.function.arguments is not None
                 calls.append([part.function.name, part.function.arguments])
             else:
@@ -111,7 +111,7 @@ def whole(name: str, text: str, tools=None) -> dict:
     assert content == message["content"]
     assert [c["function"] for c in calls] == [c["function"] for c in message["tool_calls"]]
     for call in calls:
-        assert call["type"] == "function" and call["id"].startswith("call_")
+        assert call["type"] == "function" and isinstance(call["id"], str) and call["id"]
     return {"content": message["content"], "reasoning_content": message["reasoning_content"],
             "calls": [(c["function"]["name"], c["function"]["arguments"]) for c in calls]}
 

@@ -23,6 +23,18 @@ _PARSERS = {
     "glm45": ("glm45", "Glm45ToolParser"),
     "openai": ("openai", "OpenAIToolParser"),
     "pythonic": ("pythonic", "PythonicToolParser"),
+    "seed_oss": ("seed_oss", "SeedOssToolParser"),
+    "minimax_m2": ("minimax_m2", "MinimaxM2ToolParser"),
+    "cohere_command": ("cohere", "CohereCommandToolParser"),
+    "cohere_command2": ("cohere", "CohereCommand2ToolParser"),
+    "cohere_command3": ("cohere", "CohereCommand2ToolParser"),  # vLLM's name for the same format
+    "nemotron_json": ("nemotron_json", "NemotronJsonToolParser"),
+    "firefunction_v2": ("firefunction", "FirefunctionV2ToolParser"),
+    "granite": ("granite", "GraniteToolParser"),
+    "functionary_v31": ("functionary", "FunctionaryV31ToolParser"),
+    "functionary_v32": ("functionary", "FunctionaryV32ToolParser"),
+    "apriel": ("apriel", "AprielToolParser"),
+    "apertus": ("apertus", "ApertusToolParser"),
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))

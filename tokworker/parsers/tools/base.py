@@ -30,19 +30,40 @@ from .jsonscan import JsonScanner
 HEADER_LIMIT = 1024
 _WHITESPACE = " \t\n\r"
 # Call ids: a random prefix per process (drawn again in a forked child) and a counter, so ids are unique
-# across streams and requests without a system call per call.
+# across streams and requests without a system call per call. Each format issues ids its model's template
+# accepts (ToolParser.id_style); the shapes all live here.
 _CALL_NUMBERS = itertools.count()
 _ID_MASK = (1 << 64) - 1
 _ID_PREFIX = ""
+_ALNUM = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_ALNUM_PREFIX = ""
+_ALNUM_COUNTER_DIGITS = 5  # 62**5 calls per process before the counter part repeats
 
 
 def _draw_id_prefix() -> None:
-    global _ID_PREFIX
+    global _ID_PREFIX, _ALNUM_PREFIX
     _ID_PREFIX = os.urandom(4).hex()
+    _ALNUM_PREFIX = "".join(_ALNUM[b % 62] for b in os.urandom(9 - _ALNUM_COUNTER_DIGITS))
 
 
 _draw_id_prefix()
 os.register_at_fork(after_in_child=_draw_id_prefix)
+
+
+def call_id(style: str, name: str, index: int) -> str:
+    """A new call id. "openai": call_ + 24 hex digits. "alnum9": 9 letters and digits (Mistral's templates
+    raise on anything else). "functions": functions.NAME:INDEX, as Kimi K2 writes its calls (index: the
+    call's place in the answer, as the template numbers calls)."""
+    if style == "functions":
+        return f"functions.{name}:{index}"
+    number = next(_CALL_NUMBERS)
+    if style == "alnum9":
+        digits = []
+        for _ in range(_ALNUM_COUNTER_DIGITS):
+            number, digit = divmod(number, 62)
+            digits.append(_ALNUM[digit])
+        return _ALNUM_PREFIX + "".join(digits)
+    return f"call_{_ID_PREFIX}{number & _ID_MASK:016x}"
 
 
 class ToolParser:
@@ -51,6 +72,8 @@ class ToolParser:
     name = ""
     special_tokens: tuple[str, ...] = ()
     starts: tuple[str, ...] = ()  # markers that may open a call, searched for in content
+    id_style = "openai"  # the shape of the call ids this format issues (see call_id)
+    drop_rejected_markers = False  # a marker that opens no call is a control token: never content
     # The index of the call whose JSON arguments are inside a string, with nothing buffered, else -1: a
     # text that jsonscan.STRING_PIECE matches whole is then more of those arguments, one fragment of itself,
     # and changes no state, so a caller may emit it without feed() (TextStream does, per token).
@@ -196,10 +219,34 @@ class ToolParser:
     def _opening(self, final: bool) -> bool:  # pragma: no cover - every format with starts defines it
         raise NotImplementedError
 
+    def _pass_until(self, end: str, final: bool, as_reasoning: bool, keep_end: bool) -> bool:
+        """A mode's body: text up to the marker `end` is content (or reasoning), never calls; then
+        scanning resumes after it (keep_end: the marker stays in that text). Holds back only a tail
+        that may still become `end`."""
+        buf = self._buf
+        at = buf.find(end)
+        if at < 0:
+            held = 0 if final else next((k for k in range(min(len(end) - 1, len(buf)), 0, -1)
+                                         if buf.endswith(end[:k])), 0)
+            at = len(buf) - held
+        found = buf.startswith(end, at)
+        text = buf[: at + (len(end) if found and keep_end else 0)]
+        if as_reasoning:
+            self._reasoning(text)
+        elif text:
+            self._content(text)
+        self._consume(at + (len(end) if found else 0))
+        if not found:
+            return False
+        self._mode = self._resume_mode()
+        return True
+
     def _reject_opening(self, n: int) -> bool:
-        """The text at the buffer's start is not a call: its first n characters are content."""
+        """The text at the buffer's start is not a call: its first n characters are content (or dropped,
+        for formats whose markers are control tokens that no content can hold)."""
         if n:
-            self._content(self._buf[:n])
+            if not self.drop_rejected_markers:
+                self._content(self._buf[:n])
             self._consume(n)
         self._mode = self._resume_mode()
         return True
@@ -244,14 +291,16 @@ class ToolParser:
             out.append(Delta(reasoning_content=text))
         self._last_args = None
 
-    def _open_call(self, name: str) -> None:
+    def _open_call(self, name: str, model_id: str | None = None) -> None:
+        """model_id: the id the model wrote for the call, used as it is when the format's ids are the
+        model's own (its template links results to that text)."""
         self._held_ws = ""
         self._after_call = False
         self._index += 1
         self._call_name = name
         self.called = True
         function = FunctionDelta(name=name, arguments="")
-        header = ToolCallDelta(index=self._index, id=f"call_{_ID_PREFIX}{next(_CALL_NUMBERS) & _ID_MASK:016x}",
+        header = ToolCallDelta(index=self._index, id=model_id or call_id(self.id_style, name, self._index),
                                type="function", function=function)
         self._out.append(Delta(tool_calls=[header]))
         self._last_args = function  # arguments that follow at once join the header

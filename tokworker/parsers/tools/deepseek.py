@@ -22,7 +22,7 @@ class DeepSeekV3ToolParser(SectionedToolParser):
     name = "deepseek_v3"
     special_tokens = _MARKERS
     starts = (CALLS_BEGIN, CALL_BEGIN, CALLS_END)
-    section_end = CALLS_END
+    stray_markers = (CALLS_END,)
     _open = regex.compile(_CALL_START + f"[^<\\n]{{0,32}}{SEP}\\s*(?P<fname>[^<\\n]{{1,256}})\\n\\s*```(?:json)?\\s*(?=\\{{)")
     _close = regex.compile(f"\\s*```\\s*{CALL_END}")
 
@@ -31,6 +31,6 @@ class DeepSeekV31ToolParser(SectionedToolParser):
     name = "deepseek_v31"
     special_tokens = _MARKERS
     starts = (CALLS_BEGIN, CALL_BEGIN, CALLS_END)
-    section_end = CALLS_END
+    stray_markers = (CALLS_END,)
     _open = regex.compile(_CALL_START + f"(?P<fname>[^<\\n]{{1,256}}?)\\s*{SEP}\\s*(?=\\{{)")
     _close = regex.compile(f"\\s*{CALL_END}")

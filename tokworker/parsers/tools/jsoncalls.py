@@ -1,15 +1,17 @@
-"""Calls written as JSON objects, {"name": ..., "arguments": {...}}: hermes, llama3_json, mistral's array.
+"""Calls written as JSON objects, {"name": ..., "arguments": {...}}: hermes, llama3_json, the JSON lists.
 
 The fast path reads `{"name": "NAME", "arguments": ` (or "parameters"), commits the call, then streams
 the arguments object through the JSON scanner and validates the rest of the call object (extra members
-such as mistral's "id"). Objects that do not put "name" first, or whose arguments are a JSON string
-holding JSON (some models write that), are held whole and decoded once complete.
+such as mistral's "id"); CallKeys says how a format spells the members. Objects that do not put the
+name first, or whose arguments are a JSON string holding JSON (some models write that), are held whole
+and decoded once complete.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from typing import NamedTuple
 
 import regex
 
@@ -19,25 +21,50 @@ from .jsonscan import JsonScanner
 # `{"name": "NAME", "arguments": ` up to the arguments' opening brace (not consumed), or `{"name": "NAME"}`;
 # Llama 3 sometimes opens with `"type": "function", `. A name is 1 to NAME_LIMIT characters or escapes.
 NAME_LIMIT = 256
-_CALL_HEADER = (r'\{{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"(?P<name>{name})"\s*'
-                r'(?:,\s*"(?:arguments|parameters)"\s*:\s*(?=\{{)|(?P<noargs>\}}))')
-CALL_HEADER = _CALL_HEADER.format(name=r'(?:[^"\\\x00-\x1f]|\\.){1,%d}' % NAME_LIMIT)
+_CALL_HEADER = (r'\{{\s*(?:{lead})?"{name_key}"\s*:\s*"(?P<name>{name})"\s*'
+                r'(?:,\s*"{args_key}"\s*:\s*(?=\{{)|(?P<noargs>\}}))')
+_NAME = r'(?:[^"\\\x00-\x1f]|\\.){1,%d}' % NAME_LIMIT
 # The same with the name as runs between escapes, of any length: `re` matches that ~2x faster than the
 # bounded repeat, and a name past NAME_LIMIT characters is left to the exact pattern.
-_CALL_HEADER_RUNS = _CALL_HEADER.format(name=r'[^"\\\x00-\x1f]*+(?:\\.[^"\\\x00-\x1f]*+)*+')
+_NAME_RUNS = r'[^"\\\x00-\x1f]*+(?:\\.[^"\\\x00-\x1f]*+)*+'
 
 
-def call_head(prefix: str) -> tuple:
-    """The pattern `prefix` + CALL_HEADER twice: `re` (ASCII whitespace) finds a complete header ~4x faster
-    than `regex`, which alone can tell whether the text so far may still become one. The prefixes and
-    CALL_HEADER allow one way on at each character, so a complete match on the text so far (with a name of
+class CallKeys(NamedTuple):
+    """How a format spells a call object's members: the name's key, the arguments' keys, and members
+    that may come before the name (a regex of whole members, each with its comma)."""
+    name: tuple[str, ...] = ("name",)
+    arguments: tuple[str, ...] = ("arguments", "parameters")
+    lead: str = r'"type"\s*:\s*"function"\s*,\s*'
+    lead_keys: tuple[str, ...] = ("type",)
+
+    def header(self, name: str) -> str:
+        return _CALL_HEADER.format(lead=self.lead, name_key=_either(self.name), args_key=_either(self.arguments),
+                                   name=name)
+
+    def object_start(self) -> str:
+        """A lookahead for any object whose first key says it is a call: held whole when the fast path
+        does not apply."""
+        return r'(?=\{\s*"' + _either(self.name + self.arguments + self.lead_keys) + '")'
+
+
+def _either(keys: tuple[str, ...]) -> str:
+    return "(?:" + "|".join(map(re.escape, keys)) + ")"
+
+
+CALL_KEYS = CallKeys()
+CALL_HEADER = CALL_KEYS.header(_NAME)
+CALL_OBJECT = CALL_KEYS.object_start()
+
+
+def call_head(prefix: str, keys: CallKeys = CALL_KEYS) -> tuple:
+    """The pattern `prefix` + the call header twice: `re` (ASCII whitespace) finds a complete header ~4x
+    faster than `regex`, which alone can tell whether the text so far may still become one. The prefixes
+    and headers allow one way on at each character, so a complete match on the text so far (with a name of
     1 to NAME_LIMIT characters) is the match `regex` gives on it and on any longer text; `regex` decides
     the rest (Unicode whitespace too)."""
-    return re.compile(prefix + _CALL_HEADER_RUNS, re.ASCII), regex.compile(prefix + CALL_HEADER)
+    return re.compile(prefix + keys.header(_NAME_RUNS), re.ASCII), regex.compile(prefix + keys.header(_NAME))
 
 
-# Any object whose first key says it is a call: held whole when the fast path does not apply.
-CALL_OBJECT = r'(?=\{\s*"(?:name|arguments|parameters|type)")'
 _WORD_RUN = re.compile(r"\w+")
 # (header pattern, buffer) pairs known to be an unfinished call header. A worker's streams open calls to
 # the same few tools the same way, and the partial match this spares costs ~4 us per token. Bounded:
@@ -50,6 +77,7 @@ class JsonCallObjects:
     """Mixin for ToolParser: read one JSON call object at a known position in the buffer."""
 
     _head_checked = 0  # buffer length when the undecided opening was last matched (0: match now)
+    call_keys = CALL_KEYS  # how the format names a call's members (for objects decoded whole)
 
     def _call_object(self, final: bool, head, fallback, reject_len: int, after) -> bool:
         """head: a call_head() pair; fallback: regex ending in CALL_OBJECT. Commits the call
@@ -133,7 +161,7 @@ class JsonCallObjects:
         end = scanner.scan(buf, self._whole_scanned)
         self._whole_scanned = end
         if scanner.done:
-            call = _decode_call(buf[self._whole_start:end])
+            call = _decode_call(buf[self._whole_start:end], self.call_keys)
             if call is not None:
                 self._consume(end)
                 self._open_call(call[0])
@@ -157,16 +185,18 @@ def decode_json_string(body: str) -> str | None:
         return None
 
 
-def _decode_call(text: str) -> tuple[str, str] | None:
+def _decode_call(text: str, keys: CallKeys) -> tuple[str, str] | None:
     """A complete call object in any key order -> (name, arguments JSON), or None if it is not a call."""
     try:
         call = json.loads(text)
     except ValueError:
         return None
-    name = call.get("name") if isinstance(call, dict) else None
+    if not isinstance(call, dict):
+        return None
+    name = next((call[k] for k in keys.name if k in call), None)
     if not isinstance(name, str) or not name:
         return None
-    arguments = call.get("arguments", call.get("parameters"))
+    arguments = next((call[k] for k in keys.arguments if k in call), None)
     if arguments is None:
         return name, "{}"
     if isinstance(arguments, dict):

@@ -6,10 +6,10 @@
 
 (one stream of text; the prompt ends with "<|start|>assistant", so the first header has no <|start|>).
 analysis goes to reasoning_content, final and commentary without a recipient to content, a message to
-functions.NAME is a call whose body is the arguments JSON. The recipient may also sit in the role
-part: <|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>. Messages to other
-recipients (gpt-oss's built-in browser or python tools) are the model's own work: reasoning. The
-first message may start with the recipient, " to=functions.NAME<|channel|>...", as the template
+functions.NAME (or to a declared tool's bare name) is a call whose body is the arguments JSON. The
+recipient may also sit in the role part: <|start|>assistant to=functions.NAME<|channel|>commentary
+json<|message|>. Messages to other recipients (gpt-oss's built-in browser or python tools) are the
+model's own work: reasoning. The first message may start with the recipient, " to=functions.NAME<|channel|>...", as the template
 writes calls after the prompt's "<|start|>assistant".
 """
 
@@ -57,8 +57,9 @@ class OpenAIToolParser(ToolParser):
         channel = m["channel"].split()
         recipient = _RECIPIENT.search(f"{m['role'] or m['role_tail'] or ''} {m['channel']}")
         recipient = recipient[1] if recipient else None
-        if recipient and recipient.startswith("functions.") and len(recipient) > len("functions."):
-            self._open_call(recipient[len("functions."):])
+        function = self._function_named(recipient) if recipient else None
+        if function:
+            self._open_call(function)
             self._stream_json_args(self._call_end_mode)
             return True
         self._body_reasoning = bool(recipient) or (channel[:1] == ["analysis"])
@@ -88,6 +89,13 @@ class OpenAIToolParser(ToolParser):
 
     def _call_end_mode(self, final: bool) -> bool:
         return self._expect_closing(_CALL_END, final, then=self._header_mode)
+
+    def _function_named(self, recipient: str) -> str | None:
+        """The function a recipient calls: functions.NAME, or a declared tool's bare name (the model
+        drops the namespace at times; vLLM calls the tool then too). Other recipients are built-ins."""
+        if recipient.startswith("functions.") and len(recipient) > len("functions."):
+            return recipient[len("functions."):]
+        return recipient if recipient in self._schemas else None
 
     @staticmethod
     def _held_prefix(buf: str) -> int:

@@ -20,22 +20,22 @@ import regex
 from .base import ToolParser
 from .textargs import TextValuedArgs, marker_prefixes
 
-_OPEN = regex.compile(r"(?:<tool_call>\s*)?<function=(?P<fname>[^>\n<]{1,256})>")
-_CLOSE = regex.compile(r"\s*</tool_call>")
-
 
 class Qwen3CoderToolParser(TextValuedArgs, ToolParser):
     name = "qwen3_coder"
     special_tokens = ("<tool_call>", "</tool_call>")
     starts = ("<tool_call>", "<function=")
+    wrapper = "<tool_call>"  # the call's wrapper tag; the subclass for another wrapper sets these four
+    _open = regex.compile(r"(?:<tool_call>\s*)?<function=(?P<fname>[^>\n<]{1,256})>")
+    _close = regex.compile(r"\s*</tool_call>")
+    call_end = regex.compile(r"\s*(?:(?P<function></function>)|</tool_call>)")
     strip_value_newlines = True
     param_open = regex.compile(r"\s*<parameter=(?P<key>[^>\n<]{1,256})>")
     value_end = regex.compile(r"(?P<own></parameter>)|<parameter=|</function>")
     value_end_prefixes, value_end_hold = marker_prefixes("</parameter>", "<parameter=", "</function>")
-    call_end = regex.compile(r"\s*(?:(?P<function></function>)|</tool_call>)")
 
     def _opening(self, final: bool) -> bool:
-        m = self._match(_OPEN, final)
+        m = self._match(self._open, final)
         if m is None:
             return False
         if m and m["fname"].strip():
@@ -43,11 +43,11 @@ class Qwen3CoderToolParser(TextValuedArgs, ToolParser):
             self._open_call(m["fname"].strip())
             self._begin_args()
             return True
-        return self._reject_opening(len("<tool_call>" if self._buf.startswith("<tool_call>") else "<function="))
+        return self._reject_opening(len(self.wrapper if self._buf.startswith(self.wrapper) else "<function="))
 
     def _mode_after_call(self, end):
-        """</function> leaves the wrapper's </tool_call> to read; </tool_call> alone ends the call."""
+        """</function> leaves the wrapper's closing tag to read; the closing tag alone ends the call."""
         return self._closing if end["function"] else self._content_mode
 
     def _closing(self, final: bool) -> bool:
-        return self._expect_closing(_CLOSE, final)
+        return self._expect_closing(self._close, final)

@@ -60,7 +60,7 @@ def convert(text: str, types: tuple[str, ...], untyped_as_json: bool) -> str:
             return dumps(text)
         if kind == "integer" and _INTEGER.fullmatch(stripped):
             return str(int(stripped))
-        if kind == "number" and _NUMBER.fullmatch(stripped):
+        if kind in ("number", "float") and _NUMBER.fullmatch(stripped):  # "float": real tool schemas use it
             return stripped
         if kind == "boolean" and stripped.lower() in ("true", "false"):
             return stripped.lower()
@@ -155,6 +155,10 @@ class TextValuedArgs:
             if buf[0] == "\n":
                 self._consume(1)
                 return True
+        if not final and buf and "<" not in buf and buf[-1] != "\n":  # the usual token: more of the value
+            self._value_piece(buf)  # (every value end begins with "<"; a final "\n" may be formatting)
+            self._buf = ""
+            return False
         m = self.value_end.search(buf)
         if m is None:
             if final:  # cut off inside a value: the call keeps what was written, left open
@@ -189,13 +193,17 @@ class TextValuedArgs:
             self._value_raw.append(text)
 
     def _held_end_prefix(self, buf: str) -> int:
-        prefixes = self.value_end_prefixes
-        pos = buf.find("<", max(0, len(buf) - self.value_end_hold))
-        while pos >= 0:
-            if buf[pos:] in prefixes:
-                return len(buf) - pos
-            pos = buf.find("<", pos + 1)
-        return 0
+        return held_marker_prefix(buf, self.value_end_prefixes, self.value_end_hold)
+
+
+def held_marker_prefix(buf: str, prefixes: frozenset, hold: int) -> int:
+    """The length of buf's tail that may still become one of the markers (from marker_prefixes)."""
+    pos = buf.find("<", max(0, len(buf) - hold))
+    while pos >= 0:
+        if buf[pos:] in prefixes:
+            return len(buf) - pos
+        pos = buf.find("<", pos + 1)
+    return 0
 
 
 def marker_prefixes(*markers: str) -> tuple[frozenset, int]:
