@@ -86,9 +86,12 @@ FORMATS = {
     # Ministral 3 Reasoning / Magistral: [THINK] and [/THINK] are control tokens; a model that was not
     # asked to reason writes neither.
     "mistral": ReasoningFormat(("[THINK]",), ("[/THINK]",), without_prompt=EXPECT),
-    "granite": ReasoningFormat(("Here is my thought process:", "Here's my thought process:"),
-                               ("Here is my response:", "Here's my response:"), without_prompt=EXPECT,
-                               markup=False, tool_calls_end=False),
+    # Granite 3.2 writes plain sentences around its thoughts; Granite 3.3 <think>...</think> and then
+    # <response>...</response>.
+    "granite": ReasoningFormat(("Here is my thought process:", "Here's my thought process:", "<think>"),
+                               ("Here is my response:", "Here's my response:", "</think>"), without_prompt=EXPECT,
+                               answer_starts=("<response>",), answer_ends=("</response>",), markup=False,
+                               tool_calls_end=False),
     # Nemotron 3 Nano: R1's shape; enable_thinking=False closes the block in the prompt.
     "nemotron_v3": ReasoningFormat(*_THINK, open_prompt=INSIDE),
     # OLMo 3 Think: plain-text tags; its template opens <think> in the generation prompt.
@@ -108,6 +111,12 @@ FORMATS = {
                               answer_starts=("<|START_RESPONSE|>",), answer_ends=("<|END_RESPONSE|>",)),
     # Holo2: DeepSeek V3's switch with thinking on by default.
     "holo2": ReasoningFormat(*_THINK),
+    # Apertus: <|inner_prefix|> ... <|inner_suffix|>, when enable_thinking asks for it.
+    "apertus": ReasoningFormat(("<|inner_prefix|>",), ("<|inner_suffix|>",), without_prompt=EXPECT),
+    # Apriel 1.5 Thinker reasons from the first token (its system prompt asks it to) and answers in
+    # "[BEGIN FINAL RESPONSE] ... [END FINAL RESPONSE]".
+    "apriel": ReasoningFormat(("Here are my reasoning steps:",), ("[BEGIN FINAL RESPONSE]",), open_prompt=INSIDE,
+                              answer_ends=("[END FINAL RESPONSE]",)),
 }
 # vLLM's other names for the same formats.
 ALIASES = {"mimo": "qwen3", "cohere_command3": "cohere", "cohere_command4": "cohere"}
