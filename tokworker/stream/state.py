@@ -149,8 +149,8 @@ class TextStream:
         if not text:
             return _EMPTY
         reasoning, tools = self._reasoning, self._tools
-        markup = reasoning.steady_markup if reasoning is not None else ""  # the answer has begun: a text
-        if reasoning is None or markup and markup not in text:  # without markup is content as it is
+        # once the answer has begun, a text without the reasoning parser's markup is content as it is
+        if reasoning is None or reasoning.steady_markup and reasoning.steady_markup not in text:
             if tools is None:
                 return StreamUpdate([Delta(text)])
             index = tools.string_args  # inside a call's argument string: a token of it is more of it
