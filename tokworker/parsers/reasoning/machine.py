@@ -46,7 +46,7 @@ class ReasoningParser:
     __slots__ = ("fmt", "special_tokens", "passthrough", "steady_end", "steady_markup", "_initial",
                  "_tool_starts", "_mode", "_steady", "_held", "_held_blank", "_started", "_emitted_content",
                  "_ends", "_implicit", "_end_firsts", "_end_first", "_content_tags", "_content_firsts",
-                 "_content_first", "_expect_tags")
+                 "_content_first", "_expect_tags", "_answer_firsts", "_answer_first")
 
     def __init__(self, fmt: ReasoningFormat, mode: str, tool_starts: tuple[str, ...] = ()):
         self.fmt = fmt
@@ -58,6 +58,7 @@ class ReasoningParser:
         self._content_tags = fmt.strays + fmt.answer_starts
         self._content_firsts, self._content_first = _firsts(self._content_tags)
         self._expect_tags = fmt.starts + self._content_tags
+        self._answer_firsts, self._answer_first = _firsts(fmt.answer_ends)
         self._mode = _REASONING if mode == INSIDE_TEXT else CONTENT if mode == CONTENT_TEXT else mode
         self._started = mode == INSIDE_TEXT or mode == CONTENT_TEXT  # a prefill already wrote text
         self._emitted_content = mode == CONTENT_TEXT
@@ -84,6 +85,10 @@ class ReasoningParser:
                 if text[-1] in _WHITESPACE or self._held_blank:
                     return self._plain_reasoning(text)
                 return [Delta(reasoning_content=text)]
+        elif steady is _ANSWER and text and text[-1] not in _WHITESPACE and not self._held_blank:
+            first = self._answer_first  # inside an answer wrapper: text that cannot end it is content
+            if (first not in text) if first else self._answer_firsts.isdisjoint(text):
+                return [Delta(content=text)]
         if self._held_blank or not self._held.strip(_WHITESPACE):
             if self._holds_blank() and not text.strip(_WHITESPACE):
                 self._held_blank.append(text)  # still only whitespace: the machine would hold it all
@@ -101,7 +106,8 @@ class ReasoningParser:
         if (mode is _REASONING or mode is _ANSWER) and self._started and held and not held.strip(_WHITESPACE):
             self._held_blank.append(held)  # only whitespace waits: the steady path can go on from here
             self._held = held = ""
-        self._steady = mode if (mode is CONTENT or mode is _REASONING) and self._started and not held else None
+        self._steady = mode if (mode is CONTENT or mode is _REASONING or mode is _ANSWER) and self._started \
+            and not held else None
         self.passthrough = self._steady is CONTENT and not self._content_tags
         self.steady_end = self._end_first if self._steady is _REASONING and not self._held_blank else ""
         self.steady_markup = self._content_first if self._steady is CONTENT and self._content_tags else ""
