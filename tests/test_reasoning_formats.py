@@ -148,3 +148,18 @@ def test_no_content_delta_holds_a_markup_tag(name):
             assert not any(tag in (delta.content or "") for tag in fmt.strays), delta
 
     check()
+
+
+@pytest.mark.parametrize("name,prompt,opening", [
+    ("ernie45", None, "plan</think><response>"),  # inside an answer wrapper
+    ("gemma4", None, "<|channel>"),  # where a label may still come
+    ("mistral", None, ""),  # expecting a block, nothing shown yet
+    ("qwen3", QWEN_PROMPT + "<think>\n", ""),  # just inside a block the prompt opened
+])
+def test_a_long_run_of_whitespace_is_held_without_rescanning_in_every_mode(name, prompt, opening):
+    """A model stuck on newlines must not make each step re-scan everything held (quadratic)."""
+    parser = get_reasoning_parser(name, prompt_text=prompt)
+    parser.feed(opening)
+    assert [d for _ in range(20000) for d in parser.feed("\n")] == [] and len(parser._held) < 16
+    rest = parser.feed("x") + parser.finish()
+    assert "".join(d.content or d.reasoning_content for d in rest).strip() == "x"
