@@ -207,6 +207,13 @@ CASES = [
     ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "deepseek_r1", {"enable_thinking": False}, CONTENT),
     ("moonshotai-Kimi-K2.jinja", "kimi_k2", {}, EXPECT),
     ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "mistral", {}, EXPECT),
+    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "nemotron_v3", {"enable_thinking": True}, INSIDE),
+    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "nemotron_v3", {"enable_thinking": False}, CONTENT),
+    ("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "cohere", {}, EXPECT),
+    ("unsloth-Apriel-1.5.jinja", "apriel", {}, INSIDE),
+    ("ibm-granite-granite-3.3-2B-Instruct.jinja", "granite", {"thinking": True}, EXPECT),
+    ("Apertus-8B-Instruct.jinja", "apertus", {"enable_thinking": True}, EXPECT),
+    ("MiniMax-M2.jinja", "minimax_m2_append_think", {}, INSIDE),
 ]
 
 
@@ -220,6 +227,9 @@ def test_real_template_generation_prompts(file, name, variables, mode):
     prompt = render(entry["text"], **variables)
     assert starting_mode(FORMATS[name], prompt) == mode
     parser = get_reasoning_parser(name, prompt_text=prompt)
+    if FORMATS[name].append_think:  # nothing is split off: the prompt's opening tag begins the content
+        assert parser.parse("Add them.</think>4") == (None, "<think>Add them.</think>4")
+        return
     answer = {INSIDE: "Add them.\n" + FORMATS[name].ends[0] + "\n\n4",
               EXPECT: FORMATS[name].starts[0] + "\nAdd them.\n" + FORMATS[name].ends[0] + "\n\n4",
               CONTENT: "4"}[mode]
