@@ -117,6 +117,12 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
         ("hermes tool call alone", generated(TOOL_CALL), tools_only, 1),
         ("hermes call writing a file", generated(WRITE_FILE), tools_only, 1),
         ("plain, 4 tokens per step", plain, StreamParams(), 4),
+        # an answer wrapper (ERNIE 4.5's <response>) and a call opened in a block never closed (Qwen3.5)
+        ("stop + ernie45 reasoning + <response>", generated(
+            REASONING * repeats + "\n</think>\n\n<response>\n" + ANSWER * repeats + "\n</response>\n"),
+         StreamParams(stop=["</answer>"], reasoning_parser="ernie45"), 1),
+        ("qwen3 reasoning ended by a hermes call", generated("<think>\n" + REASONING * repeats + "\n" + TOOL_CALL),
+         with_tools, 1),
     ]
     file_args = json.dumps({"path": "fib.py", "content": CODE * 4})
     file_tools = [{"type": "function", "function": {"name": "write_file", "parameters": {

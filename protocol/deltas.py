@@ -47,7 +47,7 @@ class StreamParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     min_tokens: int = 0
     max_tokens: int | None = None
     skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = False
+    spaces_between_special_tokens: bool = True  # vLLM's default; fast decoding ignores it, as here
     reasoning_parser: str | None = None
     tool_parser: str | None = None
     tools: list[dict] | None = None

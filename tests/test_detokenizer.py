@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-import random
 
 import pytest
 import tokenizers
@@ -143,30 +142,3 @@ def test_kept_specials_stay_while_others_are_skipped():
     kept_id = tok.token_to_id(keep)
     expected = ref.decode([i for i in ids if i == kept_id or i not in tok.special_ids], skip_special_tokens=False)
     assert text == expected == "<|im_start|>assistant\nhi"
-
-
-def test_spaces_between_special_tokens_is_vllms_slow_join():
-    tok, ref = load("qwen3_dir")
-    added = set(tok.added_tokens.values())
-    rng = random.Random(7)
-    base = ref.encode("<think>\nplan\n</think>\n\n<tool_call>\n{\"a\": 1}\n</tool_call><|im_end|>日本",
-                      add_special_tokens=False).ids
-    for skip in (True, False):
-        for _ in range(20):
-            ids = base[:rng.randrange(len(base) + 1)]
-            segments, run = [], []
-            for i in ids:
-                if skip and i in tok.special_ids:
-                    continue
-                if i in added:
-                    if run:
-                        segments.append(ref.decode(run))
-                        run = []
-                    segments.append(tok.id_to_token(i))
-                else:
-                    run.append(i)
-            if run:
-                segments.append(ref.decode(run))
-            cuts = [rng.randrange(len(ids) + 1) for _ in range(4)]
-            text, _ = stream(tok, split(ids, cuts), skip_special_tokens=skip, spaces_between_special_tokens=True)
-            assert text == " ".join(segments)

@@ -17,41 +17,71 @@ from tokworker.parsers.reasoning import (CONTENT, EXPECT, FORMATS, INSIDE, Reaso
 WS = " \t\r\n"
 
 
-def reference(text: str, fmt, mode: str):
-    """The same rules written as whole-text regex searches (an independent oracle for the machine)."""
+def reference(text: str, fmt, mode: str, tool_starts=()):
+    """The same rules written as whole-text searches (an independent oracle for the machine): markup in
+    the content is cut out, an answer wrapper's text is stripped, a label opens the block."""
     def first(tags, s):
-        m = re.search("|".join(map(re.escape, sorted(tags, key=len, reverse=True))), s) if tags else None
-        return m
+        return re.search("|".join(map(re.escape, sorted(tags, key=len, reverse=True))), s) if tags else None
+
+    def content_part(s, expect=False):
+        out, started = "", False
+        while True:
+            m = first(fmt.strays + fmt.answer_starts + (fmt.starts if expect else ()), s)
+            piece = s if m is None else s[:m.start()]
+            if expect:
+                if m is None or out or piece.strip(WS):
+                    out += piece
+            else:
+                if not started:
+                    piece = piece.lstrip(WS)
+                    started = bool(piece)
+                out += piece
+            if m is None:
+                return None, out
+            if m.group() in fmt.strays:
+                s = s[m.end():]  # dropped; what came before it is never read again
+                continue
+            if m.group() in fmt.starts:
+                reasoning, content = after_reasoning(label(s[m.end():]))
+                return reasoning, out + content
+            rest = s[m.end():]
+            done = first(fmt.answer_ends, rest)
+            out += (rest if done is None else rest[:done.start()]).strip(WS)
+            if done is None:
+                return None, out
+            s, started, expect = rest[done.end():], False, False
+
+    def label(body):
+        for tag in fmt.labels:
+            if body.lstrip(WS).startswith(tag):
+                return body.lstrip(WS)[len(tag):]
+        return body
 
     def after_reasoning(body):
-        m = first(fmt.ends + fmt.implicit_ends, body)
+        m = first(fmt.ends + fmt.implicit_ends + tool_starts, body)
         if m is None:
             return body.strip(WS), ""
-        rest = body[m.start():] if m.group() in fmt.implicit_ends else body[m.end():]
-        return body[:m.start()].strip(WS), rest.lstrip(WS)
+        implicit = m.group() in fmt.implicit_ends + tool_starts
+        return body[:m.start()].strip(WS), content_part(body[m.start():] if implicit else body[m.end():])[1]
 
     if mode == CONTENT:
-        return None, text.lstrip(WS) or None
-    if mode == INSIDE:
+        reasoning, content = content_part(text)
+    elif mode == INSIDE:
         body = text
         stripped = text.lstrip(WS)
         for tag in fmt.starts:
             if stripped.startswith(tag):
                 body = stripped[len(tag):]
-        reasoning, content = after_reasoning(body)
-        return reasoning or None, content or None
-    m = first(fmt.starts, text)
-    if m is None:
-        return None, text or None
-    before = text[:m.start()] if text[:m.start()].strip(WS) else ""
-    reasoning, content = after_reasoning(text[m.end():])
-    return reasoning or None, (before + content) or None
+        reasoning, content = after_reasoning(label(body))
+    else:
+        reasoning, content = content_part(text, expect=True)
+    return reasoning or None, content or None
 
 
-def pieces_for(fmt):
-    tags = fmt.starts + fmt.ends + fmt.implicit_ends
+def pieces_for(fmt, tool_starts=()):
+    tags = fmt.starts + fmt.ends + fmt.implicit_ends + fmt.answer_starts + fmt.answer_ends + fmt.labels + tool_starts
     fragments = [t[:k] for t in tags for k in (1, 2, len(t) // 2, len(t) - 1) if k > 0]
-    return st.lists(st.sampled_from(list(tags) + fragments + ["a", "b c", "\n", "\n\n", " ", "é", "日本", "🧑‍🚀", "<b>", "x>"]),
+    return st.lists(st.sampled_from(list(tags) + fragments + ["a", "b c", "\n", "\n\n", " ", "é", "日本", "🧑‍🚀", "<b>", "x>", "k>", "]"]),
                     max_size=20)
 
 
@@ -73,18 +103,24 @@ def split(text: str, cuts: list[int]) -> list[str]:
     return [text[a:b] for a, b in zip(points, points[1:])]
 
 
-@pytest.mark.parametrize("name", sorted(FORMATS))
+TAG_PARSERS = sorted(name for name in FORMATS if not FORMATS[name].append_think)
+
+
+@pytest.mark.parametrize("name", TAG_PARSERS)
 @pytest.mark.parametrize("mode", [INSIDE, EXPECT, CONTENT])
-def test_split_anywhere_equals_whole_and_reference(name, mode):
+@pytest.mark.parametrize("tool_starts", [(), ("<tool_call>",)], ids=["alone", "with-tool-calls"])
+def test_split_anywhere_equals_whole_and_reference(name, mode, tool_starts):
     fmt = FORMATS[name]
+    if tool_starts and (not fmt.tool_calls_end or any(t.startswith("<tool") for t in fmt.starts + fmt.ends)):
+        pytest.skip("this format lets no tool call end its reasoning")
 
     @settings(max_examples=60, deadline=None)
-    @given(pieces_for(fmt), st.lists(st.integers(0, 500), max_size=10))
+    @given(pieces_for(fmt, tool_starts), st.lists(st.integers(0, 500), max_size=10))
     def check(pieces, cuts):
         text = "".join(pieces)
-        expected = reference(text, fmt, mode)
-        assert ReasoningParser(fmt, mode).parse(text) == expected
-        result, snapshots = stream(ReasoningParser(fmt, mode), split(text, cuts))
+        expected = reference(text, fmt, mode, tool_starts)
+        assert ReasoningParser(fmt, mode, tool_starts).parse(text) == expected
+        result, snapshots = stream(ReasoningParser(fmt, mode, tool_starts), split(text, cuts))
         assert result == expected
         for reasoning, content in snapshots:  # nothing shown is ever taken back: no half tags
             assert (expected[0] or "").startswith(reasoning) and (expected[1] or "").startswith(content)
@@ -134,7 +170,7 @@ def test_prompt_ids_are_read_through_the_tokenizer():
     tok = _TailTokenizer({0: "<|im_start|>assistant\n", 1: "<think>", 2: "\n", 3: "</think>"})
     assert get_reasoning_parser("qwen3", prompt_ids=[0, 1, 2], tokenizer=tok).parse("a</think>b") == ("a", "b")
     assert get_reasoning_parser("qwen3", prompt_ids=[0, 1, 2, 3, 2, 2], tokenizer=tok).parse("a</think>b") == \
-        (None, "a</think>b")
+        (None, "ab")  # the block was closed in the prompt: a stray end tag is markup, cut from the content
 
 
 # ---------------------------------------------------------------- real templates decide the start
@@ -171,6 +207,13 @@ CASES = [
     ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "deepseek_r1", {"enable_thinking": False}, CONTENT),
     ("moonshotai-Kimi-K2.jinja", "kimi_k2", {}, EXPECT),
     ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "mistral", {}, EXPECT),
+    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "nemotron_v3", {"enable_thinking": True}, INSIDE),
+    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "nemotron_v3", {"enable_thinking": False}, CONTENT),
+    ("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "cohere", {}, EXPECT),
+    ("unsloth-Apriel-1.5.jinja", "apriel", {}, INSIDE),
+    ("ibm-granite-granite-3.3-2B-Instruct.jinja", "granite", {"thinking": True}, EXPECT),
+    ("Apertus-8B-Instruct.jinja", "apertus", {"enable_thinking": True}, EXPECT),
+    ("MiniMax-M2.jinja", "minimax_m2_append_think", {}, INSIDE),
 ]
 
 
@@ -184,6 +227,9 @@ def test_real_template_generation_prompts(file, name, variables, mode):
     prompt = render(entry["text"], **variables)
     assert starting_mode(FORMATS[name], prompt) == mode
     parser = get_reasoning_parser(name, prompt_text=prompt)
+    if FORMATS[name].append_think:  # nothing is split off: the prompt's opening tag begins the content
+        assert parser.parse("Add them.</think>4") == (None, "<think>Add them.</think>4")
+        return
     answer = {INSIDE: "Add them.\n" + FORMATS[name].ends[0] + "\n\n4",
               EXPECT: FORMATS[name].starts[0] + "\nAdd them.\n" + FORMATS[name].ends[0] + "\n\n4",
               CONTENT: "4"}[mode]

@@ -13,6 +13,7 @@ _EXPORTS = {
     "TextStream": "tokworker.stream.state",
     "get_reasoning_parser": "tokworker.parsers.reasoning",
     "get_tool_parser": "tokworker.parsers.tools",
+    "parsers_for_template": "tokworker.parsers",
     "render_chat": "tokworker.templates",
     "TemplateError": "tokworker.templates",
     "json_schema_to_regex": "tokworker.constrain.json_schema",

@@ -13,6 +13,11 @@ Three ways, chosen once per tokenizer:
 
 Strip-leading-space decoders (SentencePiece) drop one space at the very start of the stream, once.
 Ids are checked before any state changes: a bad id raises DetokenizeError and the stream stays usable.
+
+spaces_between_special_tokens (OpenAI's and vLLM's request default, True) changes nothing: every vocabulary
+here is a tokenizer.json or tiktoken file, i.e. what transformers calls a fast tokenizer, and fast decoding
+ignores the flag (transformers' `decode`, and vLLM's fast incremental detokenizer on DecodeStream). Only
+vLLM's slow-tokenizer path joins added tokens with spaces.
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ class _VocabTables:
 
     def __init__(self, tokenizer):
         self.size = tokenizer.vocab_size
-        self.added_ids = frozenset(tokenizer.added_tokens.values())
         self.bytewise = bool(tokenizer.decode_is_bytewise)
         self._variants: dict[tuple, tuple[frozenset, list, list]] = {}
         if not self.bytewise:
@@ -94,24 +98,22 @@ class IncrementalDetokenizer:
     unfinished character becomes U+FFFD, as in `decode`).
 
     keep_special_tokens names special tokens that stay in the text even with skip_special_tokens (parsers
-    that read <|channel|> or <|tool_calls_section_begin|>). spaces_between_special_tokens=True reproduces
-    vLLM's slow-tokenizer join: added tokens and the decoded runs between them joined by single spaces.
+    that read <|channel|> or <|tool_calls_section_begin|>). spaces_between_special_tokens is accepted and,
+    as in fast tokenizers' decode, changes nothing.
     """
 
-    def __init__(self, tokenizer, skip_special_tokens: bool = True, spaces_between_special_tokens: bool = False,
+    def __init__(self, tokenizer, skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True,
                  keep_special_tokens=()):
         self.tokenizer = tokenizer
         tables = vocab_tables(tokenizer)
         self._size = tables.size
         self._skipped, table, texts = tables.skipping(tokenizer, skip_special_tokens, keep_special_tokens)
         self._at_start = False  # windowed decode strips through tokenizer.decode itself
-        self._spaces = spaces_between_special_tokens
-        self._added_ids = tables.added_ids
         self._byte_ids = tables.byte_ids
         self._pending = b""  # the start of a character whose last bytes have not come yet
         # The way this tokenizer decodes, as a plain function (a bound method kept on self would make every
         # stream a reference cycle, freed only by the cyclic collector).
-        if tables.bytewise and not spaces_between_special_tokens:
+        if tables.bytewise:
             self._table = table
             # text per id for the one-lookup path; not with byte fallback, whose runs decode as a whole
             self._texts = None if self._byte_ids else texts
@@ -125,7 +127,6 @@ class IncrementalDetokenizer:
         # decoded text of the context, already emitted
         self._window: list[int] = []
         self._prefix_text = ""
-        self._segments = 0  # spaces mode: segments emitted so far
         # Nothing is held (no unfinished character) and no leading space is left to strip: while idle, one
         # id whose `texts` entry is a str decodes to exactly that str and changes no state.
         self.idle = self._texts is not None and not self._at_start
@@ -247,29 +248,9 @@ class IncrementalDetokenizer:
 
     # ------------------------------------------------------------------ windowed string decode
     def _windowed(self, ids, final: bool) -> str:
-        skipped, added, window = self._skipped, self._added_ids, self._window
-        if not self._spaces:
-            window.extend(i for i in ids if i not in skipped)
-            return self._advance(final)
-        pieces = []
-        for token_id in ids:  # vLLM's slow join: runs decoded apart, added tokens verbatim, " " between
-            if token_id in skipped:
-                continue
-            if token_id in added:
-                pieces.append(self._advance(True))
-                self._window, self._prefix_text = [], ""
-                window = self._window
-                pieces.append(self._separator() + self.tokenizer.id_to_token(token_id))
-            else:
-                if not window:
-                    pieces.append(self._separator())
-                window.append(token_id)
-        pieces.append(self._advance(final))
-        return "".join(pieces)
-
-    def _separator(self) -> str:
-        self._segments += 1
-        return " " if self._segments > 1 else ""
+        skipped = self._skipped
+        self._window.extend(i for i in ids if i not in skipped)
+        return self._advance(final)
 
     def _advance(self, final: bool) -> str:
         window = self._window

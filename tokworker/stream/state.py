@@ -16,9 +16,9 @@ Parsers may need special tokens that skip_special_tokens removes (kimi's <|tool_
 each declares them in `special_tokens` and the detokenizer keeps exactly those.
 
 Every stage publishes when it is steady (the detokenizer's `idle`, the stop checker's `holding`, the
-reasoning parser's `steady_end`, the tool parser's `string_args`): a token that a steady stage would pass
-through unchanged is handled here with a lookup or a search, without calling the stage. Most tokens of a
-stream take that path, and the tests check it against the stages' own answers under every grouping.
+reasoning parser's `steady_end` and `steady_markup`, the tool parser's `string_args`): a token that a
+steady stage would pass through unchanged is handled here with a lookup or a search, without calling the
+stage. Most tokens of a stream take that path, and the tests check it against the stages' own answers under every grouping.
 """
 
 from __future__ import annotations
@@ -61,11 +61,12 @@ class TextStream:
         self._reasoning = self._tools = None
         # gpt-oss: the openai tool parser reads every harmony channel, reasoning included
         harmony_twice = params.reasoning_parser == "openai_gptoss" and params.tool_parser == "openai"
-        if params.reasoning_parser and not harmony_twice:
-            self._reasoning = get_reasoning_parser(params.reasoning_parser, prompt_text=prompt_text,
-                                                   prompt_ids=prompt_ids, tokenizer=tokenizer)
         if params.tool_parser:
             self._tools = get_tool_parser(params.tool_parser, params.tools)
+        if params.reasoning_parser and not harmony_twice:  # a tool call may end an unclosed think block
+            self._reasoning = get_reasoning_parser(params.reasoning_parser, prompt_text=prompt_text,
+                                                   prompt_ids=prompt_ids, tokenizer=tokenizer,
+                                                   tool_parser=self._tools)
         keep = tuple(getattr(self._reasoning, "special_tokens", ())) + tuple(getattr(self._tools, "special_tokens", ()))
         self._detok = IncrementalDetokenizer(tokenizer, params.skip_special_tokens,
                                              params.spaces_between_special_tokens, keep_special_tokens=keep)
@@ -148,7 +149,8 @@ class TextStream:
         if not text:
             return _EMPTY
         reasoning, tools = self._reasoning, self._tools
-        if reasoning is None:
+        # once the answer has begun, a text without the reasoning parser's markup is content as it is
+        if reasoning is None or reasoning.steady_markup and reasoning.steady_markup not in text:
             if tools is None:
                 return StreamUpdate([Delta(text)])
             index = tools.string_args  # inside a call's argument string: a token of it is more of it

@@ -1,0 +1,89 @@
+"""Reasoning ends where the model ends it, through TextStream on the real Qwen3 vocabulary: a tool call
+opened inside a think block the model never closed becomes a tool call; a prompt that ends inside an open
+block (a prefill) starts the stream in reasoning; every grouping of the ids gives what the whole-text path
+(reasoning parser, then tool parser) gives."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from tests.test_stream_state import qwen, run, splits
+from tokworker.parsers.reasoning import get_reasoning_parser
+from tokworker.parsers.tools import get_tool_parser
+from tokworker.protocol.deltas import StreamParams
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+PROMPT = "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n<think>\n"
+QWEN35 = ("The user wants the weather.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+          "</parameter>\n</function>\n</tool_call><|im_end|>")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return qwen()[0]
+
+
+def whole(text: str, reasoning_name: str, tool_name: str, prompt: str | None = None):
+    """The whole-text path: reasoning split first (with the tool parser's openings), then the calls."""
+    tools = get_tool_parser(tool_name, TOOLS)
+    reasoning, content = get_reasoning_parser(reasoning_name, prompt_text=prompt, tool_parser=tools).parse(text)
+    content, calls = get_tool_parser(tool_name, TOOLS).parse(content or "")
+    return reasoning, content, [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+
+
+@pytest.mark.parametrize("tool_name", ["qwen3_coder", "hermes"])
+def test_a_call_in_an_unclosed_think_block_is_a_call_in_every_grouping(tok, tool_name):
+    text = QWEN35 if tool_name == "qwen3_coder" else QWEN35.split("<tool_call>")[0] + \
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+    ids = tok.encode(text)
+    params = StreamParams(reasoning_parser="qwen3", tool_parser=tool_name, tools=TOOLS)
+    prompt_ids = tok.encode(PROMPT)
+    results = {json.dumps(run(tok, params, steps, prompt_ids=prompt_ids)[0]) for steps in splits(ids, [3, 11, 40])}
+    assert len(results) == 1
+    content, reasoning, calls, end = json.loads(results.pop())
+    assert reasoning == "The user wants the weather." and content == ""
+    assert calls == {"0": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    assert end == ["tool_calls", None, False]
+    assert whole(tok.decode(ids, skip_special_tokens=True), "qwen3", tool_name, PROMPT) == \
+        ("The user wants the weather.", None, [("get_weather", '{"city": "Paris"}')])
+
+
+def test_a_prefill_inside_an_open_block_continues_the_reasoning(tok):
+    prompt = PROMPT + "The user is asking for"
+    ids = tok.encode(" the weather in Paris.\n</think>\n\nIt is sunny.<|im_end|>")
+    for kwargs in ({"prompt_ids": tok.encode(prompt)}, {"prompt_text": prompt}):
+        (content, reasoning, _, end), updates = run(tok, StreamParams(reasoning_parser="qwen3"), [[i] for i in ids],
+                                                    **kwargs)
+        assert (reasoning, content) == (" the weather in Paris.", "It is sunny.")
+        assert all("</think>" not in (d.content or "") for u in updates for d in u.deltas)
+
+
+PIECES = ["<think>\n", "plan it.\n", "</think>\n\n", "Sure. ", "\n",
+          '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+          "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+          "<tool_call>", "</tool_call>", " 日本", "{"]
+
+
+@pytest.mark.parametrize("tool_name", ["hermes", "qwen3_coder"])
+def test_streams_agree_with_the_whole_text_path(tok, tool_name):
+    ref = qwen()[1]
+    eos = tok.token_to_id(tok.eos_token)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.sampled_from(PIECES), max_size=7), st.lists(st.integers(0, 1000), max_size=6),
+           st.sampled_from([None, PROMPT, PROMPT[:-len("<think>\n")]]))
+    def check(pieces, cuts, prompt):
+        ids = ref.encode("".join(pieces), add_special_tokens=False).ids + [eos]
+        params = StreamParams(reasoning_parser="qwen3", tool_parser=tool_name, tools=TOOLS)
+        results = {json.dumps(run(tok, params, steps, prompt_text=prompt)[0]) for steps in splits(ids, cuts)}
+        assert len(results) == 1
+        content, reasoning, calls, _ = json.loads(results.pop())
+        expected = whole(ref.decode(ids, skip_special_tokens=True), "qwen3", tool_name, prompt)
+        assert (reasoning or None, content or None, [(c["name"], c["arguments"]) for c in calls.values()]) == \
+            expected
+
+    check()
