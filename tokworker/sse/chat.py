@@ -6,6 +6,11 @@ One chunk per delta, in order; the first chunk of a choice also carries role "as
 ends the stream puts finish_reason (and vLLM's stop_reason, an extra field OpenAI's SDK keeps) on its last
 chunk, or on an empty-delta chunk when it has no delta. An update with nothing to say makes no chunk, so
 text held back by the stop checker or a parser never turns into an empty chunk.
+
+Logprobs: a chunk whose delta carries tokens has `"logprobs": {"content": [entries]}` (vLLM's shape),
+others null. Usage: with include_usage the stream ends with vLLM's `{"choices": [], "usage": {...}}`
+chunk (for n > 1 the API process writes one for all choices: `usage_event`); with continuous usage stats
+every chunk also carries the usage so far.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ import time
 
 import msgspec
 
-from tokworker.protocol.deltas import ChunkFormat, StreamUpdate
+from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, Usage
+
+from .common import json as _json, openai_usage
 
 _to_builtins = msgspec.to_builtins
-_json = msgspec.json.encode
 _ROLE = b'{"role":"assistant"'
 _OPEN = b',"finish_reason":null,"logprobs":null}]}\n\n'      # after the delta of every chunk but the last
 
@@ -26,27 +32,41 @@ class ChunkWriter:
     """Chunks for one choice of one response: `chunks(update) -> list[dict]`, `sse(update) -> bytes`.
     A writer serves one of the two for its whole response (both track whether the role was sent)."""
 
-    __slots__ = ("id", "model", "created", "index", "_role_sent", "_head")
+    __slots__ = ("id", "model", "created", "index", "_role_sent", "_head", "_usage_chunk", "_continuous")
 
-    def __init__(self, id: str, model: str, created: int | None = None, index: int = 0):
+    def __init__(self, id: str, model: str, created: int | None = None, index: int = 0, *,
+                 include_usage: bool = False, continuous_usage: bool = False):
         self.id = id
         self.model = model
         self.created = int(time.time()) if created is None else created
         self.index = index
         self._role_sent = False
+        self._usage_chunk = include_usage
+        self._continuous = include_usage and continuous_usage     # vLLM: continuous stats need include_usage
         # Every event starts with the same bytes up to its delta: encoded once per response.
         self._head = b'data: {"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,' \
                      b'"choices":[{"index":%d,"delta":' % (_json(id), self.created, _json(model), index)
 
     @classmethod
-    def for_format(cls, chunk_format: ChunkFormat) -> "ChunkWriter":
-        return cls(chunk_format.id, chunk_format.model, chunk_format.created, chunk_format.index)
+    def for_format(cls, chunk_format: ChunkFormat, params: StreamParams | None = None) -> "ChunkWriter":
+        include = params is not None and params.include_usage
+        return cls(chunk_format.id, chunk_format.model, chunk_format.created, chunk_format.index,
+                   include_usage=include and chunk_format.n == 1,
+                   continuous_usage=include and params.continuous_usage_stats)
 
     def chunks(self, update: StreamUpdate) -> list[dict]:
-        out = [self._chunk(_to_builtins(delta)) for delta in update.deltas]
+        lists = update.logprobs
+        out = []
+        for i, delta in enumerate(update.deltas):
+            chunk = self._chunk(_to_builtins(delta))
+            if i < len(lists) and lists[i]:
+                chunk["choices"][0]["logprobs"] = {"content": _to_builtins(lists[i])}
+            out.append(chunk)
         if update.finish_reason is not None:
             if not out:
                 out.append(self._chunk({}))
+                if lists and lists[0]:
+                    out[0]["choices"][0]["logprobs"] = {"content": _to_builtins(lists[0])}
             choice = out[-1]["choices"][0]
             choice["finish_reason"] = update.finish_reason
             choice["stop_reason"] = update.stop_reason
@@ -56,10 +76,11 @@ class ChunkWriter:
         """The chunks of `update` as server-sent events; only each delta is encoded per call."""
         deltas = update.deltas
         ending = update.finish_reason is not None
+        plain = not update.logprobs and not self._continuous
         if not ending:
             if not deltas:
                 return b""
-            if len(deltas) == 1 and self._role_sent:              # the usual step: one delta mid-stream
+            if len(deltas) == 1 and self._role_sent and plain:    # the usual step: one delta mid-stream
                 return self._head + _json(deltas[0]) + _OPEN
         encoded = [_json(delta) for delta in deltas] if deltas else [b"{}"]
         if not self._role_sent:
@@ -67,13 +88,38 @@ class ChunkWriter:
             first = encoded[0]
             encoded[0] = _ROLE + b"}" if first == b"{}" else _ROLE + b"," + first[1:]
         head = self._head
-        last = b""
+        if plain:
+            last = b""
+            if ending:
+                last = b'%s%s,"finish_reason":%s,"logprobs":null,"stop_reason":%s}]}\n\n' % (
+                    head, encoded.pop(), _json(update.finish_reason), _json(update.stop_reason))
+                if not encoded:
+                    return last + self._usage_end(update)
+            return head + (_OPEN + head).join(encoded) + _OPEN + last + (self._usage_end(update) if ending else b"")
+        return self._annotated(update, encoded, ending)
+
+    def _annotated(self, update: StreamUpdate, encoded: list[bytes], ending: bool) -> bytes:
+        """Chunks that carry logprob entries or running usage."""
+        lists, head = update.logprobs, self._head
+        usage = b',"usage":' + openai_usage(update.usage) if self._continuous else b""
+        out = []
+        final = len(encoded) - 1
+        for i, body in enumerate(encoded):
+            entries = lists[i] if i < len(lists) else None
+            logprobs = b'{"content":' + _json(entries) + b"}" if entries else b"null"
+            if ending and i == final:
+                out.append(b'%s%s,"finish_reason":%s,"logprobs":%s,"stop_reason":%s}]%s}\n\n' % (
+                    head, body, _json(update.finish_reason), logprobs, _json(update.stop_reason), usage))
+            else:
+                out.append(b'%s%s,"finish_reason":null,"logprobs":%s}]%s}\n\n' % (head, body, logprobs, usage))
         if ending:
-            last = b'%s%s,"finish_reason":%s,"logprobs":null,"stop_reason":%s}]}\n\n' % (
-                head, encoded.pop(), _json(update.finish_reason), _json(update.stop_reason))
-            if not encoded:
-                return last
-        return head + (_OPEN + head).join(encoded) + _OPEN + last
+            out.append(self._usage_end(update))
+        return b"".join(out)
+
+    def _usage_end(self, update: StreamUpdate) -> bytes:
+        if not self._usage_chunk:
+            return b""
+        return usage_event(self.id, self.model, self.created, [update.usage])
 
     def _chunk(self, delta: dict) -> dict:
         if not self._role_sent:
@@ -81,3 +127,16 @@ class ChunkWriter:
             delta = {"role": "assistant", **delta}
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                 "choices": [{"index": self.index, "delta": delta, "finish_reason": None, "logprobs": None}]}
+
+
+def usage_event(id: str, model: str, created: int, usages: list[Usage | None],
+                object: str = "chat.completion.chunk") -> bytes:
+    """vLLM's final usage chunk for a response whose choices are `usages` (one per choice: n > 1 sums the
+    completion and reasoning tokens; the prompt is counted once)."""
+    known = [u for u in usages if u is not None]
+    reasoning = [u.reasoning_tokens for u in known if u.reasoning_tokens is not None]
+    total = Usage(prompt_tokens=known[0].prompt_tokens if known else 0,
+                  completion_tokens=sum(u.completion_tokens for u in known),
+                  reasoning_tokens=sum(reasoning) if reasoning else None)
+    return b'data: {"id":%s,"object":%s,"created":%d,"model":%s,"choices":[],"usage":%s}\n\n' % (
+        _json(id), _json(object), created, _json(model), openai_usage(total))

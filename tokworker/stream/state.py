@@ -31,6 +31,7 @@ from tokworker.parsers.reasoning import get_reasoning_parser
 from tokworker.parsers.tools import get_tool_parser
 from tokworker.parsers.tools.jsonscan import STRING_PIECE
 
+from .accounting import StreamAccounting
 from .detokenizer import IncrementalDetokenizer
 from .stop import StopChecker
 
@@ -98,6 +99,11 @@ class TextStream:
         self._idle = self._detok.idle
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
+        if params.logprobs is not None or params.include_usage or params.continuous_usage_stats:
+            # logprob entries and usage counts: push and finish go through the accounting, so a stream
+            # without them pays nothing for them
+            self.accounting = StreamAccounting(self, tokenizer, params, prompt_ids)
+            self.push, self.finish = self.accounting.push, self.accounting.finish
 
     @property
     def done(self) -> bool:
@@ -108,9 +114,10 @@ class TextStream:
         """Generated tokens this stream has accepted (up to and including the one that ended it)."""
         return self._count
 
-    def push(self, ids) -> StreamUpdate:
+    def push(self, ids, logprobs=None) -> StreamUpdate:
         """The ids the engine generated this step. A bad id raises DetokenizeError (a ValueError) before
-        anything changes, so the stream stays usable."""
+        anything changes, so the stream stays usable. `logprobs` (one `(logprob, [(top id, top logprob),
+        ...])` per id) is read only by a stream opened with StreamParams.logprobs (see accounting.py)."""
         # The usual step takes as few operations as possible: ids that end nothing (the count stays inside
         # the window where no length, eos or min_tokens rule applies); for one id, one lookup decodes it
         # while the detokenizer holds nothing; the stop checker is asked only when the text could matter;

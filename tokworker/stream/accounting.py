@@ -1,0 +1,174 @@
+"""Per-token bookkeeping a TextStream does only when asked: logprob entries and usage counts.
+
+A stream opened with StreamParams.logprobs, include_usage or continuous_usage_stats routes its push and
+finish through a StreamAccounting, so a stream without them runs TextStream's own push untouched.
+
+Alignment. A token's entry rides with the first delta made at or after its push: when one id is pushed
+its text is either in that push's deltas or held back (a partial UTF-8 character, a possible stop string,
+a parser's marker), and held text comes out in a later push's delta together with that push's token. So
+ids are pushed one at a time here (TextStream's output does not depend on grouping) and each one's
+entries wait in `_pending` until a delta carries them; the update that ends the stream carries the rest
+(the eos token's entry, text that never showed). Adjacent deltas of one kind are then joined as a push of
+the whole batch would join them, their entry lists with them.
+
+Reasoning tokens: the tokens generated before the first token whose push produced answer text (content or
+a tool call), when a reasoning parser runs; the marker that ends reasoning counts as reasoning.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+from tokworker.protocol.deltas import StreamParams, StreamUpdate, TokenLogprob, TopLogprob, Usage
+
+_FLOOR = -9999.0          # vLLM's floor: JSON has no -inf, and OpenAI writes very unlikely tokens so
+_NAME_CACHE_LIMIT = 65536  # entries per tokenizer; a token's name and bytes are short, so this bounds bytes
+_NAMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _token_names(tokenizer) -> dict:
+    names = _NAMES.get(tokenizer)
+    if names is None:
+        names = _NAMES[tokenizer] = {}
+    return names
+
+
+def token_name(tokenizer, names: dict, token_id: int) -> tuple[str, list[int]]:
+    """(the token decoded alone, as vLLM writes it; the bytes it adds to the text, as OpenAI writes them)."""
+    known = names.get(token_id)
+    if known is None:
+        text = tokenizer.decode([token_id])       # ValueError names an id out of range
+        raw = tokenizer.token_bytes(token_id) if tokenizer.decode_is_bytewise else text.encode("utf-8")
+        if len(names) >= _NAME_CACHE_LIMIT:
+            names.clear()
+        known = names[token_id] = (text, list(raw))
+    return known
+
+
+def _logprob(value) -> float:
+    value = float(value)
+    return _FLOOR if value < _FLOOR or math.isnan(value) else value
+
+
+class StreamAccounting:
+    """Wraps one TextStream's push and finish (see the module docstring)."""
+
+    def __init__(self, stream, tokenizer, params: StreamParams, prompt_ids):
+        self._stream = stream
+        self._push = type(stream).push.__get__(stream)
+        self._finish = type(stream).finish.__get__(stream)
+        self._tokenizer = tokenizer
+        self._names = _token_names(tokenizer)
+        self._top = params.logprobs
+        self._reasoning = bool(params.reasoning_parser) and params.reasoning_parser != "none"
+        self._per_token = self._top is not None or self._reasoning
+        self._usage_at_end = params.include_usage or params.continuous_usage_stats
+        self._usage_always = params.continuous_usage_stats
+        self._prompt_tokens = len(prompt_ids) if prompt_ids is not None else 0
+        self._pending: list[TokenLogprob] = []
+        self._answered = False
+        self.reasoning_tokens = 0
+        from .state import _EMPTY, _coalesce   # state imports this module
+        self._empty, self._coalesce = _EMPTY, _coalesce
+
+    def usage(self) -> Usage:
+        return Usage(prompt_tokens=self._prompt_tokens, completion_tokens=self._stream.num_tokens,
+                     reasoning_tokens=self.reasoning_tokens if self._reasoning else None)
+
+    def entries(self, ids, logprobs) -> list[TokenLogprob]:
+        """One entry per id; a clear ValueError or TypeError for a wrong shape or id, before any push."""
+        if len(logprobs) != len(ids):
+            raise ValueError(f"{len(ids)} ids but {len(logprobs)} logprobs: one (logprob, top) per id")
+        tokenizer, names, top = self._tokenizer, self._names, self._top
+        out = []
+        for token_id, item in zip(ids, logprobs):
+            try:
+                sampled, alternatives = item
+            except (TypeError, ValueError):
+                raise TypeError(f"a token's logprobs are (logprob, [(top id, top logprob), ...]), not {item!r}") from None
+            text, raw = token_name(tokenizer, names, token_id)
+            tops = []
+            for alternative in alternatives[:top]:
+                top_id, top_logprob = alternative
+                top_text, top_raw = token_name(tokenizer, names, top_id)
+                tops.append(TopLogprob(top_text, _logprob(top_logprob), top_raw))
+            out.append(TokenLogprob(text, _logprob(sampled), raw, tops))
+        return out
+
+    def push(self, ids, logprobs=None) -> StreamUpdate:
+        stream = self._stream
+        if not self._per_token:
+            return self._counted(self._push(ids), [])
+        if stream.done or not ids:
+            return self._push(ids)
+        stream._detok.check(ids)              # a bad id fails the whole step before anything changes
+        # ids pushed without logprobs (a replay after a worker's death) make no entries
+        entries = self.entries(ids, logprobs) if self._top is not None and logprobs is not None else None
+        deltas: list = []
+        lists: list[list[TokenLogprob]] = []
+        pending = self._pending
+        last = None
+        for k, token_id in enumerate(ids):
+            before = stream.num_tokens
+            update = self._push([token_id])
+            if stream.num_tokens == before:
+                break                          # the stream had already ended
+            if entries is not None:
+                pending.append(entries[k])
+            if self._reasoning and not self._answered:
+                if any(d.content is not None or d.tool_calls for d in update.deltas):
+                    self._answered = True
+                else:
+                    self.reasoning_tokens += 1
+            for delta in update.deltas:
+                self._join(deltas, lists, delta, pending)
+                pending = self._pending = []
+            if update.finish_reason is not None:
+                last = update
+                break
+        return self._counted(last or update, lists, deltas)
+
+    def finish(self, finish_reason: str = "length") -> StreamUpdate:
+        update = self._finish(finish_reason)
+        if not self._per_token:
+            return self._counted(update, [])
+        lists, deltas = [], []
+        for delta in update.deltas:
+            self._join(deltas, lists, delta, self._pending)
+            self._pending = []
+        return self._counted(update, lists, deltas)
+
+    def _counted(self, update: StreamUpdate, lists, deltas=None) -> StreamUpdate:
+        """`update` with the joined deltas and their entries, the leftover entries at the end, and usage."""
+        ending = update.finish_reason is not None
+        if deltas is None:
+            deltas = update.deltas
+        if ending and self._pending:
+            if lists:
+                lists[-1] = lists[-1] + self._pending
+            else:
+                lists = [self._pending]
+            self._pending = []
+        if self._top is None:
+            lists = []
+        usage = self.usage() if (ending and self._usage_at_end) or (self._usage_always and deltas) else None
+        if not ending and not deltas:
+            return self._empty
+        if deltas is update.deltas and not lists and usage is None:
+            return update
+        return StreamUpdate(deltas=deltas, finish_reason=update.finish_reason, stop_reason=update.stop_reason,
+                            abort=update.abort, logprobs=lists, usage=usage)
+
+
+    def _join(self, deltas: list, lists: list, delta, entries: list) -> None:
+        """Append `delta` with its entries, joined to the previous delta as TextStream would join them."""
+        if deltas:
+            joined = self._coalesce([deltas[-1], delta])
+            if len(joined) == 1:
+                deltas[-1] = joined[0]
+                if entries:
+                    lists[-1] = lists[-1] + entries
+                return
+        deltas.append(delta)
+        lists.append(entries)
