@@ -60,6 +60,8 @@ class StreamTable:
             raise WorkerError(ErrorCode.UNAVAILABLE, f"streams are not available: {exc}") from None
         try:
             params = self._with_defaults(msg.params)
+            if msg.chunks is not None and msg.chunks.api in ("responses", "anthropic") and not params.include_usage:
+                params = msgspec.structs.replace(params, include_usage=True)   # those formats always report usage
             stream = TextStream(self.tokenizer, params, prompt_ids=msg.prompt_ids, prompt_text=msg.prompt_text)
             writer = (writer_for(msg.chunks, params, msg.prompt_ids, self.tokenizer)
                       if msg.chunks is not None else None)
