@@ -11,8 +11,9 @@ entries wait in `_pending` until a delta carries them; the update that ends the 
 (the eos token's entry, text that never showed). Adjacent deltas of one kind are then joined as a push of
 the whole batch would join them, their entry lists with them.
 
-Reasoning tokens: the tokens generated before the first token whose push produced answer text (content or
-a tool call), when a reasoning parser runs; the marker that ends reasoning counts as reasoning.
+Reasoning tokens (where a reasoning parser runs): the tokens from the first whose push showed reasoning
+text through the last, so the markers around the reasoning are not counted, as vLLM counts the tokens
+between its think tokens (a first reasoning character split across tokens counts from its last piece).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class StreamAccounting:
         self._usage_always = params.continuous_usage_stats
         self._prompt_tokens = len(prompt_ids) if prompt_ids is not None else 0
         self._pending: list[TokenLogprob] = []
-        self._answered = False
+        self._first_reasoning = -1        # the position of the first token that showed reasoning text
         self.reasoning_tokens = 0
         from .state import _EMPTY, _coalesce   # state imports this module
         self._empty, self._coalesce = _EMPTY, _coalesce
@@ -116,11 +117,10 @@ class StreamAccounting:
                 break                          # the stream had already ended
             if entries is not None:
                 pending.append(entries[k])
-            if self._reasoning and not self._answered:
-                if any(d.content is not None or d.tool_calls for d in update.deltas):
-                    self._answered = True
-                else:
-                    self.reasoning_tokens += 1
+            if self._reasoning and any(d.reasoning_content is not None for d in update.deltas):
+                if self._first_reasoning < 0:
+                    self._first_reasoning = before
+                self.reasoning_tokens = before - self._first_reasoning + 1
             for delta in update.deltas:
                 self._join(deltas, lists, delta, pending)
                 pending = self._pending = []
