@@ -158,7 +158,8 @@ class ResponsesWriter:
                     "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                     "usage": None}
         if usage is not None:
-            response["usage"] = {"input_tokens": usage.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+            response["usage"] = {"input_tokens": usage.prompt_tokens,
+                                 "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                                  "output_tokens": usage.completion_tokens,
                                  "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
                                  "total_tokens": usage.prompt_tokens + usage.completion_tokens}
