@@ -26,6 +26,7 @@ from .common import json as _json, openai_usage
 _to_builtins = msgspec.to_builtins
 _ROLE = b'{"role":"assistant"'
 _OPEN = b',"finish_reason":null,"logprobs":null}]}\n\n'      # after the delta of every chunk but the last
+_ENTRIES = b',"finish_reason":null,"logprobs":{"content":'
 
 
 class ChunkWriter:
@@ -76,12 +77,16 @@ class ChunkWriter:
         """The chunks of `update` as server-sent events; only each delta is encoded per call."""
         deltas = update.deltas
         ending = update.finish_reason is not None
-        plain = not update.logprobs and not self._continuous
+        lists = update.logprobs
+        plain = not lists and not self._continuous
         if not ending:
             if not deltas:
                 return b""
-            if len(deltas) == 1 and self._role_sent and plain:    # the usual step: one delta mid-stream
-                return self._head + _json(deltas[0]) + _OPEN
+            if len(deltas) == 1 and self._role_sent:              # the usual step: one delta mid-stream
+                if plain:
+                    return self._head + _json(deltas[0]) + _OPEN
+                if not self._continuous and lists[0]:
+                    return b"%s%s%s%s}}]}\n\n" % (self._head, _json(deltas[0]), _ENTRIES, _json(lists[0]))
         encoded = [_json(delta) for delta in deltas] if deltas else [b"{}"]
         if not self._role_sent:
             self._role_sent = True

@@ -81,53 +81,75 @@ class StreamAccounting:
         """One entry per id; a clear ValueError or TypeError for a wrong shape or id, before any push."""
         if len(logprobs) != len(ids):
             raise ValueError(f"{len(ids)} ids but {len(logprobs)} logprobs: one (logprob, top) per id")
-        tokenizer, names, top = self._tokenizer, self._names, self._top
-        out = []
-        for token_id, item in zip(ids, logprobs):
-            try:
-                sampled, alternatives = item
-            except (TypeError, ValueError):
-                raise TypeError(f"a token's logprobs are (logprob, [(top id, top logprob), ...]), not {item!r}") from None
-            text, raw = token_name(tokenizer, names, token_id)
-            tops = []
-            for alternative in alternatives[:top]:
-                top_id, top_logprob = alternative
-                top_text, top_raw = token_name(tokenizer, names, top_id)
-                tops.append(TopLogprob(top_text, _logprob(top_logprob), top_raw))
-            out.append(TokenLogprob(text, _logprob(sampled), raw, tops))
-        return out
+        entry = self._entry
+        return [entry(token_id, item) for token_id, item in zip(ids, logprobs)]
+
+    def _entry(self, token_id: int, item) -> TokenLogprob:
+        try:
+            sampled, alternatives = item
+        except (TypeError, ValueError):
+            raise TypeError(f"a token's logprobs are (logprob, [(top id, top logprob), ...]), not {item!r}") from None
+        tokenizer, names = self._tokenizer, self._names
+        text, raw = names.get(token_id) or token_name(tokenizer, names, token_id)
+        tops = []
+        for top_id, top_logprob in alternatives[:self._top]:
+            top_text, top_raw = names.get(top_id) or token_name(tokenizer, names, top_id)
+            tops.append(TopLogprob(top_text, _logprob(top_logprob), top_raw))
+        return TokenLogprob(text, _logprob(sampled), raw, tops)
 
     def push(self, ids, logprobs=None) -> StreamUpdate:
         stream = self._stream
         if not self._per_token:
             return self._counted(self._push(ids), [])
-        if stream.done or not ids:
+        if stream.finish_reason is not None or not ids:
             return self._push(ids)
-        stream._detok.check(ids)              # a bad id fails the whole step before anything changes
         # ids pushed without logprobs (a replay after a worker's death) make no entries
-        entries = self.entries(ids, logprobs) if self._top is not None and logprobs is not None else None
+        scored = self._top is not None and logprobs is not None
         deltas: list = []
         lists: list[list[TokenLogprob]] = []
-        pending = self._pending
-        last = None
+        if len(ids) == 1:                      # the usual step: its update is all this id's
+            entry = self._entry(ids[0], logprobs[0]) if scored and len(logprobs) == 1 else \
+                (self.entries(ids, logprobs)[0] if scored else None)
+            before = stream._count
+            update = self._push(ids)
+            if not (update.finish_reason is not None or self._usage_always or self._reasoning):
+                if not update.deltas:
+                    if entry is not None:
+                        self._pending.append(entry)
+                    return update
+                if len(update.deltas) == 1 and entry is not None:
+                    pending = self._pending
+                    if pending:
+                        pending.append(entry)
+                        self._pending = []
+                        return StreamUpdate(update.deltas, logprobs=[pending])
+                    return StreamUpdate(update.deltas, logprobs=[[entry]])
+            self._absorb(update, entry, before, deltas, lists)
+            return self._counted(update, lists, deltas)
+        stream._detok.check(ids)              # a bad id fails the whole step before anything changes
+        entries = self.entries(ids, logprobs) if scored else None
         for k, token_id in enumerate(ids):
-            before = stream.num_tokens
+            before = stream._count
             update = self._push([token_id])
-            if stream.num_tokens == before:
+            if stream._count == before:
                 break                          # the stream had already ended
-            if entries is not None:
-                pending.append(entries[k])
-            if self._reasoning and any(d.reasoning_content is not None for d in update.deltas):
-                if self._first_reasoning < 0:
-                    self._first_reasoning = before
-                self.reasoning_tokens = before - self._first_reasoning + 1
-            for delta in update.deltas:
-                self._join(deltas, lists, delta, pending)
-                pending = self._pending = []
+            self._absorb(update, entries[k] if entries is not None else None, before, deltas, lists)
             if update.finish_reason is not None:
-                last = update
                 break
-        return self._counted(last or update, lists, deltas)
+        return self._counted(update, lists, deltas)
+
+    def _absorb(self, update: StreamUpdate, entry, before: int, deltas: list, lists: list) -> None:
+        """One accepted id's update: its entry waits for a delta; its deltas join the step's."""
+        pending = self._pending
+        if entry is not None:
+            pending.append(entry)
+        if self._reasoning and any(d.reasoning_content is not None for d in update.deltas):
+            if self._first_reasoning < 0:
+                self._first_reasoning = before
+            self.reasoning_tokens = before - self._first_reasoning + 1
+        for delta in update.deltas:
+            self._join(deltas, lists, delta, pending)
+            pending = self._pending = []
 
     def finish(self, finish_reason: str = "length") -> StreamUpdate:
         update = self._finish(finish_reason)
