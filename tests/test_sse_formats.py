@@ -37,6 +37,7 @@ SCRIPTS = [
      dict(reasoning_parser="qwen3", tool_parser="hermes", tools=TOOLS)),
 ]
 APIS = ["chat", "completions", "responses", "anthropic"]
+FORMAT = ChunkFormat(id="c", model="m", created=1)
 
 
 def by_type(union) -> dict:
@@ -217,7 +218,7 @@ def test_chat_sse_is_the_json_of_its_chunks_with_logprobs_and_usage():
         ids = TOKENIZER.encode(text) + [TOKENIZER.eos_token_ids[0]]
         params = StreamParams(**extra, logprobs=1)
         stream = TextStream(TOKENIZER, params)
-        sse_writer, dict_writer = ChunkWriter("c", "m", 1), ChunkWriter("c", "m", 1)
+        sse_writer, dict_writer = ChunkWriter.for_format(FORMAT, params), ChunkWriter.for_format(FORMAT, params)
         sse, dicts = b"", []
         lps = logprobs_for(ids, 1)
         for k in range(0, len(ids), 3):

@@ -31,29 +31,33 @@ _ENTRIES = b',"finish_reason":null,"logprobs":{"content":'
 
 class ChunkWriter:
     """Chunks for one choice of one response: `chunks(update) -> list[dict]`, `sse(update) -> bytes`.
-    A writer serves one of the two for its whole response (both track whether the role was sent)."""
+    A writer serves one of the two for its whole response (both track whether the role was sent).
+    `for_format` gives a ScoredChunkWriter to a stream with logprobs or continuous usage, so this one's
+    short path stays as short as it was."""
 
-    __slots__ = ("id", "model", "created", "index", "_role_sent", "_head", "_usage_chunk", "_continuous")
+    __slots__ = ("id", "model", "created", "index", "_role_sent", "_head", "_usage_chunk")
 
     def __init__(self, id: str, model: str, created: int | None = None, index: int = 0, *,
-                 include_usage: bool = False, continuous_usage: bool = False):
+                 include_usage: bool = False):
         self.id = id
         self.model = model
         self.created = int(time.time()) if created is None else created
         self.index = index
         self._role_sent = False
         self._usage_chunk = include_usage
-        self._continuous = include_usage and continuous_usage     # vLLM: continuous stats need include_usage
         # Every event starts with the same bytes up to its delta: encoded once per response.
         self._head = b'data: {"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,' \
                      b'"choices":[{"index":%d,"delta":' % (_json(id), self.created, _json(model), index)
 
     @classmethod
     def for_format(cls, chunk_format: ChunkFormat, params: StreamParams | None = None) -> "ChunkWriter":
-        include = params is not None and params.include_usage
-        return cls(chunk_format.id, chunk_format.model, chunk_format.created, chunk_format.index,
-                   include_usage=include and chunk_format.n == 1,
-                   continuous_usage=include and params.continuous_usage_stats)
+        params = params or StreamParams()
+        include = params.include_usage and chunk_format.n == 1     # n > 1: the API process writes it once
+        args = (chunk_format.id, chunk_format.model, chunk_format.created, chunk_format.index)
+        continuous = params.include_usage and params.continuous_usage_stats   # vLLM: needs include_usage
+        if params.logprobs is not None or continuous:
+            return ScoredChunkWriter(*args, include_usage=include, continuous_usage=continuous)
+        return cls(*args, include_usage=include)
 
     def chunks(self, update: StreamUpdate) -> list[dict]:
         lists = update.logprobs
@@ -77,34 +81,65 @@ class ChunkWriter:
         """The chunks of `update` as server-sent events; only each delta is encoded per call."""
         deltas = update.deltas
         ending = update.finish_reason is not None
-        lists = update.logprobs
-        plain = not lists and not self._continuous
         if not ending:
             if not deltas:
                 return b""
             if len(deltas) == 1 and self._role_sent:              # the usual step: one delta mid-stream
-                if plain:
-                    return self._head + _json(deltas[0]) + _OPEN
-                if not self._continuous and lists[0]:
-                    return b"%s%s%s%s}}]}\n\n" % (self._head, _json(deltas[0]), _ENTRIES, _json(lists[0]))
+                return self._head + _json(deltas[0]) + _OPEN
+        encoded = self._encoded(deltas)
+        head = self._head
+        last = b""
+        if ending:
+            last = b'%s%s,"finish_reason":%s,"logprobs":null,"stop_reason":%s}]}\n\n' % (
+                head, encoded.pop(), _json(update.finish_reason), _json(update.stop_reason))
+            last += self._usage_end(update)
+            if not encoded:
+                return last
+        return head + (_OPEN + head).join(encoded) + _OPEN + last
+
+    def _encoded(self, deltas) -> list[bytes]:
+        """Each delta's JSON (an empty one when there is none), the first of the choice with its role."""
         encoded = [_json(delta) for delta in deltas] if deltas else [b"{}"]
         if not self._role_sent:
             self._role_sent = True
             first = encoded[0]
             encoded[0] = _ROLE + b"}" if first == b"{}" else _ROLE + b"," + first[1:]
-        head = self._head
-        if plain:
-            last = b""
-            if ending:
-                last = b'%s%s,"finish_reason":%s,"logprobs":null,"stop_reason":%s}]}\n\n' % (
-                    head, encoded.pop(), _json(update.finish_reason), _json(update.stop_reason))
-                if not encoded:
-                    return last + self._usage_end(update)
-            return head + (_OPEN + head).join(encoded) + _OPEN + last + (self._usage_end(update) if ending else b"")
-        return self._annotated(update, encoded, ending)
+        return encoded
 
-    def _annotated(self, update: StreamUpdate, encoded: list[bytes], ending: bool) -> bytes:
-        """Chunks that carry logprob entries or running usage."""
+    def _usage_end(self, update: StreamUpdate) -> bytes:
+        if not self._usage_chunk:
+            return b""
+        return usage_event(self.id, self.model, self.created, [update.usage])
+
+    def _chunk(self, delta: dict) -> dict:
+        if not self._role_sent:
+            self._role_sent = True
+            delta = {"role": "assistant", **delta}
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": self.index, "delta": delta, "finish_reason": None, "logprobs": None}]}
+
+
+
+class ScoredChunkWriter(ChunkWriter):
+    """Chat chunks that carry logprob entries (`{"content": [...]}`) and, with continuous usage stats,
+    the usage so far on every chunk."""
+
+    __slots__ = ("_continuous",)
+
+    def __init__(self, *args, include_usage: bool = False, continuous_usage: bool = False):
+        super().__init__(*args, include_usage=include_usage)
+        self._continuous = continuous_usage
+
+    def sse(self, update: StreamUpdate) -> bytes:
+        deltas = update.deltas
+        ending = update.finish_reason is not None
+        if not ending:
+            if not deltas:
+                return b""
+            lists = update.logprobs
+            if len(deltas) == 1 and self._role_sent and not self._continuous and lists and lists[0]:
+                return b"%s%s%s%s}}]}\n\n" % (self._head, _json(deltas[0]), _ENTRIES, _json(lists[0]))
+        encoded = self._encoded(deltas)
         lists, head = update.logprobs, self._head
         usage = b',"usage":' + openai_usage(update.usage) if self._continuous else b""
         out = []
@@ -120,19 +155,6 @@ class ChunkWriter:
         if ending:
             out.append(self._usage_end(update))
         return b"".join(out)
-
-    def _usage_end(self, update: StreamUpdate) -> bytes:
-        if not self._usage_chunk:
-            return b""
-        return usage_event(self.id, self.model, self.created, [update.usage])
-
-    def _chunk(self, delta: dict) -> dict:
-        if not self._role_sent:
-            self._role_sent = True
-            delta = {"role": "assistant", **delta}
-        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [{"index": self.index, "delta": delta, "finish_reason": None, "logprobs": None}]}
-
 
 def usage_event(id: str, model: str, created: int, usages: list[Usage | None],
                 object: str = "chat.completion.chunk") -> bytes:
