@@ -125,3 +125,21 @@ class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     sse: bytes = b""
     logprobs: list[list[TokenLogprob]] = []
     usage: Usage | None = None
+
+
+def joined_logprobs(updates) -> list[list[TokenLogprob]]:
+    """The entry lists of consecutive updates of one stream merged into one update, still one list per
+    delta (a list without a delta, at the end of a stream, joins the last delta's)."""
+    lists: list[list[TokenLogprob]] = []
+    for update in updates:
+        own = update.logprobs
+        if not own:
+            lists += [[] for _ in update.deltas]
+        elif update.deltas:
+            lists += own
+            lists += [[] for _ in range(len(update.deltas) - len(own))]
+        elif lists:
+            lists[-1] = lists[-1] + own[0]
+        else:
+            lists.append(own[0])
+    return lists if any(lists) else []

@@ -164,3 +164,50 @@ def test_random_engine_batches_match_one_by_one():
         _, a = run(params, ids, [1], logprobs_for(ids, 2), finish=True)
         _, b = run(params, ids, sizes, logprobs_for(ids, 2), finish=True)
         assert [e for u in a for lst in u.logprobs for e in lst] == [e for u in b for lst in u.logprobs for e in lst]
+
+
+def test_through_a_pool_plain_updates_carry_the_same_entries():
+    """pool.step({id: (ids, logprobs)}) beside plain {id: ids}; entries and usage survive the buffered
+    iterator's merging; a wrong logprobs shape fails that stream with a typed error, the worker lives on."""
+    import uvloop
+
+    from tokworker.frontend import TokenizerPool
+    from tokworker.frontend.errors import StreamFailed
+
+    text = TEXTS[2]
+    ids = TOKENIZER.encode(text) + [TOKENIZER.eos_token_ids[0]]
+    params = StreamParams(logprobs=2, include_usage=True, reasoning_parser="qwen3", tool_parser="hermes",
+                          tools=TOOLS)
+    lps = logprobs_for(ids, 2)
+    _, local = run(params, ids, [1], lps)
+
+    async def main():
+        pool = await TokenizerPool.spawn(str(MODEL), workers=1)
+        try:
+            scored = await pool.open_stream("scored", params, prompt_ids=[1, 2, 3, 4],
+                                            prompt_text="<|im_start|>assistant\n")
+            await pool.open_stream("plain", StreamParams(), buffer=False)
+            await pool.open_stream("bad", StreamParams(logprobs=1), buffer=False)
+            at, sizes = 0, [1, 3, 2, 5]
+            bad = None
+            while at < len(ids):
+                size = sizes[at % len(sizes)]
+                step = {"scored": (ids[at:at + size], lps[at:at + size]), "plain": ids[at:at + size]}
+                if at == 0:
+                    step["bad"] = (ids[:2], lps[:1])
+                replies = await pool.step(step)
+                bad = bad or replies.get("bad")
+                at += size
+            updates = [update async for update in scored]     # buffered: several merged into one
+            stats = await pool.stats()
+            return updates, bad, stats
+        finally:
+            await pool.close()
+
+    updates, bad, stats = uvloop.run(main())
+    entries = [e for u in updates for lst in u.logprobs for e in lst]
+    assert entries == [e for u in local for lst in u.logprobs for e in lst]
+    assert joined(updates)[:2] == joined(local)[:2]
+    assert updates[-1].usage == local[-1].usage and updates[-1].usage.prompt_tokens == 4
+    assert bad.finish_reason == "error"
+    assert stats[0].streams_opened == 3 and stats[0].streams_open == 0   # the same worker served all three

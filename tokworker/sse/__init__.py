@@ -7,14 +7,24 @@ TextStream updates (deltas, logprob entries, usage, finish):
     anthropic.py    Anthropic Messages events (/v1/messages)
 
 A writer serves one response choice: `sse(update) -> bytes` per update, in order; an update with nothing
-to say gives b"". `writer_for` picks one by ChunkFormat.api, as the worker does per stream.
+to say gives b"". `writer_for` picks one by ChunkFormat.api, as the worker does per stream; the stream's
+TextStream takes `params_for(chunk_format, params)`.
 """
 
 from __future__ import annotations
 
+import msgspec
+
 from tokworker.protocol.deltas import ChunkFormat, StreamParams
 
 APIS = ("chat", "completions", "responses", "anthropic")
+
+
+def params_for(chunk_format: ChunkFormat, params: StreamParams) -> StreamParams:
+    """The stream's params as its format needs them: Responses and Messages always report usage."""
+    if chunk_format.api in ("responses", "anthropic") and not params.include_usage:
+        return msgspec.structs.replace(params, include_usage=True)
+    return params
 
 
 def writer_for(chunk_format: ChunkFormat, params: StreamParams, prompt_ids=None, tokenizer=None):

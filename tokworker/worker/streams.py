@@ -17,9 +17,9 @@ from collections import OrderedDict
 
 import msgspec
 
-from tokworker.protocol.deltas import StreamParams, StreamUpdate
+from tokworker.protocol.deltas import StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import Error, ErrorCode, OpenStream, Step, StepReply
-from tokworker.sse import writer_for
+from tokworker.sse import params_for, writer_for
 
 EMPTY = StreamUpdate()
 
@@ -60,8 +60,8 @@ class StreamTable:
             raise WorkerError(ErrorCode.UNAVAILABLE, f"streams are not available: {exc}") from None
         try:
             params = self._with_defaults(msg.params)
-            if msg.chunks is not None and msg.chunks.api in ("responses", "anthropic") and not params.include_usage:
-                params = msgspec.structs.replace(params, include_usage=True)   # those formats always report usage
+            if msg.chunks is not None:
+                params = params_for(msg.chunks, params)
             stream = TextStream(self.tokenizer, params, prompt_ids=msg.prompt_ids, prompt_text=msg.prompt_text)
             writer = (writer_for(msg.chunks, params, msg.prompt_ids, self.tokenizer)
                       if msg.chunks is not None else None)
@@ -196,22 +196,8 @@ class StreamTable:
         return msgspec.structs.replace(params, tool_parser=tool, reasoning_parser=reasoning)
 
 
+
 def _joined(earlier: StreamUpdate, final: StreamUpdate) -> StreamUpdate:
-    """A step's push and the engine's finish of the same stream as one update; entry lists stay one per
-    delta (the finish's list without a delta joins the push's last one)."""
-    lists = final.logprobs
-    if earlier.logprobs or lists:
-        lists = _padded(earlier)
-        if final.deltas:
-            lists += _padded(final)
-        elif final.logprobs:
-            if lists:
-                lists[-1] = lists[-1] + final.logprobs[0]
-            else:
-                lists = [final.logprobs[0]]
-    return msgspec.structs.replace(final, deltas=earlier.deltas + final.deltas, logprobs=lists)
-
-
-def _padded(update: StreamUpdate) -> list:
-    lists = list(update.logprobs)
-    return lists + [[] for _ in range(len(update.deltas) - len(lists))]
+    """A step's push and the engine's finish of the same stream as one update."""
+    return msgspec.structs.replace(final, deltas=earlier.deltas + final.deltas,
+                                   logprobs=joined_logprobs((earlier, final)))
