@@ -20,6 +20,9 @@ from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from .common import CALL, REASONING, TEXT, event, json, pieces
 
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,"delta":{"type":"%s","%s":%s}}\n\n'
+_TEXT_DELTA = _DELTA.replace(b"%s", b"text_delta", 1).replace(b"%s", b"text", 1)
+_THINKING_DELTA = _DELTA.replace(b"%s", b"thinking_delta", 1).replace(b"%s", b"thinking", 1)
+_TEXT_BLOCK, _THINKING_BLOCK = (TEXT, None), (REASONING, None)
 _DELTA_KIND = {TEXT: (b"text_delta", b"text"), REASONING: (b"thinking_delta", b"thinking"),
                CALL: (b"input_json_delta", b"partial_json")}
 
@@ -36,8 +39,18 @@ class MessagesWriter:
 
     def sse(self, update: StreamUpdate) -> bytes:
         ending = update.finish_reason is not None
-        if not update.deltas and not ending:
-            return b""
+        deltas = update.deltas
+        if not ending:
+            if not deltas:
+                return b""
+            if len(deltas) == 1:               # the usual step: more text of the open text or thinking block
+                delta = deltas[0]
+                if delta.tool_calls is None:
+                    if delta.content is not None and delta.reasoning_content is None and self._open == _TEXT_BLOCK:
+                        return _TEXT_DELTA % (self._blocks - 1, json(delta.content))
+                    if delta.reasoning_content is not None and delta.content is None and \
+                            self._open == _THINKING_BLOCK:
+                        return _THINKING_DELTA % (self._blocks - 1, json(delta.reasoning_content))
         out: list[bytes] = []
         if not self._started:
             self._started = True

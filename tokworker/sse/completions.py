@@ -19,6 +19,9 @@ from .chat import usage_event
 from .common import json, openai_usage
 
 
+_PLAIN_TAIL = b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+
+
 class CompletionWriter:
     __slots__ = ("_format", "_head", "_echo", "_offset", "_carry", "_usage_chunk", "_continuous")
 
@@ -34,7 +37,14 @@ class CompletionWriter:
         self._continuous = params.include_usage and params.continuous_usage_stats
 
     def sse(self, update: StreamUpdate) -> bytes:
-        parts = [d.content for d in update.deltas if d.content is not None]
+        deltas = update.deltas
+        if len(deltas) == 1 and update.finish_reason is None and not update.logprobs and not self._continuous \
+                and not self._echo and not self._carry:       # the usual step: more text, nothing else
+            text = deltas[0].content
+            if text is None:
+                return b""
+            return self._head + json(text) + _PLAIN_TAIL
+        parts = [d.content for d in deltas if d.content is not None]
         entries = self._carry
         for extra in update.logprobs:
             entries = entries + extra if extra else entries

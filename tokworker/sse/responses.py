@@ -17,15 +17,22 @@ output_text's: entries that ride with reasoning or a tool call are not part of t
 
 from __future__ import annotations
 
-import msgspec
-
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, Usage
 
 from .common import CALL, REASONING, TEXT, event, json, pieces
 
-_to_builtins = msgspec.to_builtins
-_PART = {REASONING: "reasoning_text", TEXT: "output_text"}
-
+# The delta events are most of a response: each item's delta events share their bytes up to the delta
+# (encoded once per item); the sequence number goes last.
+_TEXT_HEAD = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":%s,'
+              b'"output_index":%d,"content_index":0,"delta":')
+_REASONING_HEAD = (b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta",'
+                   b'"item_id":%s,"output_index":%d,"content_index":0,"delta":')
+_ARGUMENTS_HEAD = (b'event: response.function_call_arguments.delta\ndata: {"type":'
+                   b'"response.function_call_arguments.delta","item_id":%s,"output_index":%d,"delta":')
+_HEADS = {TEXT: _TEXT_HEAD, REASONING: _REASONING_HEAD, CALL: _ARGUMENTS_HEAD}
+_TAIL = b',"sequence_number":%d}\n\n'
+_TEXT_TAIL = b',"logprobs":%s,"sequence_number":%d}\n\n'
+_PLAIN_TEXT_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
 
 class ResponsesWriter:
     __slots__ = ("_format", "_sequence", "_started", "_items", "_open", "_carry", "_prefix")
@@ -41,8 +48,30 @@ class ResponsesWriter:
 
     def sse(self, update: StreamUpdate) -> bytes:
         ending = update.finish_reason is not None
-        if not update.deltas and not ending:
-            return b""
+        deltas = update.deltas
+        if not ending:
+            if not deltas:
+                return b""
+            current = self._open
+            if len(deltas) == 1 and current is not None and deltas[0].tool_calls is None:
+                delta = deltas[0]      # the usual step: more of the open message's text or reasoning
+                kind = current["kind"]
+                if kind == TEXT and delta.content is not None and delta.reasoning_content is None:
+                    lists = update.logprobs
+                    if not lists and not self._carry:
+                        text = delta.content
+                        current["parts"].append(text)
+                        number = self._sequence
+                        self._sequence = number + 1
+                        return current["head"] + json(text) + _PLAIN_TEXT_TAIL % number
+                    if lists and lists[0]:
+                        self._carry = self._carry + lists[0]
+                    out: list[bytes] = []
+                    self._text_delta(out, delta.content)
+                    return out[0]
+                if kind == REASONING and delta.reasoning_content is not None and delta.content is None:
+                    current["parts"].append(delta.reasoning_content)
+                    return current["head"] + json(delta.reasoning_content) + _TAIL % self._next()
         out: list[bytes] = []
         if not self._started:
             self._started = True
@@ -76,9 +105,8 @@ class ResponsesWriter:
                 current = self._begin(out, CALL, {"call": index, "call_id": call_id or f"call_{index}",
                                                   "name": name or ""})
             if arguments:
-                current["text"] += arguments
-                self._emit(out, "response.function_call_arguments.delta",
-                           {"item_id": current["id"], "output_index": current["index"], "delta": arguments})
+                current["parts"].append(arguments)
+                out.append(current["head"] + json(arguments) + _TAIL % self._next())
             return
         if current is None or current["kind"] != kind:
             self._close(out)
@@ -87,25 +115,25 @@ class ResponsesWriter:
             self._text_delta(out, piece[1])
         else:
             current = self._open
-            current["text"] += piece[1]
-            self._emit(out, "response.reasoning_text.delta", {"item_id": current["id"], "output_index":
-                                                              current["index"], "content_index": 0,
-                                                              "delta": piece[1]})
+            current["parts"].append(piece[1])
+            out.append(current["head"] + json(piece[1]) + _TAIL % self._next())
 
     def _text_delta(self, out: list, text: str) -> None:
         current = self._open
-        current["text"] += text
-        entries = _to_builtins(self._carry)
-        self._carry = []
-        current["logprobs"] += entries
-        self._emit(out, "response.output_text.delta", {"item_id": current["id"], "output_index": current["index"],
-                                                       "content_index": 0, "delta": text, "logprobs": entries})
+        current["parts"].append(text)
+        entries = self._carry
+        if entries:
+            self._carry = []
+            current["logprobs"] += entries
+        tail = _TEXT_TAIL % (json(entries), self._next()) if entries else _PLAIN_TEXT_TAIL % self._next()
+        out.append(current["head"] + json(text) + tail)
 
     def _begin(self, out: list, kind: int, extra: dict) -> dict:
         index = len(self._items)
         tag = {TEXT: "msg", REASONING: "rs", CALL: "fc"}[kind]
-        current = self._open = {"kind": kind, "id": f"{tag}_{self._prefix}_{index}", "index": index, "text": "",
-                                "logprobs": [], **extra}
+        item_id = f"{tag}_{self._prefix}_{index}"
+        current = self._open = {"kind": kind, "id": item_id, "index": index, "parts": [], "logprobs": [],
+                                "head": _HEADS[kind] % (json(item_id), index), **extra}
         self._emit(out, "response.output_item.added", {"output_index": index, "item": self._item(current, False)})
         if kind != CALL:
             self._emit(out, "response.content_part.added", {"item_id": current["id"], "output_index": index,
@@ -117,7 +145,8 @@ class ResponsesWriter:
         if current is None:
             return
         self._open = None
-        kind, item_id, index, text = current["kind"], current["id"], current["index"], current["text"]
+        text = current["text"] = "".join(current["parts"])
+        kind, item_id, index = current["kind"], current["id"], current["index"]
         if kind == CALL:
             self._emit(out, "response.function_call_arguments.done", {"item_id": item_id, "output_index": index,
                                                                      "name": current["name"], "arguments": text})
@@ -166,6 +195,9 @@ class ResponsesWriter:
         return response
 
     def _emit(self, out: list, name: str, fields: dict) -> None:
-        fields = {"type": name, "sequence_number": self._sequence, **fields}
-        self._sequence += 1
-        out.append(event(name.encode(), json(fields)))
+        out.append(event(name.encode(), json({"type": name, "sequence_number": self._next(), **fields})))
+
+    def _next(self) -> int:
+        number = self._sequence
+        self._sequence = number + 1
+        return number

@@ -100,7 +100,10 @@ class StreamAccounting:
     def push(self, ids, logprobs=None) -> StreamUpdate:
         stream = self._stream
         if not self._per_token:
-            return self._counted(self._push(ids), [])
+            update = self._push(ids)
+            if update.finish_reason is None and not self._usage_always:
+                return update
+            return self._counted(update, [])
         if stream.finish_reason is not None or not ids:
             return self._push(ids)
         # ids pushed without logprobs (a replay after a worker's death) make no entries
@@ -112,19 +115,25 @@ class StreamAccounting:
                 (self.entries(ids, logprobs)[0] if scored else None)
             before = stream._count
             update = self._push(ids)
-            if not (update.finish_reason is not None or self._usage_always or self._reasoning):
-                if not update.deltas:
-                    if entry is not None:
-                        self._pending.append(entry)
+            if update.finish_reason is None and not self._usage_always:
+                found = update.deltas
+                if self._reasoning and found:
+                    self._count_reasoning(found, before)
+                if entry is None:
                     return update
-                if len(update.deltas) == 1 and entry is not None:
+                if not found:
+                    self._pending.append(entry)
+                    return update
+                if len(found) == 1:
                     pending = self._pending
                     if pending:
                         pending.append(entry)
                         self._pending = []
-                        return StreamUpdate(update.deltas, logprobs=[pending])
-                    return StreamUpdate(update.deltas, logprobs=[[entry]])
-            self._absorb(update, entry, before, deltas, lists)
+                        return StreamUpdate(found, logprobs=[pending])
+                    return StreamUpdate(found, logprobs=[[entry]])
+                self._absorb(update, entry, before, deltas, lists, counted=True)
+            else:
+                self._absorb(update, entry, before, deltas, lists)
             return self._counted(update, lists, deltas)
         stream._detok.check(ids)              # a bad id fails the whole step before anything changes
         entries = self.entries(ids, logprobs) if scored else None
@@ -138,18 +147,24 @@ class StreamAccounting:
                 break
         return self._counted(update, lists, deltas)
 
-    def _absorb(self, update: StreamUpdate, entry, before: int, deltas: list, lists: list) -> None:
+    def _absorb(self, update: StreamUpdate, entry, before: int, deltas: list, lists: list,
+                counted: bool = False) -> None:
         """One accepted id's update: its entry waits for a delta; its deltas join the step's."""
         pending = self._pending
         if entry is not None:
             pending.append(entry)
-        if self._reasoning and any(d.reasoning_content is not None for d in update.deltas):
-            if self._first_reasoning < 0:
-                self._first_reasoning = before
-            self.reasoning_tokens = before - self._first_reasoning + 1
+        if self._reasoning and not counted and update.deltas:
+            self._count_reasoning(update.deltas, before)
         for delta in update.deltas:
             self._join(deltas, lists, delta, pending)
             pending = self._pending = []
+
+    def _count_reasoning(self, deltas, before: int) -> None:
+        """The token at position `before` made these deltas: reasoning text moves the count's end to it."""
+        if deltas[0].reasoning_content is not None or any(d.reasoning_content is not None for d in deltas):
+            if self._first_reasoning < 0:
+                self._first_reasoning = before
+            self.reasoning_tokens = before - self._first_reasoning + 1
 
     def finish(self, finish_reason: str = "length") -> StreamUpdate:
         update = self._finish(finish_reason)
