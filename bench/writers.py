@@ -1,11 +1,12 @@
 """Wire-format writers: the cost per token of each (tokworker.sse) beside chat chunks, on the same stream.
 
 One stream of real Qwen3 ids at a time, one token per engine step as a worker steps it, best of several
-rounds of process CPU time, the variants interleaved round by round. `push_us` is TextStream alone; each writer row adds that writer's `sse` on
-every update (`writer_us` = the difference). `ratio_vs_chat` = chat writer's cost / this row's (above 1:
-cheaper than chat chunks). The logprobs rows are chat chunks with entries (0 = sampled token only, 5 = top
-5) and with include_usage: their push pays for the entries (and, with a reasoning parser, for counting
-reasoning tokens one id at a time), so their writer_us is measured against the plain push.
+rounds of process CPU time, the variants interleaved round by round. `push_us` is TextStream alone; each
+writer row adds that writer's `sse` on every update (`writer_us` = the difference). `ratio_vs_chat` =
+chat writer's cost / this row's (above 1: cheaper than chat chunks). The logprobs rows are chat chunks
+with entries (0 = sampled token only, 5 = top 5) and with include_usage: their push pays for the entries
+(and, with a reasoning parser, for counting reasoning tokens one id at a time), so their writer_us is
+measured against the plain push.
 """
 
 from __future__ import annotations

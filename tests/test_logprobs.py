@@ -21,15 +21,16 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     "type": "object", "properties": {"city": {"type": "string"}}}}}]
 TEXTS = ["Hello 日本語 🧑‍🚀 world, naïve café. STOP and more",
          "<think>\nabout 東京 and </answer>\n</think>\n\nThe answer </answer> is 42.",
-         "<think>\nA call.\n</think>\n\nOK<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}"
-         "\n</tool_call>"]
+         "<think>\nA call.\n</think>\n\nOK<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+         "{\"city\": \"Zürich\"}}\n</tool_call>"]
 PARAMS = [dict(stop=["STOP"]), dict(stop=["</answer>"], reasoning_parser="qwen3"),
           dict(reasoning_parser="qwen3", tool_parser="hermes", tools=TOOLS), dict(), dict(min_tokens=3, max_tokens=20)]
 TOKENIZER = Tokenizer.from_dir(MODEL)
 
 
 def logprobs_for(ids, top):
-    return [(-0.5 - i / 100, [((t + j) % TOKENIZER.vocab_size, -1.0 - j) for j in range(top)]) for i, t in enumerate(ids)]
+    size = TOKENIZER.vocab_size
+    return [(-0.5 - i / 100, [((t + j) % size, -1.0 - j) for j in range(top)]) for i, t in enumerate(ids)]
 
 
 def run(params, ids, sizes, logprobs=None, finish=False):
@@ -172,7 +173,6 @@ def test_through_a_pool_plain_updates_carry_the_same_entries():
     import uvloop
 
     from tokworker.frontend import TokenizerPool
-    from tokworker.frontend.errors import StreamFailed
 
     text = TEXTS[2]
     ids = TOKENIZER.encode(text) + [TOKENIZER.eos_token_ids[0]]

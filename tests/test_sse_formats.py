@@ -52,7 +52,8 @@ VALIDATORS = {"chat": TypeAdapter(ChatCompletionChunk), "completions": TypeAdapt
 
 
 def logprobs_for(ids, top=2):
-    return [(-0.5 - i / 100, [((t + j) % TOKENIZER.vocab_size, -1.0 - j) for j in range(top)]) for i, t in enumerate(ids)]
+    size = TOKENIZER.vocab_size
+    return [(-0.5 - i / 100, [((t + j) % size, -1.0 - j) for j in range(top)]) for i, t in enumerate(ids)]
 
 
 def written(api, script, sizes, *, eos=True, max_tokens=None, index=0, n=1, logprobs=True, continuous=False):

@@ -19,7 +19,8 @@ from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 
 from .common import CALL, REASONING, TEXT, event, json, pieces
 
-_DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,"delta":{"type":"%s","%s":%s}}\n\n'
+_DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+          b'"delta":{"type":"%s","%s":%s}}\n\n')
 _TEXT_DELTA = _DELTA.replace(b"%s", b"text_delta", 1).replace(b"%s", b"text", 1)
 _THINKING_DELTA = _DELTA.replace(b"%s", b"thinking_delta", 1).replace(b"%s", b"thinking", 1)
 _TEXT_BLOCK, _THINKING_BLOCK = (TEXT, None), (REASONING, None)
