@@ -18,6 +18,7 @@ from aiohttp import web
 
 from tokworker.frontend import ChunkFormat, TokenizerPool
 from tokworker.protocol.deltas import StreamParams
+from tokworker.sse.chat import usage_event
 from tokworker.stream.accounting import token_name
 from tokworker.stream.state import TextStream
 from tokworker.tokenizer import Tokenizer
@@ -108,7 +109,43 @@ async def serve(pool, tokenizer):
         top = body.get("top_logprobs") or 0
         if body.get("logprobs"):
             params["logprobs"] = top
+        if body.get("n", 1) > 1:
+            return await choices_out(request, body, params, prompt.ids, top)
         return await stream_out(request, "chat", "chatcmpl-1", body, params, prompt.ids, top)
+
+    async def choices_out(request, body, params, prompt_ids, top):
+        """n choices: one stream each (ChunkFormat.index), stepped together as an engine steps them, and one
+        usage chunk for all of them at the end."""
+        n, scenario = body["n"], body["model"]
+        ids, *_ = whole(tokenizer, scenario)
+        text, extra = SCENARIOS[scenario]
+        stream_params = StreamParams(**extra, **params)
+        logprobs = fake_logprobs(tokenizer, ids, top)
+        names = [f"n{i}-{rng.random()}" for i in range(n)]
+        for i, name in enumerate(names):
+            await pool.open_stream(name, stream_params, prompt_ids=prompt_ids, prompt_text=PROMPT_TEXT, buffer=False,
+                                   chunks=ChunkFormat(id="chatcmpl-n", model=scenario, created=1, index=i, n=n))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        at = [0] * n
+        usages = [None] * n
+        while None in usages:
+            step = {}
+            for i, name in enumerate(names):
+                if usages[i] is None:
+                    size = i + 1                      # each choice its own step sizes
+                    step[name] = (ids[at[i]:at[i] + size], logprobs[at[i]:at[i] + size])
+                    at[i] += size
+            updates = await pool.step(step)
+            for i, name in enumerate(names):
+                update = updates.get(name)
+                if update is not None and usages[i] is None:
+                    await response.write(update.sse)
+                    if update.finish_reason is not None:
+                        usages[i] = update.usage
+        await response.write(usage_event("chatcmpl-n", scenario, 1, usages) + b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def completions(request):
         body = await request.json()
@@ -183,6 +220,11 @@ async def run_all(tokenizer):
             async with client.responses.stream(model=scenario, input="hi", top_logprobs=TOP,
                                                include=["message.output_text.logprobs"]) as stream:
                 results["responses", scenario] = await stream.get_final_response()
+
+        async with client.chat.completions.stream(
+                model="tools", messages=[{"role": "user", "content": "hi"}], tools=TOOLS, n=3, logprobs=True,
+                top_logprobs=TOP, stream_options={"include_usage": True}) as stream:
+            results["chat n=3"] = await stream.get_final_completion()
 
         claude = anthropic.AsyncAnthropic(base_url=base.removesuffix("/v1"), api_key="x", max_retries=0)
         for scenario in SCENARIOS:
@@ -266,3 +308,16 @@ def test_anthropic_messages_stream(served, tokenizer, scenario):
         [(name, json.dumps(json.loads(args), ensure_ascii=False)) for name, args in calls]
     assert message.stop_reason == ("tool_use" if calls else "end_turn")
     assert message.usage.input_tokens == served["prompt"] and message.usage.output_tokens == len(ids)
+
+
+def test_openai_chat_n_choices_assemble_each_and_one_usage(served, tokenizer):
+    ids, content, reasoning, calls, finish = whole(tokenizer, "tools")
+    final = served["chat n=3"]
+    assert [c.index for c in final.choices] == [0, 1, 2]
+    for choice in final.choices:
+        assert (choice.message.content or "") == content
+        assert [(c.function.name, c.function.arguments) for c in choice.message.tool_calls] == calls
+        assert choice.finish_reason == "tool_calls"
+        check_entries(tokenizer, ids, choice.logprobs.content, TOP,
+                      b"".join(tokenizer.token_bytes(i) for i in ids[:-1]))
+    assert final.usage.prompt_tokens == served["prompt"] and final.usage.completion_tokens == 3 * len(ids)

@@ -234,7 +234,10 @@ def test_n_choices_share_one_response_and_one_usage_chunk():
     second = written("chat", 1, [3], index=1, n=2)
     assert all(d["choices"][0]["index"] == 0 for _, d in events("chat", first))
     assert all(d["choices"][0]["index"] == 1 for _, d in events("chat", second))
-    # each choice's first chunk announces the role; no choice writes the usage chunk itself
+    # like vLLM, each choice's first chunk is its role alone (its first step, even when that step shows no
+    # text: the choices' first chunks arrive in index order); no choice writes the usage chunk itself
+    for raw in (first, second):
+        assert events("chat", raw)[0][1]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert [d for _, d in events("chat", first + second) if not d["choices"]] == []
     usage = usage_event("r-1", "m", 1700000000, [Usage(3, 10), Usage(3, 7, reasoning_tokens=4)])
     (_, chunk), = events("chat", usage)

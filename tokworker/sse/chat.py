@@ -35,16 +35,19 @@ class ChunkWriter:
     `for_format` gives a ScoredChunkWriter to a stream with logprobs or continuous usage, so this one's
     short path stays as short as it was."""
 
-    __slots__ = ("id", "model", "created", "index", "_role_sent", "_head", "_usage_chunk")
+    __slots__ = ("id", "model", "created", "index", "_role_sent", "_head", "_usage_chunk", "_announce")
 
     def __init__(self, id: str, model: str, created: int | None = None, index: int = 0, *,
-                 include_usage: bool = False):
+                 include_usage: bool = False, announce: bool = False):
         self.id = id
         self.model = model
         self.created = int(time.time()) if created is None else created
         self.index = index
         self._role_sent = False
         self._usage_chunk = include_usage
+        # n > 1: like vLLM, each choice's first step announces its role in a chunk of its own, so a client
+        # sees the choices' first chunks in index order (the openai SDK needs choice 0's first)
+        self._announce = announce
         # Every event starts with the same bytes up to its delta: encoded once per response.
         self._head = b'data: {"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,' \
                      b'"choices":[{"index":%d,"delta":' % (_json(id), self.created, _json(model), index)
@@ -55,9 +58,10 @@ class ChunkWriter:
         include = params.include_usage and chunk_format.n == 1     # n > 1: the API process writes it once
         args = (chunk_format.id, chunk_format.model, chunk_format.created, chunk_format.index)
         continuous = params.include_usage and params.continuous_usage_stats   # vLLM: needs include_usage
+        announce = chunk_format.n > 1
         if params.logprobs is not None or continuous:
-            return ScoredChunkWriter(*args, include_usage=include, continuous_usage=continuous)
-        return cls(*args, include_usage=include)
+            return ScoredChunkWriter(*args, include_usage=include, announce=announce, continuous_usage=continuous)
+        return cls(*args, include_usage=include, announce=announce)
 
     def chunks(self, update: StreamUpdate) -> list[dict]:
         lists = update.logprobs
@@ -83,9 +87,10 @@ class ChunkWriter:
         ending = update.finish_reason is not None
         if not ending:
             if not deltas:
-                return b""
+                return self._role_chunk() if self._announce and not self._role_sent else b""
             if len(deltas) == 1 and self._role_sent:              # the usual step: one delta mid-stream
                 return self._head + _json(deltas[0]) + _OPEN
+        announced = self._role_chunk() if self._announce and not self._role_sent else b""
         encoded = self._encoded(deltas)
         head = self._head
         last = b""
@@ -94,8 +99,8 @@ class ChunkWriter:
                 head, encoded.pop(), _json(update.finish_reason), _json(update.stop_reason))
             last += self._usage_end(update)
             if not encoded:
-                return last
-        return head + (_OPEN + head).join(encoded) + _OPEN + last
+                return announced + last
+        return announced + head + (_OPEN + head).join(encoded) + _OPEN + last
 
     def _encoded(self, deltas) -> list[bytes]:
         """Each delta's JSON (an empty one when there is none), the first of the choice with its role."""
@@ -105,6 +110,11 @@ class ChunkWriter:
             first = encoded[0]
             encoded[0] = _ROLE + b"}" if first == b"{}" else _ROLE + b"," + first[1:]
         return encoded
+
+    def _role_chunk(self) -> bytes:
+        """vLLM's first chunk of a choice of several: the role and empty content."""
+        self._role_sent = True
+        return self._head + _ROLE + b',"content":""}' + _OPEN
 
     def _usage_end(self, update: StreamUpdate) -> bytes:
         if not self._usage_chunk:
@@ -126,23 +136,24 @@ class ScoredChunkWriter(ChunkWriter):
 
     __slots__ = ("_continuous",)
 
-    def __init__(self, *args, include_usage: bool = False, continuous_usage: bool = False):
-        super().__init__(*args, include_usage=include_usage)
+    def __init__(self, *args, include_usage: bool = False, announce: bool = False, continuous_usage: bool = False):
+        super().__init__(*args, include_usage=include_usage, announce=announce)
         self._continuous = continuous_usage
 
     def sse(self, update: StreamUpdate) -> bytes:
         deltas = update.deltas
         ending = update.finish_reason is not None
+        announced = self._role_chunk() if self._announce and not self._role_sent else b""
         if not ending:
             if not deltas:
-                return b""
+                return announced
             lists = update.logprobs
             if len(deltas) == 1 and self._role_sent and not self._continuous and lists and lists[0]:
-                return b"%s%s%s%s}}]}\n\n" % (self._head, _json(deltas[0]), _ENTRIES, _json(lists[0]))
+                return announced + b"%s%s%s%s}}]}\n\n" % (self._head, _json(deltas[0]), _ENTRIES, _json(lists[0]))
         encoded = self._encoded(deltas)
         lists, head = update.logprobs, self._head
         usage = b',"usage":' + openai_usage(update.usage) if self._continuous else b""
-        out = []
+        out = [announced]
         final = len(encoded) - 1
         for i, body in enumerate(encoded):
             entries = lists[i] if i < len(lists) else None
