@@ -10,7 +10,7 @@ text held back by the stop checker or a parser never turns into an empty chunk.
 Logprobs: a chunk whose delta carries tokens has `"logprobs": {"content": [entries]}` (vLLM's shape),
 others null. Usage: with include_usage the stream ends with vLLM's `{"choices": [], "usage": {...}}`
 chunk (for n > 1 the API process writes one for all choices: `usage_event`); with continuous usage stats
-every chunk also carries the usage so far.
+every chunk also carries the usage so far. n > 1: each choice's first step writes its role chunk.
 """
 
 from __future__ import annotations
