@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench.report import write_markdown, write_plot
 
-SECTIONS = ["encode", "chat", "stream", "pool", "constrain"]
+SECTIONS = ["encode", "chat", "stream", "writers", "pool", "constrain"]
 
 
 def main(argv=None):

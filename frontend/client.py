@@ -246,6 +246,7 @@ class TokenizerPool:
         An engine loop can keep several steps in flight; each stream's updates still arrive in order."""
         results: dict[str, StreamUpdate] = {}
         groups: dict[WorkerLink, dict] = {}
+        scored: dict[WorkerLink, dict] = {}       # streams stepped as (ids, logprobs)
         streams = self._streams
         for stream_id, batch in ids.items():
             stream = streams.get(stream_id)
@@ -255,6 +256,9 @@ class TokenizerPool:
             group = groups.get(stream.link)
             if group is None:
                 group = groups[stream.link] = {}
+            if type(batch) is tuple:
+                batch, logprobs = batch
+                scored.setdefault(stream.link, {})[stream_id] = logprobs
             group[stream_id] = batch
         ending: dict[WorkerLink, list] = {}
         for stream_id in finish:
@@ -267,14 +271,16 @@ class TokenizerPool:
         futures = []
         for link, batch_ids in groups.items():
             finished = ending.get(link, [])
-            body = encode_request(Step(ids=batch_ids, finish=finished))
+            body = encode_request(Step(ids=batch_ids, finish=finished, logprobs=scored.get(link, {})))
             futures.append(link.request(body, stateful=True, on_reply=self._step_applier(link, batch_ids, finished),
                                         on_error=self._step_failer(link, batch_ids, finished)))
         return _merged(futures, results)
 
     async def step(self, ids: dict[str, list[int]], finish=()) -> dict[str, StreamUpdate]:
-        """One engine step: the new ids of each stream (and the streams the engine ended) -> their updates.
-        A stream that already finished gets an empty update (or, once, the error update if it failed)."""
+        """One engine step: the new ids of each stream, or (ids, logprobs) for a stream opened with
+        StreamParams.logprobs (one `(logprob, [(top id, top logprob), ...])` per id), and the streams the
+        engine ended -> their updates. A stream that already finished gets an empty update (or, once, the
+        error update if it failed)."""
         return await self.submit_step(ids, finish)
 
     def _late(self, stream_id: str, results: dict) -> None:

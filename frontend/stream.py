@@ -22,7 +22,7 @@ import asyncio
 from array import array
 from collections import deque
 
-from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
+from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, joined_logprobs
 from tokworker.frontend.errors import PoolError, StreamFailed
 
 MAX_BUFFERED = 64
@@ -31,15 +31,18 @@ FAILED = StreamUpdate(finish_reason="error", abort=True)
 
 
 def merge_updates(updates) -> StreamUpdate:
-    """Several consecutive updates of one stream as one: deltas (and sse bytes) in order, the last finish wins."""
-    deltas, sse, finish, reason, abort = [], [], None, None, False
+    """Several consecutive updates of one stream as one: deltas (and sse bytes, logprob entries) in order,
+    the last finish and the last usage win."""
+    deltas, sse, finish, reason, abort, usage = [], [], None, None, False, None
     for update in updates:
         deltas.extend(update.deltas)
         sse.append(update.sse)
         if update.finish_reason is not None:
             finish, reason = update.finish_reason, update.stop_reason
         abort = abort or update.abort
-    return StreamUpdate(deltas=deltas, finish_reason=finish, stop_reason=reason, abort=abort, sse=b"".join(sse))
+        usage = update.usage or usage
+    return StreamUpdate(deltas=deltas, finish_reason=finish, stop_reason=reason, abort=abort, sse=b"".join(sse),
+                        logprobs=joined_logprobs(updates), usage=usage)
 
 
 class Stream:

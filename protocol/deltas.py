@@ -51,16 +51,54 @@ class StreamParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     reasoning_parser: str | None = None
     tool_parser: str | None = None
     tools: list[dict] | None = None
+    logprobs: int | None = None          # top alternatives per token; 0 = the sampled token only; None = off
+    include_usage: bool = False          # the final update carries `usage` (a chunked stream adds its chunk)
+    continuous_usage_stats: bool = False  # vLLM's option: every update carries the usage so far
 
 
 class ChunkFormat(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    """The fields every OpenAI chat.completion.chunk of one response repeats (choices[0].index is `index`).
-    A stream opened with one has its worker write the chunks as finished server-sent events."""
+    """The fields every event of one response repeats (choices[0].index is `index`). A stream opened with
+    one has its worker write the events as finished server-sent events, in the shape `api` names:
+    "chat" (chat.completion.chunk), "completions" (text_completion), "responses" (OpenAI Responses API
+    events) or "anthropic" (Messages events). `n` > 1: the response has n choices, one stream each, and
+    the API process writes the one usage chunk after the last (tokworker.sse.chat.usage_event). `echo`:
+    a completions stream's first chunk starts with the prompt's text."""
 
     id: str
     model: str
     created: int
     index: int = 0
+    api: str = "chat"
+    n: int = 1
+    echo: bool = False
+
+
+class TopLogprob(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """One alternative of a sampled token: OpenAI's TopLogprob."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprob(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """One generated token's entry, OpenAI's ChatCompletionTokenLogprob: `token` is the token decoded
+    alone (as vLLM writes it: a piece that is not whole UTF-8 shows U+FFFD), `bytes` its true bytes, so
+    the entries' bytes join to the text's bytes."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob] = []
+
+
+class Usage(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
+    """Token counts of one stream: prompt ids, generated tokens accepted, and of those the reasoning
+    tokens (counted where a reasoning parser ran)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int | None = None
 
 
 class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, gc=False):
@@ -73,6 +111,11 @@ class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     sse is set only for a stream opened with a ChunkFormat: this update's chunks as server-sent events,
     `data: {json}\n\n` each, ready for the HTTP response; `deltas` is then empty (the API process decodes
     one bytes field instead of nested Structs, and encodes nothing).
+
+    logprobs (streams with StreamParams.logprobs set): the entries of the tokens this update's text came
+    from, `logprobs[i]` with `deltas[i]`; a token whose text is held back (partial UTF-8, a possible stop
+    string, a parser's marker) or makes no text rides with the next delta, or with the update that ends
+    the stream (an update with entries and no delta has one list). usage: see StreamParams.include_usage.
     """
 
     deltas: list[Delta] = []
@@ -80,3 +123,23 @@ class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     stop_reason: str | int | None = None
     abort: bool = False
     sse: bytes = b""
+    logprobs: list[list[TokenLogprob]] = []
+    usage: Usage | None = None
+
+
+def joined_logprobs(updates) -> list[list[TokenLogprob]]:
+    """The entry lists of consecutive updates of one stream merged into one update, still one list per
+    delta (a list without a delta, at the end of a stream, joins the last delta's)."""
+    lists: list[list[TokenLogprob]] = []
+    for update in updates:
+        own = update.logprobs
+        if not own:
+            lists += [[] for _ in update.deltas]
+        elif update.deltas:
+            lists += own
+            lists += [[] for _ in range(len(update.deltas) - len(own))]
+        elif lists:
+            lists[-1] = lists[-1] + own[0]
+        else:
+            lists.append(own[0])
+    return lists if any(lists) else []

@@ -18,7 +18,7 @@ from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 
 # 3: a guide reply sends each distinct mask once (results index it); a stream opened with `chunks` gets its
 # updates as server-sent event bytes (StreamUpdate.sse)
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 _ID = struct.Struct("<Q")
 
 
@@ -237,6 +237,8 @@ class Step(_Request, tag="step"):
 
     ids: dict[str, list[int]]
     finish: list[str] = []
+    # streams opened with StreamParams.logprobs: per id, (its logprob, [(top id, top logprob), ...])
+    logprobs: dict[str, list[tuple[float, list[tuple[int, float]]]]] = {}
 
 
 class StepReply(_Reply, tag="step"):

@@ -23,7 +23,7 @@ FOLDERS = {"tokworker": REPO / "tokworker", "tokworker.frontend": REPO / "fronte
 LAYERS = [
     ("tokworker.protocol",),
     ("tokworker.tokenizer", "tokworker.parsers"),
-    ("tokworker.stream", "tokworker.templates", "tokworker.constrain"),
+    ("tokworker.stream", "tokworker.templates", "tokworker.constrain", "tokworker.sse"),
     ("tokworker.worker",),
     ("tokworker.frontend",),
     ("tokworker",),                      # tokworker/__init__.py, cli.py, demo.py

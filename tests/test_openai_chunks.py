@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from openai.types.chat import ChatCompletionChunk
 
 from tokworker.protocol.deltas import ChunkFormat, Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
-from tokworker.parsers.openai_chunks import ChunkWriter
+from tokworker.sse.chat import ChunkWriter
 
 text = st.text(min_size=1, max_size=8)
 call_fragment = st.builds(

@@ -18,7 +18,7 @@ import uvloop
 from tokworker.frontend import TokenizerPool
 from tokworker.frontend.errors import InvalidRequest, StreamFailed, UnknownStream
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
-from tokworker.parsers.openai_chunks import ChunkWriter
+from tokworker.sse.chat import ChunkWriter
 from tokworker.stream.state import TextStream
 from tokworker.tokenizer import Tokenizer
 

@@ -10,7 +10,8 @@ min_tokens, eos (unless ignore_eos) ends with "stop" (stop_reason None) and a st
 eos id from generation_config, with "stop" and the id; that token's text is left out unless
 include_stop_str_in_output. A stop string ends with "stop", the string as stop_reason, and abort=True
 (the text side decided, the engine must abort); it only counts when it ends in text of tokens past
-min_tokens. A stream that ends with tool calls and would finish with "stop" finishes with "tool_calls".
+min_tokens. A stream that ends with tool calls and would finish with "stop" or "length" finishes with
+"tool_calls" (vLLM's chat serving does so whenever a call has streamed).
 
 Parsers may need special tokens that skip_special_tokens removes (kimi's <|tool_calls_section_begin|>):
 each declares them in `special_tokens` and the detokenizer keeps exactly those.
@@ -31,6 +32,7 @@ from tokworker.parsers.reasoning import get_reasoning_parser
 from tokworker.parsers.tools import get_tool_parser
 from tokworker.parsers.tools.jsonscan import STRING_PIECE
 
+from .accounting import StreamAccounting
 from .detokenizer import IncrementalDetokenizer
 from .stop import StopChecker
 
@@ -99,6 +101,11 @@ class TextStream:
         self._idle = self._detok.idle
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
+        if params.logprobs is not None or params.include_usage or params.continuous_usage_stats:
+            # logprob entries and usage counts: push and finish go through the accounting, so a stream
+            # without them pays nothing for them
+            self.accounting = StreamAccounting(self, tokenizer, params, prompt_ids)
+            self.push, self.finish = self.accounting.push, self.accounting.finish
 
     @property
     def done(self) -> bool:
@@ -109,9 +116,10 @@ class TextStream:
         """Generated tokens this stream has accepted (up to and including the one that ended it)."""
         return self._count
 
-    def push(self, ids) -> StreamUpdate:
+    def push(self, ids, logprobs=None) -> StreamUpdate:
         """The ids the engine generated this step. A bad id raises DetokenizeError (a ValueError) before
-        anything changes, so the stream stays usable."""
+        anything changes, so the stream stays usable. `logprobs` (one `(logprob, [(top id, top logprob),
+        ...])` per id) is read only by a stream opened with StreamParams.logprobs (see accounting.py)."""
         # The usual step takes as few operations as possible: ids that end nothing (the count stays inside
         # the window where no length, eos or min_tokens rule applies); for one id, one lookup decodes it
         # while the detokenizer holds nothing; the stop checker is asked only when the text could matter;
@@ -257,7 +265,8 @@ class TextStream:
         else:
             deltas = self._parse(text, ending)
         if ending:
-            if finish_reason == "stop" and self._tools is not None and self._tools.called:
+            # vLLM: once a call has streamed, the finish is "tool_calls", a length finish too
+            if finish_reason in ("stop", "length") and self._tools is not None and self._tools.called:
                 finish_reason = "tool_calls"
             self.finish_reason, self.stop_reason = finish_reason, stop_reason
             self._quiet_until = 0

@@ -5,9 +5,9 @@ engine finishes it, when the client closes it, when its session resets, or when 
 Ids that arrive for a stream that finished a moment ago (the engine had not yet seen the abort flag) get
 an empty update rather than an error; a small bounded memory of finished ids tells the two apart.
 
-A stream opened with a ChunkFormat keeps a ChunkWriter beside its TextStream, and its updates carry the
-finished server-sent event bytes (`sse`) instead of deltas: the API process then decodes one bytes field
-per stream per step and writes it to the response untouched.
+A stream opened with a ChunkFormat keeps the writer of its format (tokworker.sse) beside its TextStream,
+and its updates carry the finished server-sent event bytes (`sse`) instead of deltas: the API process then
+decodes one bytes field per stream per step and writes it to the response untouched.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections import OrderedDict
 
 import msgspec
 
-from tokworker.protocol.deltas import StreamParams, StreamUpdate
+from tokworker.protocol.deltas import StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import Error, ErrorCode, OpenStream, Step, StepReply
-from tokworker.parsers.openai_chunks import ChunkWriter
+from tokworker.sse import params_for, writer_for
 
 EMPTY = StreamUpdate()
 
@@ -59,11 +59,14 @@ class StreamTable:
         except ImportError as exc:
             raise WorkerError(ErrorCode.UNAVAILABLE, f"streams are not available: {exc}") from None
         try:
-            stream = TextStream(self.tokenizer, self._with_defaults(msg.params), prompt_ids=msg.prompt_ids,
-                                       prompt_text=msg.prompt_text)
+            params = self._with_defaults(msg.params)
+            if msg.chunks is not None:
+                params = params_for(msg.chunks, params)
+            stream = TextStream(self.tokenizer, params, prompt_ids=msg.prompt_ids, prompt_text=msg.prompt_text)
+            writer = (writer_for(msg.chunks, params, msg.prompt_ids, self.tokenizer)
+                      if msg.chunks is not None else None)
         except (ValueError, KeyError, TypeError) as exc:
             raise WorkerError(ErrorCode.INVALID, f"cannot open stream: {exc}") from None
-        writer = ChunkWriter.for_format(msg.chunks) if msg.chunks is not None else None
         finished = False
         for batch in msg.replay:                 # rebuild a stream from its ids; its client already has the text
             update = stream.push(batch)
@@ -113,7 +116,8 @@ class StreamTable:
         streams = self.sessions.get(session, {})
         updates: dict[str, StreamUpdate] = {}
         errors: dict[str, Error] = {}
-        chunked: dict[str, ChunkWriter] = {}     # streams whose updates leave as server-sent events
+        chunked: dict = {}                        # stream id -> writer: updates that leave as server-sent events
+        logprobs = msg.logprobs
         now = time.monotonic()
         for stream_id, ids in msg.ids.items():
             entry = streams.get(stream_id)
@@ -123,7 +127,7 @@ class StreamTable:
             if entry[2] is not None:
                 chunked[stream_id] = entry[2]
             try:
-                update = entry[0].push(ids)
+                update = entry[0].push(ids, logprobs.get(stream_id)) if logprobs else entry[0].push(ids)
             except Exception as exc:  # a parser bug must cost one stream, not the worker
                 errors[stream_id] = Error(ErrorCode.STREAM_FAILED, f"{type(exc).__name__}: {exc}")
                 self._remove(session, streams, stream_id, remember=False)
@@ -148,8 +152,7 @@ class StreamTable:
                 self._remove(session, streams, stream_id, remember=False)
                 continue
             earlier = updates.get(stream_id)
-            updates[stream_id] = final if earlier is None else msgspec.structs.replace(
-                final, deltas=earlier.deltas + final.deltas)
+            updates[stream_id] = final if earlier is None else _joined(earlier, final)
             self._remove(session, streams, stream_id)
         if not streams and session in self.sessions:
             del self.sessions[session]
@@ -157,8 +160,11 @@ class StreamTable:
             update = updates.get(stream_id)
             if update is not None:
                 sse = writer.sse(update)
+                # the final update keeps its usage: for n > 1 the API process writes the one usage chunk
                 updates[stream_id] = StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
-                                                  abort=update.abort, sse=sse) if sse or update.abort else EMPTY
+                                                  abort=update.abort, sse=sse,
+                                                  usage=update.usage if update.finish_reason is not None else None
+                                                  ) if sse or update.abort else EMPTY
         return StepReply(updates=updates, errors=errors)
 
     # ------------------------------------------------------------ helpers
@@ -188,3 +194,10 @@ class StreamTable:
         if tool == params.tool_parser and reasoning == params.reasoning_parser:
             return params
         return msgspec.structs.replace(params, tool_parser=tool, reasoning_parser=reasoning)
+
+
+
+def _joined(earlier: StreamUpdate, final: StreamUpdate) -> StreamUpdate:
+    """A step's push and the engine's finish of the same stream as one update."""
+    return msgspec.structs.replace(final, deltas=earlier.deltas + final.deltas,
+                                   logprobs=joined_logprobs((earlier, final)))
