@@ -23,6 +23,8 @@ import weakref
 
 from tokworker.protocol.deltas import StreamParams, StreamUpdate, TokenLogprob, TopLogprob, Usage
 
+from .coalesce import EMPTY, coalesce
+
 _FLOOR = -9999.0          # vLLM's floor: JSON has no -inf, and OpenAI writes very unlikely tokens so
 _NAME_CACHE_LIMIT = 65536  # entries per tokenizer; a token's name and bytes are short, so this bounds bytes
 _NAMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -70,8 +72,7 @@ class StreamAccounting:
         self._pending: list[TokenLogprob] = []
         self._first_reasoning = -1        # the position of the first token that showed reasoning text
         self.reasoning_tokens = 0
-        from .state import _EMPTY, _coalesce   # state imports this module
-        self._empty, self._coalesce = _EMPTY, _coalesce
+        self._empty, self._coalesce = EMPTY, coalesce
 
     def usage(self) -> Usage:
         return Usage(prompt_tokens=self._prompt_tokens, completion_tokens=self._stream.num_tokens,

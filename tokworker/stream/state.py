@@ -33,13 +33,13 @@ from tokworker.parsers.tools import get_tool_parser
 from tokworker.parsers.tools.jsonscan import STRING_PIECE
 
 from .accounting import StreamAccounting
+from .coalesce import EMPTY, coalesce
 from .detokenizer import IncrementalDetokenizer
 from .stop import StopChecker
 
 
 _WHITESPACE = " \t\r\n"
 _STRING_PIECE = STRING_PIECE.fullmatch
-_EMPTY = StreamUpdate()  # every step that changes nothing returns this one (updates are read-only)
 _EOS_IDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -155,7 +155,7 @@ class TextStream:
                 return self._update(text, "stop", stop.matched, abort=True)
             self._stop_holding = stop.holding
         if not text:
-            return _EMPTY
+            return EMPTY
         reasoning, tools = self._reasoning, self._tools
         # once the answer has begun, a text without the reasoning parser's markup is content as it is
         if reasoning is None or reasoning.steady_markup and reasoning.steady_markup not in text:
@@ -167,7 +167,7 @@ class TextStream:
                 return StreamUpdate([Delta(tool_calls=[call])])
             deltas = tools.feed(text)
             if len(deltas) > 1:
-                deltas = _coalesce(deltas)
+                deltas = coalesce(deltas)
         else:
             end = reasoning.steady_end  # steady reasoning: a text that cannot end it is reasoning as it is
             if end and end not in text and text[-1] not in _WHITESPACE:
@@ -177,14 +177,14 @@ class TextStream:
                 self._reasoning = None
             if tools is None:
                 if len(deltas) > 1:
-                    deltas = _coalesce(deltas)
+                    deltas = coalesce(deltas)
             elif len(deltas) > 1 or deltas and deltas[0].content is not None:
                 deltas = self._through_tools(deltas, False)  # reasoning passes by the tool parser
-        return StreamUpdate(deltas) if deltas else _EMPTY
+        return StreamUpdate(deltas) if deltas else EMPTY
 
     def _general_step(self, ids) -> StreamUpdate:
         if self.finish_reason is not None or not ids:
-            return _EMPTY
+            return EMPTY
         update = self._step(ids)
         self._after_step()
         return update
@@ -244,7 +244,7 @@ class TextStream:
         """The engine ended the request itself (max_model_len: "length", or e.g. "abort"); flush what is
         held. A stop string completed by the flushed text still wins, as in vLLM."""
         if self.finish_reason is not None:
-            return _EMPTY
+            return EMPTY
         text = self._detok.flush()
         stop_reason = None
         stop = self._stop
@@ -271,7 +271,7 @@ class TextStream:
             self.finish_reason, self.stop_reason = finish_reason, stop_reason
             self._quiet_until = 0
             return StreamUpdate(deltas=deltas, finish_reason=finish_reason, stop_reason=stop_reason, abort=abort)
-        return StreamUpdate(deltas) if deltas else _EMPTY
+        return StreamUpdate(deltas) if deltas else EMPTY
 
     def _parse(self, text: str, ending: bool) -> list[Delta]:
         reasoning, tools = self._reasoning, self._tools
@@ -284,7 +284,7 @@ class TextStream:
                 stage = reasoning.feed(text)
             if ending:
                 stage += reasoning.finish()
-        return _coalesce(stage) if tools is None else self._through_tools(stage, ending)
+        return coalesce(stage) if tools is None else self._through_tools(stage, ending)
 
     def _through_tools(self, stage: list[Delta], ending: bool) -> list[Delta]:
         """The tool parser reads the content; reasoning passes by it."""
@@ -296,39 +296,4 @@ class TextStream:
                 out += tools.feed(delta.content)
         if ending:
             out += tools.finish()
-        return _coalesce(out)
-
-
-def _coalesce(deltas: list[Delta]) -> list[Delta]:
-    """Adjacent deltas of one kind become one: content with content, reasoning with reasoning, and a call's
-    argument fragments with the fragment before them."""
-    if len(deltas) < 2:
-        return deltas
-    out = [deltas[0]]
-    for delta in deltas[1:]:
-        last = out[-1]
-        if delta.content is not None and last.content is not None and last.tool_calls is None:
-            out[-1] = Delta(content=last.content + delta.content)
-        elif (delta.reasoning_content is not None and last.reasoning_content is not None
-              and last.tool_calls is None):
-            out[-1] = Delta(reasoning_content=last.reasoning_content + delta.reasoning_content)
-        elif _is_argument_fragment(delta) and last.tool_calls and last.tool_calls[-1].index == delta.tool_calls[0].index \
-                and last.tool_calls[-1].function is not None:
-            previous = last.tool_calls[-1]
-            merged = (previous.function.arguments or "") + delta.tool_calls[0].function.arguments
-            calls = last.tool_calls[:-1] + [type(previous)(index=previous.index, id=previous.id, type=previous.type,
-                                                           function=type(previous.function)(name=previous.function.name,
-                                                                                            arguments=merged))]
-            out[-1] = Delta(tool_calls=calls)
-        else:
-            out.append(delta)
-    return out
-
-
-def _is_argument_fragment(delta: Delta) -> bool:
-    calls = delta.tool_calls
-    if not calls or len(calls) != 1 or delta.content is not None or delta.reasoning_content is not None:
-        return False
-    call = calls[0]
-    return (call.id is None and call.type is None and call.function is not None and call.function.name is None
-            and call.function.arguments is not None)
+        return coalesce(out)
