@@ -377,6 +377,12 @@ def test_mistral_ids_are_nine_alphanumerics_and_unique():
     assert len(set(ids)) == len(ids)
 
 
+def test_mistral_keeps_a_call_id_the_model_wrote_when_the_templates_take_it():
+    assert _ids("mistral", '[TOOL_CALLS]f[CALL_ID]a1B2c3D4e[ARGS]{"x": 1}') == ["a1B2c3D4e"]
+    other = _ids("mistral", "[TOOL_CALLS]f[CALL_ID]call_1[ARGS]{}")  # not 9 alphanumerics: ours instead
+    assert len(other) == 1 and re.fullmatch(r"[A-Za-z0-9]{9}", other[0]) and other[0] != "call_1"
+
+
 def test_kimi_ids_are_the_ones_the_model_wrote():
     text = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:3<|tool_call_argument_begin|>{}"
             "<|tool_call_end|><|tool_call_begin|>now<|tool_call_argument_begin|>{}<|tool_call_end|>"

@@ -5,7 +5,8 @@
 
 The v11 form may carry [CALL_ID]id before [ARGS]; array elements may carry an "id" member. Call ids are
 9 letters and digits: the templates raise on any other ("Tool call IDs should be alphanumeric strings
-with length 9!") when the client sends the calls back.
+with length 9!") when the client sends the calls back. A [CALL_ID] of that shape is the model's own and
+is kept; an array element's "id" comes after the call is announced, so those calls get ours.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from .jsonlists import JsonListToolParser
 
 MARKER = "[TOOL_CALLS]"
 _NAMED = regex.compile(r"\[TOOL_CALLS\]\s*(?P<fname>[^\s\[\]{}\"<>]{1,256})\s*"
-                       r"(?:\[CALL_ID\]\s*[^\s\[]{0,64}\s*)?\[ARGS\]\s*(?=\{)")
+                       r"(?:\[CALL_ID\]\s*(?P<callid>[^\s\[]{0,64})\s*)?\[ARGS\]\s*(?=\{)")
+_OWN_ID = regex.compile(r"[A-Za-z0-9]{9}")
 
 
 class MistralToolParser(JsonListToolParser):
@@ -32,7 +34,8 @@ class MistralToolParser(JsonListToolParser):
             return False
         if named:
             self._consume(named.end())
-            self._open_call(named["fname"])
+            own = named["callid"]  # the model's own id, kept when the templates would take it back
+            self._open_call(named["fname"], own if own and _OWN_ID.fullmatch(own) else None)
             self._stream_json_args(self._named_done_mode)
             return True
         return super()._opening(final)
