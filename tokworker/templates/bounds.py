@@ -203,7 +203,7 @@ def check_str_method(limits: Limits, name: str, text, args: tuple, kwargs: dict)
     elif name in _CASE_METHODS and isinstance(text, str) and not text.isascii():
         check_chars(limits, 3 * len(text))      # 'ﬃ'.upper() is 'FFI': Unicode case mappings triple at most
     elif name == "encode" or name == "decode":
-        check_chars(limits, len(text) * _codec_growth(name, args, kwargs) + 4)
+        check_chars(limits, len(text) * _codec_growth(name, text, args, kwargs) + 4)
     elif name == "hex":
         check_chars(limits, 3 * len(text))
     elif name == "splitlines":
@@ -226,7 +226,7 @@ _QUADRATIC_CODECS = frozenset({"punycode", "idna"})
 _QUADRATIC_MAX_CHARS = 4096
 
 
-def _codec_growth(name: str, args: tuple, kwargs: dict) -> int:
+def _codec_growth(name: str, text, args: tuple, kwargs: dict) -> int:
     """How many output units one input unit of str.encode / bytes.decode can become, at most."""
     encoding = args[0] if args else kwargs.get("encoding", "utf-8")
     errors = args[1] if len(args) > 1 else kwargs.get("errors", "strict")
@@ -236,8 +236,14 @@ def _codec_growth(name: str, args: tuple, kwargs: dict) -> int:
         return 1   # the call itself raises the LookupError
     if codec in _QUADRATIC_CODECS:
         return _QUADRATIC_MAX_CHARS   # punycode is quadratic in time: only short text may use it
+    if name == "encode" and codec in _ASCII_GROWTH and text.isascii():
+        return _ASCII_GROWTH[codec]   # the common case, exact: no character can fail
     growth = _CODEC_GROWTH.get(codec, 8)   # stateful CJK codecs add escape sequences per switch
     return max(growth, _ERROR_GROWTH.get(errors, 100) if isinstance(errors, str) else 100)
+
+
+_ASCII_GROWTH = {"utf-8": 1, "ascii": 1, "latin-1": 1, "iso8859-1": 1, "utf-16": 2, "utf-16-le": 2,
+                 "utf-16-be": 2, "utf-32": 4, "utf-32-le": 4, "utf-32-be": 4}
 
 
 def bounded_split(limits: Limits, name: str, text, args: tuple, kwargs: dict):

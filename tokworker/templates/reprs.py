@@ -37,42 +37,81 @@ def str_repr_size(text, limit: int) -> int:
 
 def weigh(value, limits: Limits, what: str = "a repr") -> int:
     """An upper bound on the repr size of `value`, which also bounds the work of any C walk over it.
-    Refused as soon as it passes the output limit; items are counted every time they are reached."""
+
+    Shared items count every time they are reached (a list nested by doubling 40 times weighs 2**40),
+    but each container is weighed once: weights are summed bottom-up by identity, so the walk is linear in
+    the distinct objects, and refused as soon as a container passes the output limit."""
     limit = limits.max_output_chars
-    size, stack = 0, [value]
-    pop, push, extend = stack.pop, stack.append, stack.extend
-    while stack:
-        item = pop()
-        kind = type(item)
-        if kind is str or kind is bytes:
-            size += str_repr_size(item, limit)
-        elif kind is int:
-            size += item.bit_length() // 3 + 2
-        elif kind is float or kind is bool or item is None:
-            size += 24
-        elif isinstance(item, dict):
-            size += 2 + 4 * len(item)
-            if size > limit:
-                break
-            extend(item.keys())
-            extend(item.values())
-        elif isinstance(item, (list, tuple, set, frozenset) + _DICT_VIEWS):
-            size += 16 + 2 * len(item)
-            if size > limit:
-                break
-            extend(item)
-        elif isinstance(item, Namespace):
-            size += 13
-            push(_namespace_attrs(item))
-        elif isinstance(item, str):
-            size += str_repr_size(item, limit) + 10
-        else:
-            size += 64
-        if size > limit:
-            break
+    if not isinstance(value, _CONTAINERS):
+        size = _leaf_weight(value, limit)
+    else:
+        weights: dict[int, int] = {}
+        open_ids: set[int] = set()
+        stack = [value]
+        while stack:
+            item = stack[-1]
+            key = id(item)
+            if key in weights:
+                stack.pop()
+                continue
+            children = _children(item)
+            if 16 + 4 * len(children) > limit:
+                refuse(what, 16 + 4 * len(children), limit)
+            if key not in open_ids:
+                open_ids.add(key)
+                pending = [child for child in children if type(child) not in _LEAVES
+                           and isinstance(child, _CONTAINERS) and id(child) not in weights
+                           and id(child) not in open_ids]
+                if pending:
+                    stack.extend(pending)
+                    continue
+            size = 16 + 4 * len(children)
+            for child in children:
+                kind = type(child)
+                if kind is int:
+                    size += child.bit_length() // 3 + 2
+                elif kind not in _LEAVES and isinstance(child, _CONTAINERS):
+                    size += weights.get(id(child), 8)     # absent: a cycle, shown as `...`
+                elif kind is str and len(child) > _CHUNK:      # measured once, however often it is shared
+                    if id(child) not in weights:
+                        weights[id(child)] = _leaf_weight(child, limit)
+                    size += weights[id(child)]
+                else:
+                    size += _leaf_weight(child, limit)
+                if size > limit:
+                    refuse(what, size, limit)
+            weights[key] = size
+            open_ids.discard(key)
+            stack.pop()
+        size = weights[id(value)]
     if size > limit:
         refuse(what, size, limit)
     return size
+
+
+_CONTAINERS = (list, tuple, dict, set, frozenset, Namespace) + _DICT_VIEWS
+_LEAVES = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def _children(item) -> list:
+    if isinstance(item, dict):
+        return [*item.keys(), *item.values()]
+    if isinstance(item, Namespace):
+        return [_namespace_attrs(item)]
+    return item if isinstance(item, (list, tuple)) else list(item)
+
+
+def _leaf_weight(item, limit: int) -> int:
+    kind = type(item)
+    if kind is str or kind is bytes:
+        return str_repr_size(item, limit)
+    if kind is int:
+        return item.bit_length() // 3 + 2
+    if kind is float or kind is bool or item is None:
+        return 24
+    if isinstance(item, str):
+        return str_repr_size(item, limit) + 10
+    return 64
 
 
 def shown_str(value, limits: Limits) -> str:

@@ -28,6 +28,7 @@ import jinja2
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, operators, optimizeconst
 from jinja2.ext import Extension, loopcontrols
+from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedFormatter
 from jinja2.utils import Namespace, generate_lorem_ipsum
 
@@ -125,6 +126,22 @@ class _BoundedCodeGenerator(CodeGenerator):
             self.write(", ")
         self.write("))")
 
+    def visit_Dict(self, node, frame):
+        """A computed key is hashed in C (a tuple nested by doubling hashes for ages): priced first."""
+        self.write("{")
+        for index, item in enumerate(node.items):
+            if index:
+                self.write(", ")
+            if isinstance(item.key, nodes.Const):
+                self.visit(item.key, frame)
+            else:
+                self.write("environment.hashed_key(")
+                self.visit(item.key, frame)
+                self.write(")")
+            self.write(": ")
+            self.visit(item.value, frame)
+        self.write("}")
+
     @optimizeconst
     def visit_Compare(self, node, frame):
         self.write("environment.compare(" if len(node.ops) == 1 else "environment.compare_chain(")
@@ -161,6 +178,7 @@ class _BoundedFormatter(SandboxedFormatter):
         return reprs.weigh(value, self._limits)
 
 
+_STATIC_MAKETRANS = (str.maketrans, bytes.maketrans)
 _COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
             ">=": operator.ge, "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
 _WALKED = (list, tuple, dict, set, frozenset)
@@ -227,6 +245,11 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                 reprs.weigh(right, self.limits, "a comparison")
         return _COMPARE[operator](left, right)
 
+    def hashed_key(self, key):
+        if isinstance(key, (tuple, frozenset)):
+            reprs.weigh(key, self.limits, "a hashed key")
+        return key
+
     def compare_chain(self, left, *rest):
         for at in range(0, len(rest), 2):
             if not self.compare(left, rest[at], rest[at + 1]):
@@ -271,7 +294,9 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
     # -- calls
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - the sandbox's own signature
         owner = getattr(__obj, "__self__", None)
-        if owner is not None and not isinstance(owner, (TemplateDict, Namespace)):
+        if __obj in _STATIC_MAKETRANS:   # a static method: reached from an instance, it has no __self__
+            bounds.check_str_method(__self.limits, "maketrans", "", args, kwargs)
+        elif owner is not None and not isinstance(owner, (TemplateDict, Namespace)):
             name = getattr(__obj, "__name__", None)
             limits = __self.limits
             if isinstance(owner, (str, bytes)):
@@ -294,6 +319,8 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                 args = (bounded_keys(limits, args[0]),) + args[1:]
             elif isinstance(owner, dict) and name == "get" and args:
                 __self._price_search(args[0], owner)
+            elif isinstance(owner, LoopContext) and name == "changed":
+                reprs.weigh(args, limits, "a loop.changed comparison")
         return super().call(__context, __obj, *args, **kwargs)
 
     def wrap_str_format(self, value):
