@@ -285,35 +285,7 @@ def bounded_list(limits: Limits, iterable) -> list:
     return parts
 
 
-def json_size_bound(limits: Limits, value, ensure_ascii: bool = False) -> int:
-    """An upper bound on a compact JSON dump's size (escaped string lengths, 24 per number, 2 per container
-    item), walked iteratively, counting shared items every time, and abandoned once over the limit."""
-    size, stack, visits = 0, [value], 0
-    visit_limit, limit = 4 * limits.max_items, limits.max_output_chars
-    while stack:
-        item = stack.pop()
-        visits += 1
-        if visits > visit_limit:
-            refuse("a JSON dump (nodes)", visits, visit_limit)
-        if isinstance(item, str):
-            size += _json_string_size(item, ensure_ascii, limit - size)
-        elif isinstance(item, Mapping):
-            size += 2 + 2 * len(item)
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            size += 2 + 2 * len(item)
-            stack.extend(item)
-        elif isinstance(item, int) and not isinstance(item, bool):
-            size += item.bit_length() // 3 + 2
-        else:
-            size += 24
-        if size > limit:
-            refuse("a JSON dump", size, limit)
-    return size
-
-
-def _json_string_size(text: str, ensure_ascii: bool, room: int) -> int:
+def json_string_size(text: str, room: int, ensure_ascii: bool = False) -> int:
     """len(json.dumps(text)), bounded quickly (escapes: a control character becomes 6, an astral one 12)."""
     plain = len(text) + 2 + text.count('"') + text.count("\\")
     if text.isascii() and text.isprintable():
@@ -329,11 +301,11 @@ def _json_string_size(text: str, ensure_ascii: bool, room: int) -> int:
 
 
 def bounded_json(limits: Limits, value, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
-    """json.dumps(value, ...), exactly, with the output size bounded. Without indent or separators the
-    C encoder runs after a size estimate; otherwise the Python encoder's chunks are counted as they come,
-    so an indent bomb stops at the limit instead of after allocating it."""
+    """json.dumps(value, ...), exactly, with the output size bounded. The caller has weighed `value` with
+    json_string_size; without indent or separators the C encoder then runs, otherwise the Python
+    encoder's chunks are counted as they come, so an indent bomb stops at the limit instead of after
+    allocating it."""
     if indent is None and separators is None:
-        json_size_bound(limits, value, ensure_ascii)
         text = json.dumps(value, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
         check_chars(limits, len(text))
         return text
@@ -343,7 +315,6 @@ def bounded_json(limits: Limits, value, ensure_ascii=False, indent=None, separat
         refuse("a JSON indent or separator", max(indent_size, separator_size), limits.max_json_indent)
     encoder = json.JSONEncoder(ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
     if isinstance(value, str):
-        json_size_bound(limits, value, ensure_ascii)
         return encoder.encode(value)
     chunks, size, limit = [], 0, limits.max_output_chars
     for chunk in encoder.iterencode(value):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pprint as _pprint
 import re
 from collections.abc import Mapping
+from functools import partial
 
 from jinja2 import pass_context
 from jinja2.filters import FILTERS, make_attrgetter
@@ -136,6 +137,7 @@ def bounded_filters(limits: Limits, percent) -> dict:
 
     @pass_context
     def tojson(context, value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        reprs.weigh(value, limits, "a JSON dump", partial(bounds.json_string_size, ensure_ascii=ensure_ascii))
         return bounds.bounded_json(limits, value, ensure_ascii, indent, separators, sort_keys)
 
     @pass_context

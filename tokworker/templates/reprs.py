@@ -35,60 +35,109 @@ def str_repr_size(text, limit: int) -> int:
     return sum(len(repr(text[at:at + _CHUNK])) for at in range(0, len(text), _CHUNK)) + quotes
 
 
-def weigh(value, limits: Limits, what: str = "a repr") -> int:
-    """An upper bound on the repr size of `value`, which also bounds the work of any C walk over it.
+def weigh(value, limits: Limits, what: str = "a repr", string_size=None) -> int:
+    """An upper bound on the repr size of `value` (or its JSON size, given json_string_size as
+    `string_size`), which also bounds the work of any C walk over it.
 
     Shared items count every time they are reached (a list nested by doubling 40 times weighs 2**40),
     but each container is weighed once: weights are summed bottom-up by identity, so the walk is linear in
     the distinct objects, and refused as soon as a container passes the output limit."""
     limit = limits.max_output_chars
+    string_size = string_size or str_repr_size
     if not isinstance(value, _CONTAINERS):
-        size = _leaf_weight(value, limit)
+        size = _leaf_weight(value, limit, string_size)
+    elif (size := _small_weight(value, limit, string_size)) is not None:
+        pass
     else:
-        weights: dict[int, int] = {}
-        open_ids: set[int] = set()
-        stack = [value]
-        while stack:
-            item = stack[-1]
-            key = id(item)
-            if key in weights:
-                stack.pop()
-                continue
-            children = _children(item)
-            if 16 + 4 * len(children) > limit:
-                refuse(what, 16 + 4 * len(children), limit)
-            if key not in open_ids:
-                open_ids.add(key)
-                pending = [child for child in children if type(child) not in _LEAVES
-                           and isinstance(child, _CONTAINERS) and id(child) not in weights
-                           and id(child) not in open_ids]
-                if pending:
-                    stack.extend(pending)
-                    continue
-            size = 16 + 4 * len(children)
-            for child in children:
-                kind = type(child)
-                if kind is int:
-                    size += child.bit_length() // 3 + 2
-                elif kind not in _LEAVES and isinstance(child, _CONTAINERS):
-                    size += weights.get(id(child), 8)     # absent: a cycle, shown as `...`
-                elif kind is str and len(child) > _CHUNK:      # measured once, however often it is shared
-                    if id(child) not in weights:
-                        weights[id(child)] = _leaf_weight(child, limit)
-                    size += weights[id(child)]
-                else:
-                    size += _leaf_weight(child, limit)
-                if size > limit:
-                    refuse(what, size, limit)
-            weights[key] = size
-            open_ids.discard(key)
-            stack.pop()
-        size = weights[id(value)]
+        size = _shared_weight(value, limit, string_size, what)
     if size > limit:
         refuse(what, size, limit)
     return size
 
 
+def _shared_weight(value, limit: int, string_size, what: str) -> int:
+    """A depth-first walk that weighs each container once (by identity) and adds its weight wherever it
+    is reached again; every open container keeps a running sum, so the walk stops as soon as one passes
+    the limit."""
+    weights: dict[int, int] = {}
+    children = _children(value)
+    frames = [[value, children, 0, 16 + 4 * len(children)]]
+    open_ids = {id(value)}
+    while frames:
+        frame = frames[-1]
+        item, children, index, size = frame
+        descended = False
+        while index < len(children):
+            child = children[index]
+            index += 1
+            kind = type(child)
+            if kind is int:
+                size += child.bit_length() // 3 + 2
+            elif kind not in _LEAVES and isinstance(child, _CONTAINERS):
+                known = weights.get(id(child))
+                if known is not None:
+                    size += known
+                elif id(child) in open_ids:
+                    size += 8                      # a cycle, shown as `...`
+                else:
+                    frame[2], frame[3] = index, size
+                    grandchildren = _children(child)
+                    frames.append([child, grandchildren, 0, 16 + 4 * len(grandchildren)])
+                    open_ids.add(id(child))
+                    descended = True
+                    break
+            elif kind is str and len(child) > _CHUNK:   # measured once, however often it is shared
+                known = weights.get(id(child))
+                if known is None:
+                    known = weights[id(child)] = _leaf_weight(child, limit, string_size)
+                size += known
+            else:
+                size += _leaf_weight(child, limit, string_size)
+            if size > limit:
+                refuse(what, size, limit)
+        if descended:
+            continue
+        weights[id(item)] = size
+        open_ids.discard(id(item))
+        frames.pop()
+        if frames:
+            frames[-1][3] += size
+            if frames[-1][3] > limit:
+                refuse(what, frames[-1][3], limit)
+    return weights[id(value)]
+
+
+def _small_weight(value, limit: int, string_size) -> int | None:
+    """The weight of a small value (what real templates weigh) by a plain walk, or None past a few
+    thousand items, where weigh's walk by identity takes over."""
+    size, stack, budget = 0, [value], _SMALL_VISITS
+    while stack:
+        item = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return None
+        kind = type(item)
+        if kind is str:
+            size += string_size(item, limit)
+        elif kind is dict:
+            size += 16 + 8 * len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            size += 16 + 4 * len(item)
+            stack.extend(item)
+        elif kind is int:
+            size += item.bit_length() // 3 + 2
+        elif kind is float or kind is bool or item is None:
+            size += 24
+        else:
+            return None   # anything rarer (bytes, views, namespaces...): the full walk
+        if size > limit:
+            return size
+    return size
+
+
+_SMALL_VISITS = 4096
 _CONTAINERS = (list, tuple, dict, set, frozenset, Namespace) + _DICT_VIEWS
 _LEAVES = frozenset({str, bytes, int, float, bool, type(None)})
 
@@ -101,16 +150,18 @@ def _children(item) -> list:
     return item if isinstance(item, (list, tuple)) else list(item)
 
 
-def _leaf_weight(item, limit: int) -> int:
+def _leaf_weight(item, limit: int, string_size=str_repr_size) -> int:
     kind = type(item)
-    if kind is str or kind is bytes:
+    if kind is str:
+        return string_size(item, limit)
+    if kind is bytes:
         return str_repr_size(item, limit)
     if kind is int:
         return item.bit_length() // 3 + 2
     if kind is float or kind is bool or item is None:
         return 24
     if isinstance(item, str):
-        return str_repr_size(item, limit) + 10
+        return string_size(item, limit) + 10
     return 64
 
 

@@ -235,14 +235,14 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def compare(self, left, operator, right):
         """left <operator> right, with any walk over containers priced first."""
-        if operator == "in" or operator == "not in":
-            if not isinstance(right, str):
+        if type(right) is not str:   # against a str, nothing is walked: a substring search or a type mismatch
+            if operator == "in" or operator == "not in":
                 self._price_search(left, right)
-        elif isinstance(left, _WALKED) and isinstance(right, _WALKED):
-            try:
-                reprs.weigh(left, self.limits, "a comparison")
-            except TemplateLimitError:
-                reprs.weigh(right, self.limits, "a comparison")
+            elif isinstance(left, _WALKED) and isinstance(right, _WALKED):
+                try:
+                    reprs.weigh(left, self.limits, "a comparison")
+                except TemplateLimitError:
+                    reprs.weigh(right, self.limits, "a comparison")
         return _COMPARE[operator](left, right)
 
     def hashed_key(self, key):
