@@ -119,6 +119,8 @@ BOMBS = {
     "count_shared_long": SHARED + "{{ l.count(s ~ '') }}",
     "index_shared_long": SHARED + "{{ l.index(s ~ '') }}",
     "in_shared_long": SHARED + "{{ (s ~ '') in l }}",
+    "startswith_shared_prefixes": SHARED + "{{ s.startswith(((s[1:] ~ 'y'),) * 10**6) }}",
+    "endswith_shared_prefixes": SHARED + "{{ s.endswith(((s[1:] ~ 'y'),) * 10**6) }}",
     "hash_doubled_dict_key": DOUBLED + "{{ {ns.t: 1}|length }}",
     "hash_doubled_in_dict": DOUBLED + "{{ ns.t in {} }}",
     "hash_doubled_get": DOUBLED + "{{ {}.get(ns.t) }}",

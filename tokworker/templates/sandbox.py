@@ -308,6 +308,8 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                     parts = bounds.bounded_split(limits, name, owner, args, kwargs)
                     if parts is not None:
                         return parts
+                elif name in ("startswith", "endswith") and args and isinstance(args[0], tuple):
+                    reprs.weigh(args[0], limits, "the prefixes tried")   # each one compared in C
             elif isinstance(owner, int) and name == "to_bytes":
                 bounds.check_to_bytes(limits, args, kwargs)
             elif owner is int and name == "from_bytes" and args and hasattr(args[0], "__len__"):
