@@ -46,7 +46,7 @@ def weigh(value, limits: Limits, what: str = "a repr", string_size=None) -> int:
     string_size = string_size or str_repr_size
     if not isinstance(value, _CONTAINERS):
         size = _leaf_weight(value, limit, string_size)
-    elif (size := _small_weight(value, limit, string_size)) is not None:
+    elif (size := _small_weight(value, limit)) is not None:
         pass
     else:
         size = _shared_weight(value, limit, string_size, what)
@@ -107,9 +107,10 @@ def _shared_weight(value, limit: int, string_size, what: str) -> int:
     return weights[id(value)]
 
 
-def _small_weight(value, limit: int, string_size) -> int | None:
-    """The weight of a small value (what real templates weigh) by a plain walk, or None past a few
-    thousand items, where weigh's walk by identity takes over."""
+def _small_weight(value, limit: int) -> int | None:
+    """A quick upper bound for a small value (what real templates weigh): a plain walk that counts every
+    character as the longest escape it could become (12, `\\ud834\\udd1e` in JSON); None when that bound
+    is over the limit or the value is large or unusual, where the exact walk by identity takes over."""
     size, stack, budget = 0, [value], _SMALL_VISITS
     while stack:
         item = stack.pop()
@@ -118,7 +119,7 @@ def _small_weight(value, limit: int, string_size) -> int | None:
             return None
         kind = type(item)
         if kind is str:
-            size += string_size(item, limit)
+            size += 12 * len(item) + 3
         elif kind is dict:
             size += 16 + 8 * len(item)
             stack.extend(item.keys())
@@ -131,9 +132,9 @@ def _small_weight(value, limit: int, string_size) -> int | None:
         elif kind is float or kind is bool or item is None:
             size += 24
         else:
-            return None   # anything rarer (bytes, views, namespaces...): the full walk
+            return None   # bytes, views, namespaces...
         if size > limit:
-            return size
+            return None
     return size
 
 

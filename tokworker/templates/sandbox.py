@@ -179,6 +179,7 @@ class _BoundedFormatter(SandboxedFormatter):
 
 
 _STATIC_MAKETRANS = (str.maketrans, bytes.maketrans)
+_LINEAR_INT_OPERATORS = frozenset({"+", "-", "/", "//", "%"})   # results no larger than the operands (+1 bit)
 _COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
             ">=": operator.ge, "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
 _WALKED = (list, tuple, dict, set, frozenset)
@@ -228,6 +229,14 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     # -- operators, comparisons and joins
     def call_binop(self, context, operator, left, right):
+        kind = type(left)
+        if kind is type(right):   # the common cases, priced inline: joining two strings, small integers
+            if kind is str and operator == "+":
+                if len(left) + len(right) <= self.limits.max_output_chars:
+                    return left + right
+            elif kind is int and operator in _LINEAR_INT_OPERATORS:
+                if left.bit_length() <= self.limits.max_int_bits >= right.bit_length():
+                    return self.binop_table[operator](left, right)
         if operator == "%" and isinstance(left, (str, bytes)):
             return self.percent(left, right)
         bounds.check_binop(self.limits, operator, left, right)
