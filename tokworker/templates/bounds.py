@@ -207,11 +207,27 @@ def check_str_method(limits: Limits, name: str, text, args: tuple, kwargs: dict)
     elif name == "hex":
         check_chars(limits, 3 * len(text))
     elif name == "splitlines":
-        breaks = sum(text.count(mark) for mark in (_LINE_BREAKS if isinstance(text, str) else (b"\n", b"\r")))
-        check_items(limits, breaks + 1)
+        check_items(limits, line_count(text))
     elif name == "maketrans" and args:
         check_items(limits, max((len(a) for a in args if isinstance(a, (str, bytes, Mapping))), default=0))
     return None
+
+
+def line_count(text) -> int:
+    """An upper bound on len(text.splitlines()), counted without building the lines."""
+    return sum(text.count(mark) for mark in (_LINE_BREAKS if isinstance(text, str) else (b"\n", b"\r"))) + 1
+
+
+def check_words(limits: Limits, text: str, extra_separators: str = "") -> None:
+    """Filters that split text into words and separators in one C call (wordwrap, title, urlize,
+    striptags) may build a few objects per word: the words are counted first, with at most a quarter
+    of max_items ever built for the count."""
+    cap = limits.max_items // 4
+    if len(text) <= cap:
+        return
+    words = len(text.split(None, cap)) + sum(text.count(mark) for mark in extra_separators)
+    if words > cap:
+        refuse("a text of words (words)", words, cap)
 
 
 _CASE_METHODS = frozenset({"upper", "lower", "title", "capitalize", "swapcase", "casefold"})

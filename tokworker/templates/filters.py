@@ -42,8 +42,9 @@ def bounded_filters(limits: Limits, percent) -> dict:
     def escaped_size(text: str) -> int:
         return len(text) + 4 * sum(text.count(mark) for mark in "&<>'\"")
 
-    def textual(name, grows=1):
-        """A filter that calls str() on its input: shown text in, case mappings priced."""
+    def textual(name, grows=1, splits=None):
+        """A filter that calls str() on its input: shown text in, case mappings priced, and words counted
+        for those that split the text (`splits`: the separators they split at besides whitespace)."""
         function = original[name]
 
         @pass_context
@@ -51,6 +52,8 @@ def bounded_filters(limits: Limits, percent) -> dict:
             text = text_of(value)
             if grows > 1 and not text.isascii():
                 bounds.check_chars(limits, grows * len(text))
+            if splits is not None:
+                bounds.check_words(limits, text, splits)
             if name == "truncate":     # the one of these that takes the environment
                 return function(context.environment, text, *args, **kwargs)
             return function(text, *args, **kwargs)
@@ -80,7 +83,8 @@ def bounded_filters(limits: Limits, percent) -> dict:
     def indent(context, value, width=4, first=False, blank=False):
         text = text_of(value)
         per_line = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
-        bounds.check_chars(limits, len(text) + (len(text.splitlines()) + 1) * per_line)
+        bounds.check_chars(limits, len(text) + (bounds.line_count(text) + 1) * per_line)
+        bounds.check_items(limits, bounds.line_count(text))
         return original["indent"](text, width, first, blank)
 
     @pass_context
@@ -89,6 +93,7 @@ def bounded_filters(limits: Limits, percent) -> dict:
         separator = len(wrapstring) if isinstance(wrapstring, str) else 2
         lines = len(text) // max(width if isinstance(width, int) else 1, 1) + text.count("\n") + 1
         bounds.check_chars(limits, len(text) + lines * separator)
+        bounds.check_words(limits, text)
         return original["wordwrap"](context.environment, text, width, break_long_words, wrapstring,
                                     break_on_hyphens)
 
@@ -194,7 +199,7 @@ def bounded_filters(limits: Limits, percent) -> dict:
         text = text_of(value)
         extra = 64 + sum(len(a) for a in (target, rel) if isinstance(a, str))
         pieces = sum(text.count(mark) for mark in " \n\t\r") + 1
-        bounds.check_items(limits, pieces)
+        bounds.check_words(limits, text)
         bounds.check_chars(limits, 2 * len(text) + pieces * extra)
         return original["urlize"](context.eval_ctx, text, trim_url_limit, nofollow, target, rel, extra_schemes)
 
@@ -223,9 +228,11 @@ def bounded_filters(limits: Limits, percent) -> dict:
                "string": string, "pprint": pprint, "escape": escape, "e": escape, "forceescape": forceescape,
                "safe": safe, "xmlattr": xmlattr, "urlencode": urlencode, "urlize": urlize, "wordcount": wordcount,
                "list": list_, "int": int_, "round": round_}
-    for name in ("upper", "lower", "title", "capitalize"):
+    for name in ("upper", "lower", "capitalize"):
         filters[name] = textual(name, grows=3)
-    for name in ("trim", "truncate", "striptags"):
+    filters["title"] = textual("title", grows=3, splits="-({[<")
+    filters["striptags"] = textual("striptags", splits="<")
+    for name in ("trim", "truncate"):
         filters[name] = textual(name)
     for name in ("sort", "unique", "dictsort", "groupby", "max", "min"):
         filters[name] = weighed(name)

@@ -85,6 +85,8 @@ class TemplateNamespace(Namespace):
 
     def __init__(*args, **kwargs):  # noqa: N805 - Jinja's own signature, so namespace(self=...) works
         self, args = args[0], args[1:]
+        if args and not isinstance(args[0], Mapping):   # pairs: a key that is not a name would be hashed in C
+            args = ([(TemplateNamespace._check_key(key), value) for key, value in args[0]],) + args[1:]
         attrs = dict(*args, **kwargs)
         for name in attrs:
             TemplateNamespace._check(name)
@@ -93,6 +95,12 @@ class TemplateNamespace(Namespace):
     def __setitem__(self, name, value):
         TemplateNamespace._check(name)
         Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_key(key):
+        if not isinstance(key, str):
+            raise TemplateSecurityError(f"a namespace attribute name must be a string, not {type(key).__name__}")
+        return key
 
     @staticmethod
     def _check(name):
@@ -253,6 +261,11 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                 except TemplateLimitError:
                     reprs.weigh(right, self.limits, "a comparison")
         return _COMPARE[operator](left, right)
+
+    def getitem(self, obj, argument):
+        if type(argument) is tuple or type(argument) is frozenset:
+            reprs.weigh(argument, self.limits, "a hashed key")
+        return super().getitem(obj, argument)
 
     def hashed_key(self, key):
         if isinstance(key, (tuple, frozenset)):
