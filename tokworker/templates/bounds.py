@@ -183,7 +183,8 @@ def check_str_method(limits: Limits, name: str, text, args: tuple, kwargs: dict)
     elif name == "replace" and len(args) >= 2:
         old, new = args[0], args[1]
         count = args[2] if len(args) > 2 else kwargs.get("count", -1)
-        if isinstance(old, type(text)) and isinstance(new, type(text)) and len(new) > len(old):
+        kind = str if isinstance(text, str) else bytes     # Markup's arguments are plain strings
+        if isinstance(old, kind) and isinstance(new, kind) and len(new) > len(old):
             hits = text.count(old) if old else len(text) + 1
             if isinstance(count, int) and count >= 0:
                 hits = min(hits, count)
@@ -207,15 +208,21 @@ def check_str_method(limits: Limits, name: str, text, args: tuple, kwargs: dict)
     elif name == "hex":
         check_chars(limits, 3 * len(text))
     elif name == "splitlines":
-        check_items(limits, line_count(text))
+        check_items(limits, line_count(text, limits.max_items))
     elif name == "maketrans" and args:
         check_items(limits, max((len(a) for a in args if isinstance(a, (str, bytes, Mapping))), default=0))
     return None
 
 
-def line_count(text) -> int:
-    """An upper bound on len(text.splitlines()), counted without building the lines."""
-    return sum(text.count(mark) for mark in (_LINE_BREAKS if isinstance(text, str) else (b"\n", b"\r"))) + 1
+def line_count(text, cap: int) -> int:
+    """An upper bound on len(text.splitlines()), counted without building the lines; the counting stops
+    once past `cap` (each mark is one scan of the text, the common ones first)."""
+    count = 1
+    for mark in (_LINE_BREAKS if isinstance(text, str) else (b"\n", b"\r")):
+        count += text.count(mark)
+        if count > cap:
+            break
+    return count
 
 
 def check_words(limits: Limits, text: str, extra_separators: str = "") -> None:

@@ -83,8 +83,9 @@ def bounded_filters(limits: Limits, percent) -> dict:
     def indent(context, value, width=4, first=False, blank=False):
         text = text_of(value)
         per_line = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
-        bounds.check_chars(limits, len(text) + (bounds.line_count(text) + 1) * per_line)
-        bounds.check_items(limits, bounds.line_count(text))
+        lines = bounds.line_count(text, limits.max_items)
+        bounds.check_items(limits, lines)
+        bounds.check_chars(limits, len(text) + (lines + 1) * per_line)
         return original["indent"](text, width, first, blank)
 
     @pass_context
