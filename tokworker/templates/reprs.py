@@ -40,8 +40,8 @@ def weigh(value, limits: Limits, what: str = "a repr", string_size=None) -> int:
     `string_size`), which also bounds the work of any C walk over it.
 
     Shared items count every time they are reached (a list nested by doubling 40 times weighs 2**40),
-    but each container is weighed once: weights are summed bottom-up by identity, so the walk is linear in
-    the distinct objects, and refused as soon as a container passes the output limit."""
+    but each container is weighed once, by identity, so the walk is linear in the distinct objects and
+    stops as soon as a running sum passes the output limit. Small values get a quick bound instead."""
     limit = limits.max_output_chars
     string_size = string_size or str_repr_size
     if not isinstance(value, _CONTAINERS):

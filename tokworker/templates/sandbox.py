@@ -11,9 +11,11 @@ What it adds, because the sandbox bounds nothing:
   a bounded concat;
 - everything a template prints, joins or formats becomes text through reprs.shown_str (priced, no
   addresses): the output's finalize, `~`, `%`, str.format and the string-making filters;
-- comparisons and `in` on containers are priced by weighing the values they would walk in C;
-- str/bytes methods that grow their result or build many objects, int.to_bytes / from_bytes, fromkeys and
-  list.count / index are priced in the sandbox's call hook; filters and tests are filters.py's;
+- comparisons, `in`, subscripts and computed dict keys are priced by weighing the values they would walk
+  or hash in C;
+- str/bytes methods that grow their result or build many objects, int.to_bytes / from_bytes, fromkeys,
+  list.count / index and loop.changed are priced in the sandbox's call hook (Markup, which escapes what it
+  is given, against a fifth of the limit); filters and tests are filters.py's;
 - lipsum is capped. Time, memory and total output are enforced by render.py (watchdog + counted output).
 """
 
@@ -153,13 +155,72 @@ class _BoundedCodeGenerator(CodeGenerator):
         self.write("}")
 
     @optimizeconst
+    def visit_Getitem(self, node, frame):
+        """`x[key]` with a computed key hashes it in C: the key goes through hashed_key (constant keys and
+        slices, the common cases, compile as Jinja compiles them)."""
+        if isinstance(node.arg, (nodes.Const, nodes.Slice)):
+            return super().visit_Getitem(node, frame)
+        self.write("environment.getitem(")
+        self.visit(node.node, frame)
+        self.write(", environment.hashed_key(")
+        self.visit(node.arg, frame)
+        self.write("))")
+
+    def _binop_with_small_constant(self, node, frame, operator: str) -> bool:
+        """`x + 'text'` or `n - 1`: with one operand a short literal, nothing can multiply, so the operator
+        compiles as plain Python (the common case in real templates); True when it did."""
+        if not (_is_small_constant(node.left) or _is_small_constant(node.right)):
+            return False
+        self.write("(")
+        self.visit(node.left, frame)
+        self.write(f" {operator} ")
+        self.visit(node.right, frame)
+        self.write(")")
+        return True
+
+    @optimizeconst
+    def visit_Add(self, node, frame):
+        if not self._binop_with_small_constant(node, frame, "+"):
+            super().visit_Add(node, frame)
+
+    @optimizeconst
+    def visit_Sub(self, node, frame):
+        if not self._binop_with_small_constant(node, frame, "-"):
+            super().visit_Sub(node, frame)
+
+    @optimizeconst
     def visit_Compare(self, node, frame):
+        if len(node.ops) == 1 and _compares_with_constant(node.expr, node.ops[0]):
+            return super().visit_Compare(node, frame)    # against a literal nothing deep is walked
         self.write("environment.compare(" if len(node.ops) == 1 else "environment.compare_chain(")
         self.visit(node.expr, frame)
         for operand in node.ops:
             self.write(f", {operators[operand.op]!r}, ")
             self.visit(operand.expr, frame)
         self.write(")")
+
+
+def _is_small_constant(node) -> bool:
+    if not isinstance(node, nodes.Const):
+        return False
+    value = node.value
+    if isinstance(value, str):
+        return len(value) <= 4096
+    return type(value) in (int, float) and (type(value) is float or value.bit_length() <= 64)
+
+
+def _compares_with_constant(left, operand) -> bool:
+    """True when `left <op> operand` can't walk a container: one side is a literal scalar, or `in` a
+    literal string or a literal list of scalars."""
+    right = operand.expr
+    if operand.op in ("in", "notin"):
+        if isinstance(right, nodes.Const):
+            return isinstance(right.value, str)
+        return isinstance(right, (nodes.List, nodes.Tuple)) and all(
+            isinstance(item, nodes.Const) and isinstance(item.value, (str, int, float, bool, type(None)))
+            for item in right.items)
+    return any(isinstance(side, nodes.Const) and isinstance(side.value, (str, int, float, bool, type(None)))
+               for side in (left, right))
 
 
 class _BoundedFormatter(SandboxedFormatter):
@@ -267,11 +328,6 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                 except TemplateLimitError:
                     reprs.weigh(right, self.limits, "a comparison")
         return _COMPARE[operator](left, right)
-
-    def getitem(self, obj, argument):
-        if type(argument) is tuple or type(argument) is frozenset:
-            reprs.weigh(argument, self.limits, "a hashed key")
-        return super().getitem(obj, argument)
 
     def hashed_key(self, key):
         if isinstance(key, (tuple, frozenset)):
