@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import jinja2
 from jinja2 import nodes
 
-from .bounds import Limits
+from .bounds import Limits, refuse
 from .errors import TemplateSyntaxError, TemplateTooLargeError
 from .sandbox import BoundedEnvironment
 
@@ -91,6 +91,7 @@ def compile_template(source: str, limits: Limits) -> CompiledTemplate:
     environment = environment_for(limits)
     try:
         tree = environment.parse(source)
+        _check_integer_literals(tree, limits)
         literal_text = _literal_text(tree)
         python = environment.compile(tree, raw=True)
         code = compile(python, "<template>", "exec")
@@ -100,6 +101,14 @@ def compile_template(source: str, limits: Limits) -> CompiledTemplate:
     entry = CompiledTemplate(template, literal_text, 4 * len(source) + 3 * len(python))
     CACHE.put((limits, source), entry)
     return entry
+
+
+def _check_integer_literals(tree: nodes.Template, limits: Limits) -> None:
+    """An integer literal (`0xfff...` is linear to parse, so Python's digit limit doesn't cover it) gets the
+    same bit cap as integers made while rendering."""
+    for node in tree.find_all(nodes.Const):
+        if isinstance(node.value, int) and node.value.bit_length() > limits.max_int_bits:
+            refuse("an integer literal (bits)", node.value.bit_length(), limits.max_int_bits)
 
 
 def _literal_text(tree: nodes.Template) -> str:

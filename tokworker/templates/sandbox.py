@@ -6,31 +6,39 @@ tojson that keeps non-ASCII and takes indent/separators/sort_keys; `dict` (call 
 `namespace` that refuses underscore names.
 
 What it adds, because the sandbox bounds nothing:
-- the operators * ** + % are intercepted (which also stops Jinja from folding them at compile time) and
-  priced before they run; `~`, macro bodies, block sets and filter blocks join through a bounded concat;
-- str/bytes methods that grow their result (center, ljust, rjust, zfill, expandtabs, replace, join,
-  translate, format, format_map) and int.to_bytes are priced in the sandbox's call hook;
-- the filters that grow their result (center, indent, wordwrap, format, join, replace, sum, batch, tojson)
-  are bounded wrappers marked pass_context, so Jinja never runs them at compile time either;
+- every arithmetic operator is intercepted (which also stops Jinja from folding it at compile time) and
+  priced before it runs, integers included; `~`, macro bodies, block sets and filter blocks join through
+  a bounded concat;
+- everything a template prints, joins or formats becomes text through reprs.shown_str (priced, no
+  addresses): the output's finalize, `~`, `%`, str.format and the string-making filters;
+- comparisons, `in`, subscripts and computed dict keys are priced by weighing the values they would walk
+  or hash in C;
+- str/bytes methods that grow their result or build many objects, int.to_bytes / from_bytes, fromkeys,
+  list.count / index and loop.changed are priced in the sandbox's call hook (Markup, which escapes what it
+  is given, against a fifth of the limit); filters and tests are filters.py's;
 - lipsum is capped. Time, memory and total output are enforced by render.py (watchdog + counted output).
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import operator
+from collections.abc import Mapping
 from datetime import datetime
 
 import jinja2
-from jinja2 import nodes, pass_context
-from jinja2.compiler import CodeGenerator
+from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
-from jinja2.filters import FILTERS, make_attrgetter
+from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedFormatter
 from jinja2.utils import Namespace, generate_lorem_ipsum
+from markupsafe import Markup
 
-from . import bounds
+from . import bounds, filters, reprs
+from .codegen import BoundedCodeGenerator
 from .bounds import Limits
-from .errors import TemplateRaisedError, TemplateSecurityError
+from .errors import TemplateLimitError, TemplateRaisedError, TemplateSecurityError
 
 
 def _require_jinja2() -> None:
@@ -56,13 +64,24 @@ def strftime_now(format):
 
 class TemplateDict:
     """`dict` as templates see it: callable and fromkeys, and nothing a template could use to reach
-    the type itself."""
+    the type itself. Keys are hashed in C, so they are counted and weighed first."""
+
+    def __init__(self, limits: Limits):
+        self._limits = limits
 
     def __call__(self, *args, **kwargs):
+        if args and not isinstance(args[0], Mapping):
+            args = (bounded_keys(self._limits, args[0]),) + args[1:]
         return dict(*args, **kwargs)
 
-    def fromkeys(self, *args, **kwargs):
-        return dict.fromkeys(*args, **kwargs)
+    def fromkeys(self, iterable, value=None):
+        return dict.fromkeys(bounded_keys(self._limits, iterable), value)
+
+
+def bounded_keys(limits: Limits, iterable) -> list:
+    keys = bounds.bounded_list(limits, iterable)
+    reprs.weigh(keys, limits, "the keys of a dict")
+    return keys
 
 
 class TemplateNamespace(Namespace):
@@ -70,6 +89,8 @@ class TemplateNamespace(Namespace):
 
     def __init__(*args, **kwargs):  # noqa: N805 - Jinja's own signature, so namespace(self=...) works
         self, args = args[0], args[1:]
+        if args and not isinstance(args[0], Mapping):   # pairs: a key that is not a name would be hashed in C
+            args = ([(TemplateNamespace._check_key(key), value) for key, value in args[0]],) + args[1:]
         attrs = dict(*args, **kwargs)
         for name in attrs:
             TemplateNamespace._check(name)
@@ -78,6 +99,12 @@ class TemplateNamespace(Namespace):
     def __setitem__(self, name, value):
         TemplateNamespace._check(name)
         Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_key(key):
+        if not isinstance(key, str):
+            raise TemplateSecurityError(f"a namespace attribute name must be a string, not {type(key).__name__}")
+        return key
 
     @staticmethod
     def _check(name):
@@ -100,17 +127,6 @@ class GenerationTag(Extension):
         return caller()
 
 
-class _BoundedCodeGenerator(CodeGenerator):
-    """Compiles `a ~ b` to the environment's bounded join instead of jinja2.runtime.str_join."""
-
-    def visit_Concat(self, node, frame):
-        self.write("environment.bounded_str_join((")
-        for argument in node.nodes:
-            self.visit(argument, frame)
-            self.write(", ")
-        self.write("))")
-
-
 class _BoundedFormatter(SandboxedFormatter):
     """str.format inside the sandbox, with every field priced before it is formatted."""
 
@@ -118,35 +134,128 @@ class _BoundedFormatter(SandboxedFormatter):
         super().__init__(environment)
         self._limits, self._size = limits, 0
 
+    def convert_field(self, value, conversion):
+        if conversion == "s":
+            return reprs.shown_str(value, self._limits)
+        if conversion == "r":
+            return reprs.shown_repr(value, self._limits)
+        if conversion == "a":
+            bounds.check_chars(self._limits, 10 * reprs.weigh(value, self._limits))
+            return ascii(reprs.shown_repr(value, self._limits))[1:-1]
+        return super().convert_field(value, conversion)
+
     def format_field(self, value, format_spec):
-        self._size += bounds.format_field_size(value, format_spec)
+        self._size += bounds.format_field_size(value, format_spec, self._weigh)
         bounds.check_chars(self._limits, self._size)
-        return super().format_field(value, format_spec)
+        return format(reprs.plain_for_formatting(value, self._limits), format_spec)
+
+    def _weigh(self, value):
+        return reprs.weigh(value, self._limits)
 
 
-_GROWING_STR_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs", "replace", "join", "translate"})
+_STATIC_MAKETRANS = (str.maketrans, bytes.maketrans)
+_LINEAR_INT_OPERATORS = frozenset({"+", "-", "/", "//", "%"})   # results no larger than the operands (+1 bit)
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+            ">=": operator.ge, "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
+_WALKED = (list, tuple, dict, set, frozenset)
+_HASHED = (dict, set, frozenset, type({}.keys()), type({}.items()))
 
 
 class BoundedEnvironment(ImmutableSandboxedEnvironment):
     """ImmutableSandboxedEnvironment configured as transformers configures it, with `limits` enforced."""
 
-    code_generator_class = _BoundedCodeGenerator
-    intercepted_binops = frozenset({"*", "**", "+", "%"})
+    code_generator_class = BoundedCodeGenerator
+    intercepted_binops = frozenset({"*", "**", "+", "-", "/", "//", "%"})
 
     def __init__(self, limits: Limits):
         super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
         self.limits = limits
-        self.filters.update(_bounded_filters(limits))
+        # Markup escapes what it is combined with (`<` becomes `&lt;`, up to 5x): priced against a fifth
+        self.markup_limits = dataclasses.replace(limits, max_output_chars=limits.max_output_chars // 5)
+        self.finalize = self._finalize_output
+        self.filters.update(filters.bounded_filters(limits, self.percent))
+        self.tests.update(filters.bounded_tests(self.compare))
         self.globals["raise_exception"] = raise_exception
         self.globals["strftime_now"] = strftime_now
-        self.globals["dict"] = TemplateDict()
+        self.globals["dict"] = TemplateDict(limits)
         self.globals["namespace"] = TemplateNamespace
         self.globals["lipsum"] = self._lipsum
 
-    # -- operators and joins
+    # -- text
+    def _finalize_output(self, value):
+        """What `{{ value }}` prints (Jinja then calls str() on it): text, priced and without addresses."""
+        if type(value) is str:
+            return value
+        return reprs.shown_str(value, self.limits)
+
+    def percent(self, template: str, values):
+        """template % values, priced first; non-plain values are shown through reprs."""
+        limits = self.limits
+        text = template if isinstance(template, str) else template.decode("latin-1")
+        size = bounds.percent_format_size(text, values, self._weigh)
+        bounds.check_chars(limits, 5 * size if isinstance(template, Markup) else size)
+        if isinstance(values, tuple):
+            values = tuple([reprs.plain_for_formatting(value, limits) for value in values])
+        elif isinstance(values, Mapping):
+            values = _ShownMapping(values, limits)
+        else:
+            values = reprs.plain_for_formatting(values, limits)
+        return template % values
+
+    def _weigh(self, value):
+        return reprs.weigh(value, self.limits)
+
+    # -- operators, comparisons and joins
     def call_binop(self, context, operator, left, right):
-        bounds.check_binop(self.limits, operator, left, right)
+        kind = type(left)
+        if kind is type(right):   # the common cases, priced inline: joining two strings, small integers
+            if kind is str and operator == "+":
+                if len(left) + len(right) <= self.limits.max_output_chars:
+                    return left + right
+            elif kind is int and operator in _LINEAR_INT_OPERATORS:
+                if left.bit_length() <= self.limits.max_int_bits >= right.bit_length():
+                    return self.binop_table[operator](left, right)
+        if operator == "%" and isinstance(left, (str, bytes)):
+            return self.percent(left, right)
+        limits = self.markup_limits if isinstance(left, Markup) or isinstance(right, Markup) else self.limits
+        bounds.check_binop(limits, operator, left, right)
         return self.binop_table[operator](left, right)
+
+    def compare(self, left, operator, right):
+        """left <operator> right, with any walk over containers priced first."""
+        if type(right) is not str:   # against a str, nothing is walked: a substring search or a type mismatch
+            if operator == "in" or operator == "not in":
+                self._price_search(left, right)
+            elif isinstance(left, _WALKED) and isinstance(right, _WALKED):
+                try:
+                    reprs.weigh(left, self.limits, "a comparison")
+                except TemplateLimitError:
+                    reprs.weigh(right, self.limits, "a comparison")
+        return _COMPARE[operator](left, right)
+
+    def hashed_key(self, key):
+        if isinstance(key, (tuple, frozenset)):
+            reprs.weigh(key, self.limits, "a hashed key")
+        return key
+
+    def compare_chain(self, left, *rest):
+        for at in range(0, len(rest), 2):
+            if not self.compare(left, rest[at], rest[at + 1]):
+                return False
+            left = rest[at + 1]
+        return True
+
+    def _price_search(self, needle, haystack) -> None:
+        """`needle in haystack` compares needle with each item (lists) or hashes it (dicts, sets)."""
+        limits = self.limits
+        if isinstance(haystack, (list, tuple)):
+            if isinstance(needle, (str, int, float)) or needle is None:
+                cheap = len(haystack) * (len(needle) + 1 if isinstance(needle, str) else 1)
+                if cheap <= limits.max_output_chars:
+                    return
+            reprs.weigh(haystack, limits, "a search")
+        elif isinstance(haystack, _HASHED) and isinstance(needle, (tuple, frozenset)):
+            reprs.weigh(needle, limits, "a hashed key")
 
     def concat(self, parts):
         """Joins macro bodies, block sets and filter blocks (Jinja's `environment.concat`)."""
@@ -156,7 +265,8 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         return "".join(parts)
 
     def bounded_str_join(self, values):
-        parts = [str(value) for value in values]
+        limits = self.limits
+        parts = [value if type(value) is str else reprs.shown_str(value, limits) for value in values]
         bounds.check_chars(self.limits, sum(map(len, parts)))
         return "".join(parts)
 
@@ -172,13 +282,35 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
     # -- calls
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - the sandbox's own signature
         owner = getattr(__obj, "__self__", None)
-        name = getattr(__obj, "__name__", None)
-        if isinstance(owner, (str, bytes)) and name in _GROWING_STR_METHODS and __self.is_safe_callable(__obj):
-            joined = bounds.check_str_method(__self.limits, name, owner, args, kwargs)
-            if joined is not None:
-                args = (joined,)
-        elif isinstance(owner, int) and name == "to_bytes":
-            bounds.check_to_bytes(__self.limits, args, kwargs)
+        if __obj in _STATIC_MAKETRANS:   # a static method: reached from an instance, it has no __self__
+            bounds.check_str_method(__self.limits, "maketrans", "", args, kwargs)
+        elif owner is not None and not isinstance(owner, (TemplateDict, Namespace)):
+            name = getattr(__obj, "__name__", None)
+            limits = __self.markup_limits if isinstance(owner, Markup) else __self.limits
+            if isinstance(owner, (str, bytes)):
+                if name in bounds.GROWING_TEXT_METHODS and __self.is_safe_callable(__obj):
+                    joined = bounds.check_str_method(limits, name, owner, args, kwargs)
+                    if joined is not None:
+                        args = (joined,)
+                elif name in ("split", "rsplit") and __self.is_safe_callable(__obj):
+                    parts = bounds.bounded_split(limits, name, owner, args, kwargs)
+                    if parts is not None:
+                        return parts
+                elif name in ("startswith", "endswith") and args and isinstance(args[0], tuple):
+                    reprs.weigh(args[0], limits, "the prefixes tried")   # each one compared in C
+            elif isinstance(owner, int) and name == "to_bytes":
+                bounds.check_to_bytes(limits, args, kwargs)
+            elif owner is int and name == "from_bytes" and args and hasattr(args[0], "__len__"):
+                if 8 * len(args[0]) > limits.max_int_bits:
+                    bounds.refuse("an integer (bits)", 8 * len(args[0]), limits.max_int_bits)
+            elif isinstance(owner, (list, tuple)) and name in ("count", "index") and args:
+                __self._price_search(args[0], owner)
+            elif name == "fromkeys" and args:
+                args = (bounded_keys(limits, args[0]),) + args[1:]
+            elif isinstance(owner, dict) and name == "get" and args:
+                __self._price_search(args[0], owner)
+            elif isinstance(owner, LoopContext) and name == "changed":
+                reprs.weigh(args, limits, "a loop.changed comparison")
         return super().call(__context, __obj, *args, **kwargs)
 
     def wrap_str_format(self, value):
@@ -206,70 +338,22 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         return generate_lorem_ipsum(n, html, min, max)
 
 
-def _bounded_filters(limits: Limits) -> dict:
-    """Growing filters as bounded wrappers. pass_context keeps Jinja from running them at compile time."""
-    original = FILTERS
+class _ShownMapping(Mapping):
+    """A `%` mapping whose values are shown through reprs (and itself, for a bare `%s`)."""
 
-    @pass_context
-    def center(context, value, width=80):
-        bounds.check_chars(limits, max(len(str(value)), width if isinstance(width, int) else 0))
-        return original["center"](value, width)
+    def __init__(self, mapping, limits: Limits):
+        self._mapping, self._limits = mapping, limits
 
-    @pass_context
-    def indent(context, value, width=4, first=False, blank=False):
-        text = str(value)
-        per_line = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
-        bounds.check_chars(limits, len(text) + (len(text.splitlines()) + 1) * per_line)
-        return original["indent"](value, width, first, blank)
+    def __getitem__(self, key):
+        return reprs.plain_for_formatting(self._mapping[key], self._limits)
 
-    @pass_context
-    def wordwrap(context, value, width=79, break_long_words=True, wrapstring=None, break_on_hyphens=True):
-        text = str(value)
-        separator = len(wrapstring) if isinstance(wrapstring, str) else 2
-        lines = len(text) // max(width if isinstance(width, int) else 1, 1) + text.count("\n") + 1
-        bounds.check_chars(limits, len(text) + lines * separator)
-        return original["wordwrap"](context.environment, value, width, break_long_words, wrapstring,
-                                    break_on_hyphens)
+    def __iter__(self):
+        return iter(self._mapping)
 
-    @pass_context
-    def format(context, value, *args, **kwargs):  # noqa: A001 - the filter's name
-        bounds.check_chars(limits, bounds.percent_format_size(str(value), kwargs or args))
-        return original["format"](value, *args, **kwargs)
+    def __len__(self):
+        return len(self._mapping)
 
-    @pass_context
-    def join(context, value, d="", attribute=None):
-        if attribute is not None:
-            value = map(make_attrgetter(context.environment, attribute), value)
-        separator = str(d)
-        parts = bounds.check_str_method(limits, "join", separator, ([str(item) for item in value],), {})
-        return separator.join(parts)
+    def __str__(self):
+        return reprs.shown_str(self._mapping, self._limits)
 
-    @pass_context
-    def replace(context, value, old, new, count=None):
-        text = str(value)
-        bounds.check_str_method(limits, "replace", text, (str(old), str(new), -1 if count is None else count), {})
-        return original["replace"](context.eval_ctx, value, old, new, count)
-
-    @pass_context
-    def sum_(context, iterable, attribute=None, start=0):
-        if attribute is not None:
-            iterable = map(make_attrgetter(context.environment, attribute), iterable)
-        if isinstance(start, str):
-            raise TypeError("sum() can't sum strings [use ''.join(seq) instead]")
-        total = start
-        for item in iterable:
-            bounds.check_binop(limits, "+", total, item)
-            total = total + item
-        return total
-
-    @pass_context
-    def batch(context, value, linecount, fill_with=None):
-        bounds.check_items(limits, linecount if isinstance(linecount, int) else 0)
-        return original["batch"](value, linecount, fill_with)
-
-    @pass_context
-    def tojson(context, value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return bounds.bounded_json(limits, value, ensure_ascii, indent, separators, sort_keys)
-
-    return {"center": center, "indent": indent, "wordwrap": wordwrap, "format": format, "join": join,
-            "replace": replace, "sum": sum_, "batch": batch, "tojson": tojson}
+    __repr__ = __str__
