@@ -8,7 +8,7 @@ from .chatml import CHATML_TEMPLATE
 from .errors import TemplateInputError, UntrustedTemplateError
 from .render import DEFAULT_LIMITS, PreparedChat, compiled_template, prepare_chat, render_prepared
 
-_SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+_SPECIAL_NAMES = literal.SPECIAL_NAMES
 
 
 def apply_chat_template(tokenizer, messages, tools=None, tokenize=True, chat_template=None, *, documents=None,
@@ -38,6 +38,8 @@ def render_chat_prompt(tokenizer, messages, tools=None, chat_template=None, *, t
     template = select_template(tokenizer, chat_template, tools, allow_untrusted_template)
     special = special_tokens(tokenizer)
     chat = prepare_chat(template, messages, tools, documents, add_generation_prompt, continue_final_message)
+    if tokenize and sanitize_control_tokens:
+        literal.check_special_overrides(variables, special, *literal.control_tokens(tokenizer))
     text = render_prepared(chat, now=now, limits=limits, **{**special, **variables})
     if not tokenize:
         return text, None
@@ -86,26 +88,38 @@ def special_tokens(tokenizer) -> dict:
 
 
 def _encode_sanitized(tokenizer, chat: PreparedChat, text: str, special: dict, variables: dict, now, limits):
-    entry = compiled_template(chat.template, limits or DEFAULT_LIMITS)
-    everything, special_only = literal.control_tokens(tokenizer, chat.template, entry.literal_text)
-    callers = literal.user_variables(variables)
-    strings = literal.strings_in([chat.messages, chat.tools, chat.documents, callers], [])
+    """Ids in which no added token comes from caller text (literal.py): the defused render, or the marked
+    render when the defused one is not transformers' text and the marked one provably is, with the same
+    control tokens."""
+    everything, special_contents = literal.control_tokens(tokenizer)
+    callers = literal.caller_variables(variables, special, special_contents)
+    inputs = [chat.messages, chat.tools, chat.documents, callers]
+    strings = literal.strings_in(inputs, [])
     search = everything.pattern.search if everything.pattern is not None else None
     if search is None or not any(search(s) for s in strings):
         return tokenizer.encode(text)            # nothing to forge with: exactly transformers' ids
-    opening, closing = literal.pick_markers(strings, chat.template)
-    first = None
-    for tokens in (everything, special_only):
+
+    def render(rewrite) -> str:
+        rewritten = PreparedChat(chat.template, literal.transform(chat.messages, rewrite),
+                                 literal.transform(chat.tools, rewrite), literal.transform(chat.documents, rewrite),
+                                 chat.add_generation_prompt, chat.continue_final_message)
+        return render_prepared(rewritten, now=now, limits=limits,
+                               **{**special, **variables, **literal.transform(callers, rewrite)})
+
+    splitter, opening, closing = literal.pick_markers(strings, chat.template, everything, 3)
+    defused, cuts = literal.remove_splitters(render(literal.defuser(everything, splitter)), splitter)
+    safe = tokenizer.encode_with_literal_spans(defused, cuts)
+    if defused == text:
+        return safe
+    controls = [i for i in safe if i in everything.ids]
+    literal_text = compiled_template(chat.template, limits or DEFAULT_LIMITS).literal_text
+    for tokens in (everything, literal.foreign_tokens(tokenizer, chat.template, literal_text)):
         if tokens.pattern is None:
             continue
-        marked = PreparedChat(chat.template, literal.mark(chat.messages, tokens, opening, closing),
-                              literal.mark(chat.tools, tokens, opening, closing),
-                              literal.mark(chat.documents, tokens, opening, closing),
-                              chat.add_generation_prompt, chat.continue_final_message)
-        marked_variables = {**special, **variables, **literal.mark(callers, tokens, opening, closing)}
-        rendered = render_prepared(marked, now=now, limits=limits, **marked_variables)
-        clean, spans = literal.unmark(rendered, everything, opening, closing)
-        if clean == text:
-            return tokenizer.encode_with_literal_spans(clean, spans)
-        first = first or (clean, spans)
-    return tokenizer.encode_with_literal_spans(*first)
+        clean, spans, intact = literal.unmark(render(literal.marker(tokens, opening, closing)), everything,
+                                              opening, closing)
+        if intact and clean == text:
+            ids = tokenizer.encode_with_literal_spans(clean, spans)
+            if [i for i in ids if i in everything.ids] == controls:
+                return ids
+    return safe
