@@ -6,6 +6,7 @@ from __future__ import annotations
 from . import literal
 from .chatml import CHATML_TEMPLATE
 from .errors import TemplateInputError, UntrustedTemplateError
+from .messages import normalize_openai_messages
 from .render import DEFAULT_LIMITS, PreparedChat, compiled_template, prepare_chat, render_prepared
 
 _SPECIAL_NAMES = literal.SPECIAL_NAMES
@@ -13,30 +14,33 @@ _SPECIAL_NAMES = literal.SPECIAL_NAMES
 
 def apply_chat_template(tokenizer, messages, tools=None, tokenize=True, chat_template=None, *, documents=None,
                         add_generation_prompt=False, continue_final_message=False, sanitize_control_tokens=True,
-                        allow_untrusted_template=False, now=None, limits=None, **variables):
+                        allow_untrusted_template=False, openai_messages=False, now=None, limits=None, **variables):
     """Render `messages` with the tokenizer's chat template and return the text, or its ids if `tokenize`.
 
     Like transformers' method of the same name (same template choice, same special-token variables, same
     defaults), except that content is encoded as ordinary text by default: `sanitize_control_tokens=False`
     restores transformers' plain encoding. `chat_template` may name one of the model's templates, or be a
     template of its own, which is refused unless `allow_untrusted_template` (a server passes its operator's
-    setting here). A model without a template uses CHATML_TEMPLATE."""
+    setting here). `openai_messages=True` takes messages in the OpenAI API's shape and normalizes them as
+    vLLM's server does (messages.py). A model without a template uses CHATML_TEMPLATE."""
     text, ids = render_chat_prompt(tokenizer, messages, tools, chat_template, tokenize=tokenize, documents=documents,
                                    add_generation_prompt=add_generation_prompt,
                                    continue_final_message=continue_final_message,
                                    sanitize_control_tokens=sanitize_control_tokens,
-                                   allow_untrusted_template=allow_untrusted_template, now=now, limits=limits,
-                                   **variables)
+                                   allow_untrusted_template=allow_untrusted_template,
+                                   openai_messages=openai_messages, now=now, limits=limits, **variables)
     return ids if tokenize else text
 
 
 def render_chat_prompt(tokenizer, messages, tools=None, chat_template=None, *, tokenize=True, documents=None,
                        add_generation_prompt=False, continue_final_message=False, sanitize_control_tokens=True,
-                       allow_untrusted_template=False, now=None, limits=None, **variables):
+                       allow_untrusted_template=False, openai_messages=False, now=None, limits=None, **variables):
     """(text, ids) of one render: what apply_chat_template returns with tokenize=False and with tokenize=True,
     for the cost of one (a server that sends both back renders once). ids is None when not `tokenize`."""
     template = select_template(tokenizer, chat_template, tools, allow_untrusted_template)
     special = special_tokens(tokenizer)
+    if openai_messages:
+        messages = normalize_openai_messages(messages, template)
     chat = prepare_chat(template, messages, tools, documents, add_generation_prompt, continue_final_message)
     if tokenize and sanitize_control_tokens:
         literal.check_special_overrides(variables, special, *literal.control_tokens(tokenizer))
