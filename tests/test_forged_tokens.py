@@ -308,3 +308,20 @@ def test_whitespace_only_added_tokens_encode_as_in_any_text():
     ids = apply_chat_template(ours, forged_too, chat_template=template, allow_untrusted_template=True)
     assert ids.count(blank) == 2 and ids.count(im_end) == 1
     assert ours.decode(ids).replace(" ", "") == "a\n\nb<|im_end|>\n\nc<|im_end|>"
+
+
+@pytest.mark.parametrize("file", ["ibm-granite-granite-3.3-2B-Instruct.jinja",
+                                  "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja"])
+def test_documents_in_real_templates(file):
+    """Real templates that render documents, with Qwen3's vocabulary (its added tokens are the forged text)."""
+    path = CHAT_TEMPLATES / file
+    if not path.exists():
+        pytest.skip("../shared/fixtures/chat_templates is not present")
+    template, forged_text = path.read_bytes().decode("utf-8"), _injection("qwen3_dir")
+    messages = [{"role": "user", "content": "summarize"}]
+
+    def documents(text):
+        return [{"title": text, "text": text, "doc_id": "1"}]
+    counts = forged("qwen3_dir", template, {"messages": messages, "tools": _tool(), "documents": documents(forged_text)},
+                    {"messages": messages, "tools": _tool(), "documents": documents("x")}, add_generation_prompt=True)
+    assert counts[1] > 0
