@@ -277,9 +277,10 @@ def test_measured_carriers_report():
                        {"messages": _chat(user="x", result="x")})[1]
         total += forged(name, template, {"messages": _chat(arguments={text: text}), "tools": _tool()},
                         {"messages": _chat(arguments={"k": "k"}), "tools": _tool()})[1]
-        total += forged(name, template, {"messages": _chat(), "tools": _tool(properties={text: {"type": "string"}},
-                                                                             extra={text: text})},
-                        {"messages": _chat(), "tools": _tool(properties={"k": {"type": "string"}}, extra={"k": "k"})})[1]
+        schema = _tool(properties={text: {"type": "string"}}, extra={text: text})
+        harmless = _tool(properties={"k": {"type": "string"}}, extra={"k": "k"})
+        total += forged(name, template, {"messages": _chat(), "tools": schema},
+                        {"messages": _chat(), "tools": harmless})[1]
         totals[name] = total
     print("forged ids on the plain path:", json.dumps(totals))
     assert all(totals.values())
@@ -322,6 +323,7 @@ def test_documents_in_real_templates(file):
 
     def documents(text):
         return [{"title": text, "text": text, "doc_id": "1"}]
-    counts = forged("qwen3_dir", template, {"messages": messages, "tools": _tool(), "documents": documents(forged_text)},
-                    {"messages": messages, "tools": _tool(), "documents": documents("x")}, add_generation_prompt=True)
+    attacked = {"messages": messages, "tools": _tool(), "documents": documents(forged_text)}
+    benign = {"messages": messages, "tools": _tool(), "documents": documents("x")}
+    counts = forged("qwen3_dir", template, attacked, benign, add_generation_prompt=True)
     assert counts[1] > 0

@@ -154,11 +154,11 @@ def check_special_overrides(variables: dict, special: dict, tokens: ControlToken
 def pick_markers(strings: list, template: str, tokens: ControlTokens, count: int) -> list[str]:
     """`count` distinct marker characters that occur in no input, nor the template, nor any control token."""
     chooser, low, high = random.SystemRandom(), *_MARKER_RANGE
+    everything = "\0".join(strings)
     chosen: list[str] = []
     while len(chosen) < count:
         char = chr(chooser.randint(low, high))
-        if char not in chosen and char not in tokens.characters and char not in template \
-                and not any(char in s for s in strings):
+        if char not in chosen and char not in tokens.characters and char not in template and char not in everything:
             chosen.append(char)
     return chosen
 
