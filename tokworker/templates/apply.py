@@ -99,8 +99,7 @@ def _encode_sanitized(tokenizer, chat: PreparedChat, text: str, special: dict, v
     callers = literal.caller_variables(variables, special, special_contents)
     inputs = [chat.messages, chat.tools, chat.documents, callers]
     strings = literal.strings_in(inputs, [])
-    search = everything.pattern.search if everything.pattern is not None else None
-    if search is None or not any(search(s) for s in strings):
+    if not literal.holds_control_text(strings, everything):
         return tokenizer.encode(text)            # nothing to forge with: exactly transformers' ids
 
     def render(rewrite) -> str:
