@@ -159,3 +159,20 @@ def test_the_worker_normalizes_what_it_receives():
     reply = handlers.render(Render(messages=openai_chat(), tools=TOOLS, chat_template=qwen, return_text=True))
     assert reply.text == _ours(qwen, openai_chat(), openai_messages=True)
     assert reply.ids == load("qwen3_dir").encode(reply.text)
+
+
+def test_fields_are_kept_as_vllm_keeps_them():
+    from tokworker.templates.messages import normalize_openai_messages
+    string_template = "{{ messages }}"
+    messages = [{"role": "user", "content": [{"type": "thinking", "thinking": "hm"}, "plain"], "name": "ann",
+                 "extra": 1, "tool_calls": [{"function": {"name": "f"}}]},
+                {"role": "assistant", "content": None, "reasoning_content": "because", "tool_call_id": "x"},
+                {"role": "tool", "tool_call_id": "call12345", "content": "ok", "name": 7}]
+    assert normalize_openai_messages(messages, string_template) == [
+        {"role": "user", "content": "hm\nplain", "name": "ann"},
+        {"role": "assistant", "content": "", "reasoning": "because", "reasoning_content": "because"},
+        {"role": "tool", "content": "ok", "tool_call_id": "call12345"}]
+    with pytest.raises(TemplateInputError, match="role"):
+        normalize_openai_messages([{"content": "hi"}], string_template)
+    with pytest.raises(TemplateInputError, match="type"):
+        normalize_openai_messages([{"role": "user", "content": [{"type": ["text"]}]}], string_template)

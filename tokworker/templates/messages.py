@@ -14,8 +14,9 @@ for transformers' view instead, so each message is rebuilt the way vLLM's chat_u
   Templates that glue arguments into text with `+` (DeepSeek V3.1, functionary, Apertus) get JSON text
   instead: the caller's own string if it was valid JSON, else the object dumped. vLLM passes the dict there,
   which those templates can't add to a string; this is where the two differ.
-- the fields vLLM passes on are kept (role, content, name, tool_calls, tool_call_id, reasoning, tools);
-  reasoning is taken from `reasoning` or `reasoning_content`.
+- only the fields vLLM passes on are kept: role, content, name, task; an assistant's tool_calls and
+  reasoning (taken from `reasoning`, or `reasoning_content` which vLLM drops); a tool's tool_call_id; a
+  developer's tools.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from jinja2 import nodes
 
 from .errors import TemplateInputError
 
-_TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
-_KEPT = ("role", "content", "name", "tool_calls", "tool_call_id", "tools", "task")
+#: part type -> the key holding its text
+_TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal",
+               "thinking": "thinking"}
 _CACHE_MAX_CHARS = 4 << 20          # the cache holds templates as keys: bounded by their total size
 
 
@@ -115,6 +117,8 @@ def _message(message, index: int, shape: TemplateShape) -> dict:
     if not isinstance(message, dict):
         raise TemplateInputError(f"message {index} should be a dict, not {type(message).__name__}")
     role = message.get("role")
+    if not isinstance(role, str):
+        raise TemplateInputError(f"message {index} needs a role")
     texts = _texts(message.get("content"), index)
     if texts is None:
         content = message["content"]               # a plain string
@@ -124,18 +128,21 @@ def _message(message, index: int, shape: TemplateShape) -> dict:
         content = [{"type": "text", "text": text} for text in texts]
     else:
         content = "\n".join(texts)
-    result = {key: message[key] for key in _KEPT if message.get(key) is not None}
-    result["content"] = content
+    result = {"role": role, "content": content}
+    for key in ("name", "task"):
+        if isinstance(message.get(key), str):
+            result[key] = message[key]
     if role == "assistant":
         reasoning = message.get("reasoning", message.get("reasoning_content"))
         if reasoning is not None:
             result["reasoning"] = result["reasoning_content"] = reasoning
         calls = message.get("tool_calls")
-        if isinstance(calls, list):
-            if calls:
-                result["tool_calls"] = [_tool_call(call, index, shape) for call in calls]
-            else:
-                result.pop("tool_calls", None)
+        if isinstance(calls, list) and calls:
+            result["tool_calls"] = [_tool_call(call, index, shape) for call in calls]
+    elif role == "tool" and "tool_call_id" in message:
+        result["tool_call_id"] = message["tool_call_id"]
+    elif role == "developer" and message.get("tools") is not None:
+        result["tools"] = message["tools"]
     return result
 
 
@@ -154,10 +161,10 @@ def _texts(content, index: int) -> list[str] | None:
             texts.append(part)
             continue
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in _TEXT_PARTS:
+        if not isinstance(kind, str) or kind not in _TEXT_PARTS:
             raise TemplateInputError(f"message {index}: content part of type {kind!r} is not supported "
                                      f"(text parts only)")
-        text = part.get("refusal" if kind == "refusal" else "text")
+        text = part.get(_TEXT_PARTS[kind])
         if text is not None:                     # vLLM skips text parts without text
             if not isinstance(text, str):
                 raise TemplateInputError(f"message {index}: a {kind} part's text should be a string")
