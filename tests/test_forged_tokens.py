@@ -327,3 +327,24 @@ def test_documents_in_real_templates(file):
     benign = {"messages": messages, "tools": _tool(), "documents": documents("x")}
     counts = forged("qwen3_dir", template, attacked, benign, add_generation_prompt=True)
     assert counts[1] > 0
+
+
+@pytest.mark.parametrize("name", ["qwen3_dir", "deepseek"])
+def test_defused_text_holds_no_token_and_gives_back_the_text(name):
+    """The defuser's two promises on arbitrary text: no control token survives it in any case, and removing
+    the splitters gives the text back exactly."""
+    from tokworker.templates import literal
+    everything, _ = literal.control_tokens(load(name))
+    pool = sorted(everything.all)[:: max(1, len(everything.all) // 60)]
+    splitter = literal.pick_markers([], "", everything, 1)[0]
+    defuse = literal.defuser(everything, splitter)
+
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(st.lists(st.one_of(st.sampled_from(pool), st.sampled_from(pool).map(str.upper),
+                              st.text(st.sampled_from("<|>｜▁ab_/"), max_size=3)), max_size=8))
+    def check(pieces):
+        text = "".join(pieces)
+        defused = defuse(text)
+        assert everything.pattern.search(defused) is None
+        assert literal.remove_splitters(defused, splitter)[0] == text
+    check()

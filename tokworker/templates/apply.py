@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import literal
 from .chatml import CHATML_TEMPLATE
-from .errors import TemplateInputError, UntrustedTemplateError
+from .errors import TemplateError, TemplateInputError, UntrustedTemplateError
 from .messages import normalize_openai_messages
 from .render import DEFAULT_LIMITS, PreparedChat, compiled_template, prepare_chat, render_prepared
 
@@ -119,8 +119,11 @@ def _encode_sanitized(tokenizer, chat: PreparedChat, text: str, special: dict, v
     for tokens in (everything, literal.foreign_tokens(tokenizer, chat.template, literal_text)):
         if tokens.pattern is None:
             continue
-        clean, spans, intact = literal.unmark(render(literal.marker(tokens, opening, closing)), everything,
-                                              opening, closing)
+        try:
+            marked = render(literal.marker(tokens, opening, closing))
+        except TemplateError:              # the template refuses the marked text: the defused render stands
+            continue
+        clean, spans, intact = literal.unmark(marked, everything, opening, closing)
         if intact and clean == text:
             ids = tokenizer.encode_with_literal_spans(clean, spans)
             if [i for i in ids if i in everything.ids] == controls:

@@ -159,7 +159,9 @@ def check_special_overrides(variables: dict, special: dict, tokens: ControlToken
         value = variables[name]
         if holds_control_text(strings_in(value, []), tokens):
             own = f"the tokenizer's own ({special[name]!r})" if name in special else "one special token"
-            raise TemplateInputError(f"{name} may only be {own} or text without control tokens; {value!r} holds "
+            shown = repr(value)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            raise TemplateInputError(f"{name} may only be {own} or text without control tokens; {shown} holds "
                                      f"control-token text")
 
 
