@@ -13,7 +13,7 @@ import pytest
 from tests.chat_corpus import TOOLS
 from tests.realdata import chat_templates, vocabulary
 from tests.test_template_injection import load
-from tokworker.templates import TemplateError, TemplateInputError
+from tokworker.templates import Limits, TemplateError, TemplateInputError
 from tokworker.templates.apply import render_chat_prompt
 from tokworker.templates.messages import template_shape
 
@@ -76,10 +76,14 @@ def _specials(entry) -> dict:
     return {"bos_token": entry.get("bos_token") or "", "eos_token": entry.get("eos_token") or ""}
 
 
+#: this test is about what is rendered, not how fast: a loaded machine must not trip the 1 s budget
+UNHURRIED = Limits(time_budget=30.0)
+
+
 def _ours(template, messages, **kwargs):
     text, _ = render_chat_prompt(load("qwen3_dir"), copy.deepcopy(messages), tools=TOOLS, chat_template=template,
                                  tokenize=False, add_generation_prompt=True, allow_untrusted_template=True,
-                                 **kwargs)
+                                 limits=UNHURRIED, **kwargs)
     return text
 
 

@@ -26,11 +26,14 @@ import json
 import jinja2
 from jinja2 import nodes
 
+from .bounds import Limits
+from .compiled import environment_for
 from .errors import TemplateInputError
 
 #: part type -> the key holding its text
 _TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal",
                "thinking": "thinking"}
+DEFAULT_LIMITS = Limits()
 _CACHE_MAX_CHARS = 4 << 20          # the cache holds templates as keys: bounded by their total size
 
 
@@ -62,11 +65,13 @@ def template_shape(template: str) -> TemplateShape:
 
 
 def _read_shape(template: str) -> TemplateShape:
+    """Parsed with the rendering environment (which knows every tag rendering accepts); a template that
+    does not parse, or is over the size cap, gets the default shape and the render reports it."""
+    if len(template) > DEFAULT_LIMITS.max_template_chars:
+        return TemplateShape(False, False)
     try:
-        tree = jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
-    except jinja2.TemplateSyntaxError:
-        return TemplateShape(False, False)       # rendering reports the error
-    except Exception:                              # an unknown tag ({% generation %}): parse what we can
+        tree = environment_for(DEFAULT_LIMITS).parse(template)
+    except (jinja2.TemplateSyntaxError, RecursionError):
         return TemplateShape(False, False)
     return TemplateShape(_loops_over_content(tree), _adds_arguments(tree))
 
