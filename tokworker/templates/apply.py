@@ -5,39 +5,45 @@ from __future__ import annotations
 
 from . import literal
 from .chatml import CHATML_TEMPLATE
-from .errors import TemplateInputError, UntrustedTemplateError
+from .errors import TemplateError, TemplateInputError, UntrustedTemplateError
+from .messages import normalize_openai_messages
 from .render import DEFAULT_LIMITS, PreparedChat, compiled_template, prepare_chat, render_prepared
 
-_SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+_SPECIAL_NAMES = literal.SPECIAL_NAMES
 
 
 def apply_chat_template(tokenizer, messages, tools=None, tokenize=True, chat_template=None, *, documents=None,
                         add_generation_prompt=False, continue_final_message=False, sanitize_control_tokens=True,
-                        allow_untrusted_template=False, now=None, limits=None, **variables):
+                        allow_untrusted_template=False, openai_messages=False, now=None, limits=None, **variables):
     """Render `messages` with the tokenizer's chat template and return the text, or its ids if `tokenize`.
 
     Like transformers' method of the same name (same template choice, same special-token variables, same
     defaults), except that content is encoded as ordinary text by default: `sanitize_control_tokens=False`
     restores transformers' plain encoding. `chat_template` may name one of the model's templates, or be a
     template of its own, which is refused unless `allow_untrusted_template` (a server passes its operator's
-    setting here). A model without a template uses CHATML_TEMPLATE."""
+    setting here). `openai_messages=True` takes messages in the OpenAI API's shape and normalizes them as
+    vLLM's server does (messages.py). A model without a template uses CHATML_TEMPLATE."""
     text, ids = render_chat_prompt(tokenizer, messages, tools, chat_template, tokenize=tokenize, documents=documents,
                                    add_generation_prompt=add_generation_prompt,
                                    continue_final_message=continue_final_message,
                                    sanitize_control_tokens=sanitize_control_tokens,
-                                   allow_untrusted_template=allow_untrusted_template, now=now, limits=limits,
-                                   **variables)
+                                   allow_untrusted_template=allow_untrusted_template,
+                                   openai_messages=openai_messages, now=now, limits=limits, **variables)
     return ids if tokenize else text
 
 
 def render_chat_prompt(tokenizer, messages, tools=None, chat_template=None, *, tokenize=True, documents=None,
                        add_generation_prompt=False, continue_final_message=False, sanitize_control_tokens=True,
-                       allow_untrusted_template=False, now=None, limits=None, **variables):
+                       allow_untrusted_template=False, openai_messages=False, now=None, limits=None, **variables):
     """(text, ids) of one render: what apply_chat_template returns with tokenize=False and with tokenize=True,
     for the cost of one (a server that sends both back renders once). ids is None when not `tokenize`."""
     template = select_template(tokenizer, chat_template, tools, allow_untrusted_template)
     special = special_tokens(tokenizer)
+    if openai_messages:
+        messages = normalize_openai_messages(messages, template)
     chat = prepare_chat(template, messages, tools, documents, add_generation_prompt, continue_final_message)
+    if tokenize and sanitize_control_tokens:
+        literal.check_special_overrides(variables, special, *literal.control_tokens(tokenizer))
     text = render_prepared(chat, now=now, limits=limits, **{**special, **variables})
     if not tokenize:
         return text, None
@@ -86,26 +92,40 @@ def special_tokens(tokenizer) -> dict:
 
 
 def _encode_sanitized(tokenizer, chat: PreparedChat, text: str, special: dict, variables: dict, now, limits):
-    entry = compiled_template(chat.template, limits or DEFAULT_LIMITS)
-    everything, special_only = literal.control_tokens(tokenizer, chat.template, entry.literal_text)
-    callers = literal.user_variables(variables)
-    strings = literal.strings_in([chat.messages, chat.tools, chat.documents, callers], [])
-    search = everything.pattern.search if everything.pattern is not None else None
-    if search is None or not any(search(s) for s in strings):
+    """Ids in which no added token comes from caller text (literal.py): the defused render, or the marked
+    render when the defused one is not transformers' text and the marked one provably is, with the same
+    control tokens."""
+    everything, special_contents = literal.control_tokens(tokenizer)
+    callers = literal.caller_variables(variables, special, special_contents)
+    inputs = [chat.messages, chat.tools, chat.documents, callers]
+    strings = literal.strings_in(inputs, [])
+    if not literal.holds_control_text(strings, everything):
         return tokenizer.encode(text)            # nothing to forge with: exactly transformers' ids
-    opening, closing = literal.pick_markers(strings, chat.template)
-    first = None
-    for tokens in (everything, special_only):
+
+    def render(rewrite) -> str:
+        rewritten = PreparedChat(chat.template, literal.transform(chat.messages, rewrite),
+                                 literal.transform(chat.tools, rewrite), literal.transform(chat.documents, rewrite),
+                                 chat.add_generation_prompt, chat.continue_final_message)
+        return render_prepared(rewritten, now=now, limits=limits,
+                               **{**special, **variables, **literal.transform(callers, rewrite)})
+
+    splitter, opening, closing = literal.pick_markers(strings, chat.template, everything, 3)
+    defused, cuts = literal.remove_splitters(render(literal.defuser(everything, splitter)), splitter)
+    safe = tokenizer.encode_with_literal_spans(defused, cuts)
+    if defused == text:
+        return safe
+    controls = [i for i in safe if i in everything.ids]
+    literal_text = compiled_template(chat.template, limits or DEFAULT_LIMITS).literal_text
+    for tokens in (everything, literal.foreign_tokens(tokenizer, chat.template, literal_text)):
         if tokens.pattern is None:
             continue
-        marked = PreparedChat(chat.template, literal.mark(chat.messages, tokens, opening, closing),
-                              literal.mark(chat.tools, tokens, opening, closing),
-                              literal.mark(chat.documents, tokens, opening, closing),
-                              chat.add_generation_prompt, chat.continue_final_message)
-        marked_variables = {**special, **variables, **literal.mark(callers, tokens, opening, closing)}
-        rendered = render_prepared(marked, now=now, limits=limits, **marked_variables)
-        clean, spans = literal.unmark(rendered, everything, opening, closing)
-        if clean == text:
-            return tokenizer.encode_with_literal_spans(clean, spans)
-        first = first or (clean, spans)
-    return tokenizer.encode_with_literal_spans(*first)
+        try:
+            marked = render(literal.marker(tokens, opening, closing))
+        except TemplateError:              # the template refuses the marked text: the defused render stands
+            continue
+        clean, spans, intact = literal.unmark(marked, everything, opening, closing)
+        if intact and clean == text:
+            ids = tokenizer.encode_with_literal_spans(clean, spans)
+            if [i for i in ids if i in everything.ids] == controls:
+                return ids
+    return safe

@@ -23,14 +23,16 @@ class Handlers:
         from tokworker.templates.apply import render_chat_prompt
 
         reserved = {"tools", "tokenize", "chat_template", "add_generation_prompt", "continue_final_message",
-                    "allow_untrusted_template", "sanitize_control_tokens", "limits", "now", "documents"}
+                    "allow_untrusted_template", "sanitize_control_tokens", "limits", "now", "documents",
+                    "openai_messages"}
         clash = reserved.intersection(msg.template_kwargs)
         if clash:
             raise WorkerError(ErrorCode.INVALID, f"template_kwargs may not set {sorted(clash)}")
         options = dict(msg.template_kwargs, tools=msg.tools, chat_template=msg.chat_template,
                        add_generation_prompt=msg.add_generation_prompt,
                        continue_final_message=msg.continue_final_message,
-                       allow_untrusted_template=self.options.allow_request_templates)
+                       allow_untrusted_template=self.options.allow_request_templates,
+                       openai_messages=True)      # requests carry OpenAI-shaped messages: normalized as vLLM does
         try:
             text, ids = render_chat_prompt(self.tokenizer, msg.messages, **options)
         except UntrustedTemplateError as exc:
