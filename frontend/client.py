@@ -39,7 +39,7 @@ from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink
 from tokworker.frontend.stream import FAILED, Stream
 from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
-from tokworker.protocol.endpoints import ClientKeys, worker_endpoints
+from tokworker.protocol.endpoints import ClientKeys, MissingDirectory, check_ipc_peer, worker_endpoints
 
 EMPTY = StreamUpdate()
 MAX_FORGOTTEN = 65536
@@ -102,6 +102,8 @@ class TokenizerPool:
         """Connect to running workers (a `tokworker serve` daemon). With `discover`, each endpoint that is a
         daemon's first worker brings in the rest of that daemon's workers."""
         endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+        for endpoint in endpoints:            # a ValueError at once for a malformed or hijackable endpoint
+            await _checked_peer(endpoint, connect_timeout)
         keys = ClientKeys.from_dir(curve_keys) if isinstance(curve_keys, (str, Path)) else curve_keys
         pool = cls(endpoints, keys=keys, request_timeout=request_timeout, connect_timeout=connect_timeout,
                    max_inflight=max_inflight, max_attempts=max_attempts)
@@ -374,11 +376,23 @@ class TokenizerPool:
         for stream in list(self._streams.values()):
             stream.fail(PoolError("closed", "the pool was closed"))
         self._streams.clear()
-        self.context.term()
+        self.context.destroy(linger=0)        # closes any socket left open too: term() would wait for it
         if self.launcher is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.launcher.stop)
         if self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+async def _checked_peer(endpoint: str, timeout: float) -> None:
+    """check_ipc_peer, allowing a daemon that is still starting `timeout` seconds to make its directory."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            return check_ipc_peer(endpoint)
+        except MissingDirectory:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 def _merged(futures: list[asyncio.Future], results: dict) -> asyncio.Future:

@@ -10,21 +10,14 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import tempfile
 import threading
 from pathlib import Path
 
 from tokworker.worker.options import WorkerOptions
-from tokworker.protocol.endpoints import InsecureEndpoint, worker_endpoints
+from tokworker.protocol.endpoints import InsecureEndpoint, default_bind, worker_endpoints
 from tokworker.worker.security import check_bind
 
 log = logging.getLogger("tokworker.daemon")
-
-
-def default_bind() -> str:
-    """ipc:// in a per-user 0700 directory under $XDG_RUNTIME_DIR (or the temp directory)."""
-    root = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return f"ipc://{Path(root) / f'tokworker-{os.getuid()}' / 'worker'}"
 
 
 def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys: str | None = None,
