@@ -87,8 +87,8 @@ class TokenizerPool:
                 await asyncio.wait([starting], timeout=0.1)
                 if launcher.crash_looping and not starting.done():
                     starting.cancel()
-                    raise PoolError("worker_failed", f"workers for {model_dir or DEFAULT_MODEL_DIR} exit as "
-                                                     "soon as they start; their stderr says why")
+                    raise PoolError("worker_failed", f"workers for {model_dir or DEFAULT_MODEL_DIR} cannot "
+                                                     f"start: {launcher.failure}")
             starting.result()
         except BaseException:
             await pool.close()

@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-constraint-states", type=_positive, default=1024,
                        help="their compiled states per worker, all together (one can hold ~0.75 MB on a 150k "
                             "vocabulary)")
+    serve.add_argument("--drain-timeout", type=float, default=30.0,
+                       help="on SIGTERM, seconds to keep stepping open streams (new ones are refused) before exiting")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
     keys = commands.add_parser("keys", help="make CurveZMQ keys: the server pair and client pairs")
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                      log_level=args.log_level, tool_parser=args.tool_call_parser,
                      reasoning_parser=args.reasoning_parser, allow_request_templates=args.allow_request_templates,
                      memory_limit_mb=args.memory_limit_mb, max_constraints=args.max_constraints,
-                     max_constraint_states=args.max_constraint_states)
+                     max_constraint_states=args.max_constraint_states, drain_timeout_s=args.drain_timeout)
     if args.command == "keys":
         from tokworker.worker.security import generate_keys
         directory = generate_keys(args.directory, args.client or ["client"])

@@ -39,7 +39,45 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     max_queue_wait_s: float = 10.0             # a stateless request that waited longer: OVERLOADED
     # Memory: RLIMIT_AS on the whole process (MemoryError -> OUT_OF_MEMORY reply); 0 leaves it unset.
     memory_limit_mb: int = 4096
+    # SIGTERM: refuse new streams and renders (SHUTTING_DOWN), step the open streams until they end or this
+    # many seconds pass, then exit.
+    drain_timeout_s: float = 30.0
     log_level: str = "INFO"
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_AT_LEAST_ONE = ("max_message_bytes", "max_depth", "max_batch", "max_text_chars", "max_streams", "max_constraints",
+                 "max_constraint_states", "cpu_limit_s", "max_queue")
+_POSITIVE = ("stream_idle_s", "budget_s", "max_queue_wait_s")
+_NOT_NEGATIVE = ("memory_limit_mb", "drain_timeout_s")
+
+
+def validate_options(options: WorkerOptions) -> None:
+    """Everything a worker would only find out after starting (or per request), checked at once: a
+    ValueError that names the option, and for parser names the known ones."""
+    from tokworker.parsers.reasoning import get_reasoning_parser
+    from tokworker.parsers.tools import get_tool_parser
+
+    for name in _AT_LEAST_ONE:
+        if getattr(options, name) < 1:
+            raise ValueError(f"{name} must be at least 1, got {getattr(options, name)}")
+    for name in _POSITIVE:
+        if not getattr(options, name) > 0:
+            raise ValueError(f"{name} must be above 0, got {getattr(options, name)}")
+    for name in _NOT_NEGATIVE:
+        if getattr(options, name) < 0:
+            raise ValueError(f"{name} must not be negative, got {getattr(options, name)}")
+    if options.log_level not in LOG_LEVELS:
+        raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {options.log_level!r}")
+    if not 0 <= options.index < options.pool_size:
+        raise ValueError(f"worker index {options.index} is outside a pool of {options.pool_size}")
+    if not Path(options.model_dir).exists():
+        raise ValueError(f"model directory {options.model_dir} does not exist")
+    # The parsers' own constructors are the registries: their errors list every known name.
+    if options.tool_parser is not None:
+        get_tool_parser(options.tool_parser)
+    if options.reasoning_parser is not None:
+        get_reasoning_parser(options.reasoning_parser)
 
 
 def options_to_json(options: WorkerOptions) -> str:

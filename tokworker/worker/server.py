@@ -31,6 +31,7 @@ from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStre
                                StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
 from tokworker.worker.constraints import ConstraintCache
 from tokworker.worker.handlers import Handlers
+from tokworker.worker.launcher import notify_ready
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit, disable_core_dumps
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.security import check_bind, secure_server
@@ -133,6 +134,7 @@ class Worker:
             os.umask(old_umask)
         log.info("worker %s (%d of %d) serving %s on %s", self.worker_id, options.index, options.pool_size,
                  options.model_dir, options.bind)
+        notify_ready()
         parent = os.getppid()
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
