@@ -34,7 +34,8 @@ from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
                                RenderReply, Stats, StatsReply, Step, StepReply)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, encode_request, guide
-from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, StreamFailed, UnknownStream, WorkerLost, error_for
+from tokworker.frontend.errors import (InvalidRequest, Overloaded, PoolError, ShuttingDown, StreamFailed, UnknownStream,
+                                      WorkerLost, error_for)
 from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink
 from tokworker.frontend.stream import FAILED, Stream
@@ -147,16 +148,29 @@ class TokenizerPool:
         await self.close()
 
     # ------------------------------------------------------------ stateless requests
-    def _least_loaded(self) -> WorkerLink:
-        links = [link for link in self.links if link.ready] or [link for link in self.links if not link.down]
+    def _for_new_work(self) -> list[WorkerLink]:
+        """Links that take new work: connected ones first, never one whose worker is draining."""
+        links = [link for link in self.links if link.ready and not link.draining] or \
+            [link for link in self.links if not link.down and not link.draining]
         if not links:
+            if any(link.draining for link in self.links):
+                raise ShuttingDown(ErrorCode.SHUTTING_DOWN, "every worker is shutting down")
             raise WorkerLost(ErrorCode.WORKER_LOST, "no worker is reachable")
-        return min(links, key=lambda link: link.load)
+        return links
+
+    def _least_loaded(self) -> WorkerLink:
+        return min(self._for_new_work(), key=lambda link: link.load)
 
     async def _call(self, msg, timeout: float | None):
         if self.closed:
             raise PoolError("closed", "this pool is closed")
-        return await self._least_loaded().request(encode_request(msg), timeout=timeout)
+        body = encode_request(msg)
+        while True:
+            link = self._least_loaded()                      # raises when every worker is draining
+            try:
+                return await link.request(body, timeout=timeout)
+            except ShuttingDown:
+                continue                                     # that link is marked draining: the next one
 
     async def render(self, messages: list[dict], tools: list[dict] | None = None, *, add_generation_prompt: bool = True,
                      continue_final_message: bool = False, chat_template: str | None = None, return_text: bool = False,
@@ -218,12 +232,17 @@ class TokenizerPool:
             raise InvalidRequest(ErrorCode.STREAM_EXISTS, f"stream {stream_id!r} is already open")
         if len(self._streams) >= self.max_streams:
             raise Overloaded(ErrorCode.OVERLOADED, f"{len(self._streams)} streams open, the pool's limit")
-        links = [link for link in self.links if link.ready] or [link for link in self.links if not link.down]
-        if not links:
-            raise WorkerLost(ErrorCode.WORKER_LOST, "no worker is reachable")
-        link = min(links, key=lambda link: (len(link.streams), link.load))
         params = params or StreamParams()
         prompt_ids = list(prompt_ids) if prompt_ids is not None else None
+        while True:
+            link = min(self._for_new_work(), key=lambda link: (len(link.streams), link.load))
+            try:
+                return await self._open_on(link, stream_id, params, prompt_ids, prompt_text, buffer, chunks)
+            except ShuttingDown:
+                continue                                     # that worker is draining: open it on another
+
+    async def _open_on(self, link: WorkerLink, stream_id: str, params: StreamParams, prompt_ids, prompt_text,
+                       buffer: bool, chunks) -> Stream:
         stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks)
         body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
                                          prompt_text=prompt_text, chunks=chunks))

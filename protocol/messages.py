@@ -42,6 +42,7 @@ class ErrorCode:
     UNAVAILABLE = "unavailable"            # a capability this worker does not have
     STALE = "stale"                        # sent on a connection that a newer handshake replaced
     INTERNAL = "internal"
+    SHUTTING_DOWN = "shutting_down"        # the worker is draining: open streams go on, new work goes elsewhere
     # Raised by the frontend itself, never sent by a worker:
     WORKER_LOST = "worker_lost"            # the worker died (or was unreachable) more times than retried
 

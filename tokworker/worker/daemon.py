@@ -1,5 +1,6 @@
 """`tokworker serve`: the standalone daemon. N worker processes on N endpoints (worker i at base + i), kept
-alive by the launcher, until SIGTERM or SIGINT drains and stops them all.
+alive by the launcher. SIGTERM drains them (open streams finish, new work is refused with SHUTTING_DOWN,
+for at most --drain-timeout seconds) and stops; SIGINT stops at once.
 
 Exit status: 0 after a clean stop, 2 when the command line is wrong (nothing was started), 1 when the
 workers cannot start (the worker's own error is logged), so a service manager sees a failed service
@@ -39,9 +40,11 @@ def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys:
         log.error("%s", exc)
         return 2
     stop = threading.Event()
+    drain = [False]
 
     def request_stop(signum, frame):
-        log.info("received %s; draining and stopping", signal.Signals(signum).name)
+        drain[0] = signum == signal.SIGTERM
+        log.info("received %s; %s", signal.Signals(signum).name, "draining, then stopping" if drain[0] else "stopping")
         stop.set()
 
     signal.signal(signal.SIGTERM, request_stop)
@@ -65,7 +68,7 @@ def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys:
                 status = 1
                 break
     finally:
-        launcher.stop(grace_s=options[0].drain_timeout_s + STOP_MARGIN_S)
+        launcher.stop(grace_s=(options[0].drain_timeout_s if drain[0] else 0.0) + STOP_MARGIN_S, drain=drain[0])
     if status == 0:
         log.info("stopped cleanly (%d worker restart(s) while running)", launcher.restarts)
     return status

@@ -225,8 +225,9 @@ class Launcher:
         log.warning("worker %d (pid %d, %s) exited with %s after %.1f s; restarting", index, proc.pid,
                     self.options[index].bind, proc.returncode, lived)
 
-    def stop(self, grace_s: float = 5.0) -> None:
-        """SIGTERM every worker, wait up to grace_s for clean exits, then SIGKILL what is left."""
+    def stop(self, grace_s: float = 5.0, drain: bool = False) -> None:
+        """Stop every worker: SIGINT (at once) or, with `drain`, SIGTERM (their open streams finish first);
+        wait up to grace_s for clean exits, then SIGKILL what is left."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
@@ -234,13 +235,13 @@ class Launcher:
             procs = [s.proc for s in self._slots if s.proc is not None]
         for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM if drain else signal.SIGINT)
         deadline = time.monotonic() + grace_s
         for proc in procs:
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.warning("worker pid %d ignored SIGTERM; killing it", proc.pid)
+                log.warning("worker pid %d did not exit in %.1f s; killing it", proc.pid, grace_s)
                 proc.kill()
                 proc.wait()
         for slot in self._slots:

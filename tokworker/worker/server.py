@@ -42,6 +42,7 @@ log = logging.getLogger("tokworker.worker")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
 MAX_SESSIONS = 65536
+DRAIN_REFUSED = frozenset((OpenStream, Render, Encode, Decode, Compile))   # new work; steps and closes go on
 HOUSEKEEPING_S = 1.0
 
 
@@ -88,6 +89,7 @@ class Worker:
         self.owners: OrderedDict[str, tuple[int, bytes]] = OrderedDict()   # session -> (epoch, identity)
         self.sessions: OrderedDict[bytes, str] = OrderedDict()             # identity -> session
         self.budget = WallBudget()
+        self.draining_until: float | None = None             # set by SIGTERM: the drain's deadline
         self.cpu = CpuBackstop(options.cpu_limit_s)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
                           Decode: self.handlers.decode, Compile: self.constraints.compile,
@@ -117,7 +119,7 @@ class Worker:
 
     # ------------------------------------------------------------ the loop
     def serve(self, stop: list) -> None:
-        """Run until stop[0] is True (set by SIGTERM) or the parent process goes away."""
+        """Run until stop[0] is True (SIGINT), a drain (SIGTERM) ends, or the parent process goes away."""
         options = self.options
         check_bind(options.bind, options.curve_keys)
         context = zmq.Context(io_threads=1)
@@ -142,11 +144,13 @@ class Worker:
         wake_write.setblocking(False)
         signal.set_wakeup_fd(wake_write.fileno())
         poller.register(wake_read, zmq.POLLIN)
+        wake_fd = wake_read.fileno()                       # what the poller reports for a plain socket
         next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         try:
             while not stop[0]:
                 if not self.backlog:
-                    poller.poll(HOUSEKEEPING_S * 1000)
+                    if wake_fd in dict(poller.poll(HOUSEKEEPING_S * 1000)):
+                        wake_read.recv(64)                  # the signal's byte: a drain must not busy-poll
                 self._read_ahead(sock)
                 if self.backlog:
                     arrived, frames = self.backlog.popleft()
@@ -154,6 +158,10 @@ class Worker:
                     if reply is not None:
                         sock.send_multipart(reply, copy=False)
                 now = time.monotonic()
+                if self.draining_until is not None and not self.backlog and (
+                        self.streams.count == 0 or now >= self.draining_until):
+                    log.info("drained: %d stream(s) still open; worker exits", self.streams.count)
+                    break
                 if now >= next_housekeeping:
                     next_housekeeping = now + HOUSEKEEPING_S
                     self.streams.evict_idle()
@@ -171,6 +179,13 @@ class Worker:
                 authenticator.stop()
             context.term()
             log.info("worker %s stopped after %d requests", self.worker_id, self.requests)
+
+    def begin_drain(self) -> None:
+        """SIGTERM: new streams and stateless work get SHUTTING_DOWN; open streams are stepped until they
+        end or the drain timeout passes, then the loop exits."""
+        if self.draining_until is None:
+            self.draining_until = time.monotonic() + self.options.drain_timeout_s
+            log.info("draining %d open stream(s) for up to %.1f s", self.streams.count, self.options.drain_timeout_s)
 
     def _read_ahead(self, sock) -> None:
         """Move what has arrived into the bounded backlog, stamped with its arrival time."""
@@ -203,6 +218,9 @@ class Worker:
         except (msgspec.DecodeError, ValueError) as exc:
             return self._error(identity, header, request_id, ErrorCode.MALFORMED, f"cannot decode body: {exc}")
         kind = type(msg)
+        if self.draining_until is not None and kind in DRAIN_REFUSED:
+            return self._error(identity, header, request_id, ErrorCode.SHUTTING_DOWN,
+                               "this worker is shutting down: send new work to another")
         stateless = self.stateless.get(kind)
         if stateless is not None and time.monotonic() - arrived > self.options.max_queue_wait_s:
             return self._error(identity, header, request_id, ErrorCode.OVERLOADED,
@@ -288,13 +306,19 @@ def run_worker(options: WorkerOptions) -> int:
     """Process entry point: limits first, then load, then serve until SIGTERM/SIGINT."""
     logging.basicConfig(level=options.log_level, format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
     stop = [False]
+    worker = None
 
     def request_stop(signum, frame):
-        stop[0] = True
+        """SIGTERM drains (once it serves); SIGINT, or SIGTERM while loading, stops at once."""
+        if signum == signal.SIGTERM and worker is not None:
+            worker.begin_drain()
+        else:
+            stop[0] = True
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     apply_memory_limit(options.memory_limit_mb)
     disable_core_dumps()
-    Worker(options).serve(stop)
+    worker = Worker(options)
+    worker.serve(stop)
     return 0
