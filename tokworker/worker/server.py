@@ -28,8 +28,9 @@ import zmq
 
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, Decode, Encode, ErrorCode,
                                ErrorReply, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
-                               StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
+                               StatsReply, Status, StatusReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
 from tokworker.worker.constraints import ConstraintCache
+from tokworker.worker.errorlog import RequestErrors
 from tokworker.worker.handlers import Handlers
 from tokworker.worker.launcher import notify_ready
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit, disable_core_dumps
@@ -95,7 +96,8 @@ class Worker:
                           Decode: self.handlers.decode, Compile: self.constraints.compile,
                           Guide: self.constraints.guide}
         self.session_requests = {Step: self._step, OpenStream: self._open, CloseStreams: self._close,
-                                 Hello: self._hello, Stats: self._stats}
+                                 Hello: self._hello, Stats: self._stats, Status: self._status}
+        self.request_errors = RequestErrors(log)
         self.hello_reply = HelloReply(
             version=PROTOCOL_VERSION, worker_id=self.worker_id, index=options.index, pool_size=options.pool_size,
             pid=os.getpid(), model_fingerprint=self.fingerprint, vocab_size=self.tokenizer.vocab_size,
@@ -296,8 +298,19 @@ class Worker:
                           max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                           gc_frozen=gc.get_freeze_count())
 
+    def _status(self, identity: bytes, session: str, msg: Status) -> StatusReply:
+        import resource
+        return StatusReply(worker_id=self.worker_id, index=self.options.index, pool_size=self.options.pool_size,
+                           pid=os.getpid(), model_fingerprint=self.fingerprint, uptime_s=time.monotonic() - self.started,
+                           draining=self.draining_until is not None, requests=self.requests, errors=self.errors,
+                           streams_open=self.streams.count, streams_opened=self.streams.opened,
+                           queue_depth=len(self.backlog),
+                           max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                           errors_by_code=dict(self.request_errors.by_code))
+
     def _error(self, identity: bytes, header: bytes, request_id: int, code: str, message: str) -> list[bytes]:
         self.errors += 1
+        self.request_errors.record(request_id, code, message, self.sessions.get(identity) or identity.hex())
         return [identity, header, encode_message(ErrorReply(code=code, message=message[:2000],
                                                             request_id=request_id))]
 
