@@ -64,7 +64,15 @@ class TokenizerPool:
         self.closed = False
 
     def _new_link(self, endpoint: str, index: int) -> WorkerLink:
-        return WorkerLink(self.context, endpoint, f"{self.session}-{index}", **self._link_options)
+        link = WorkerLink(self.context, endpoint, f"{self.session}-{index}", **self._link_options)
+        link.failover = self._failover
+        return link
+
+    def _failover(self, lost: WorkerLink) -> str | None:
+        """Where a link whose worker stayed unreachable for connect_timeout rebuilds its streams: the worker
+        (of another daemon, when a whole daemon went away) with the fewest streams that is up."""
+        others = [link for link in self.links if link.ready and not link.draining and link.endpoint != lost.endpoint]
+        return min(others, key=lambda link: len(link.streams)).endpoint if others else None
 
     # ------------------------------------------------------------ construction
     @classmethod

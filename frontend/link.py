@@ -70,6 +70,7 @@ class WorkerLink:
         self.ready = False                      # connected and handshaken: requests go out at once
         self.down = False                       # gave up after connect_timeout: requests fail at once
         self.draining = False                   # the worker answered SHUTTING_DOWN: no new work until it is back
+        self.failover = None                    # link -> another endpoint, when this one stays unreachable
         self.closed = False
         self.info: HelloReply | None = None
         self.expected_fingerprint: str | None = None
@@ -219,6 +220,12 @@ class WorkerLink:
                 if first:
                     self._close_socket()
                     raise error
+                elsewhere = self.failover(self) if self.failover is not None else None
+                if elsewhere is not None:                        # a whole daemon went away: rebuild there,
+                    log.warning("%s stayed unreachable; moving this link's streams to %s", self.endpoint, elsewhere)
+                    self.endpoint = elsewhere                    # replay and re-send as after a restart
+                    deadline = self.loop.time() + self.connect_timeout
+                    continue
                 self._give_up(error)
                 deadline = self.loop.time() + self.connect_timeout
                 await asyncio.sleep(delay)
