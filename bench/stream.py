@@ -36,7 +36,7 @@ WRITE_FILE = ('<tool_call>\n{"name": "write_file", "arguments": {"path": "fib.py
 
 def _vocabulary():
     sys.path.insert(0, str(REPO))
-    from tests.realdata import VOCABULARIES
+    from bench.realdata import VOCABULARIES
     return VOCABULARIES["qwen3_dir"]()
 
 
