@@ -65,7 +65,8 @@ def test_a_port_in_use_exits_1_naming_it(tmp_path):
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        status, err, _ = serve("--model-dir", str(MODEL), "--bind", f"tcp://127.0.0.1:{port}", "--curve-keys", str(keys))
+        status, err, _ = serve("--model-dir", str(MODEL), "--bind", f"tcp://127.0.0.1:{port}",
+                               "--curve-keys", str(keys))
     assert status == 1, err
     failure = next(line for line in err.splitlines() if "cannot serve" in line)
     assert "Address already in use" in failure and str(port) in failure

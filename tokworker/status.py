@@ -70,7 +70,8 @@ def table(workers: list[dict]) -> str:
                      f"{w['errors']:>7} {w['streams_open']:>8} {w['queue_depth']:>6} {w['max_rss_kb'] / 1024:>7.0f}  "
                      f"{w['endpoint']}")
         if w["errors_by_code"]:
-            lines.append("        errors: " + ", ".join(f"{code} {n}" for code, n in sorted(w["errors_by_code"].items())))
+            by_code = sorted(w["errors_by_code"].items())
+            lines.append("        errors: " + ", ".join(f"{code} {n}" for code, n in by_code))
     return "\n".join(lines)
 
 

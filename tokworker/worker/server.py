@@ -301,7 +301,8 @@ class Worker:
     def _status(self, identity: bytes, session: str, msg: Status) -> StatusReply:
         import resource
         return StatusReply(worker_id=self.worker_id, index=self.options.index, pool_size=self.options.pool_size,
-                           pid=os.getpid(), model_fingerprint=self.fingerprint, uptime_s=time.monotonic() - self.started,
+                           pid=os.getpid(), model_fingerprint=self.fingerprint,
+                           uptime_s=time.monotonic() - self.started,
                            draining=self.draining_until is not None, requests=self.requests, errors=self.errors,
                            streams_open=self.streams.count, streams_opened=self.streams.opened,
                            queue_depth=len(self.backlog),
