@@ -69,8 +69,11 @@ def test_status_reports_every_worker_and_request_errors_are_logged(daemon):
             rows = [json.loads(line) for line in cli("status", "--endpoint", bind, "--json").stdout.splitlines()]
             metrics = cli("status", "--endpoint", bind, "--prometheus").stdout
             proc.send_signal(signal.SIGTERM)                      # a stream is open: the workers drain
-            time.sleep(1.0)
+            deadline = time.monotonic() + 15
             draining = cli("status", "--endpoint", bind)
+            while "draining" not in draining.stdout and time.monotonic() < deadline:
+                time.sleep(0.2)
+                draining = cli("status", "--endpoint", bind)
             return result.stdout, rows, metrics, draining
         finally:
             await pool.close()
