@@ -1,7 +1,9 @@
-"""`python -m bench [--quick] [--model-dir DIR ...] [--only NAME ...] [--out DIR]`
+"""`python -m bench [--quick] [--model-dir DIR ...] [--only NAME ...] [--out DIR] [--vllm-python PATH]`
 
 Runs every benchmark section (each a module here with `run(quick, model_dirs) -> list[dict]`), then writes
 what they measured as JSON lines, a markdown table and, if matplotlib is installed, a PNG of the ratios.
+Needs `pip install -e '.[bench]'` (the references), not the test extras. With `--vllm-python`, a vLLM
+install's python, the `beside_vllm` section measures vLLM's API-process path beside ours (bench/README.md).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def main(argv=None):
     parser.add_argument("--model-dir", action="append", default=[], help="a Hugging Face model folder to add")
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
     parser.add_argument("--out", default="bench/out", help="where results.jsonl, results.md and results.png go")
+    parser.add_argument("--vllm-python", help="a python with vLLM installed: adds the `beside_vllm` section")
     args = parser.parse_args(argv)
 
     out = Path(args.out)
@@ -34,10 +37,11 @@ def main(argv=None):
                "quick": args.quick, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     print(json.dumps({"machine": machine}), flush=True)
     results: dict[str, list[dict]] = {}
-    for name in args.only or SECTIONS:
+    for name in (args.only or SECTIONS) + (["beside_vllm"] if args.vllm_python else []):
         module = importlib.import_module(f"bench.{name}")
         started = time.perf_counter()
-        rows = module.run(quick=args.quick, model_dirs=[Path(d) for d in args.model_dir])
+        extra = {"python": args.vllm_python} if name == "beside_vllm" else {}
+        rows = module.run(quick=args.quick, model_dirs=[Path(d) for d in args.model_dir], **extra)
         for row in rows:
             print(json.dumps({"section": name, **row}, ensure_ascii=False), flush=True)
         results[name] = rows

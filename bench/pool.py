@@ -228,7 +228,7 @@ def _guide_model(quick: bool):
     if quick:
         return MODEL
     try:
-        from tests.realdata import VOCABULARIES
+        from bench.realdata import VOCABULARIES
         path = VOCABULARIES["qwen3_dir"]()
     except ImportError:
         path = None

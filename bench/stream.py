@@ -54,7 +54,7 @@ WRITE_FILE_FORMATS = {
 
 def _vocabulary():
     sys.path.insert(0, str(REPO))
-    from tests.realdata import VOCABULARIES
+    from bench.realdata import VOCABULARIES
     return VOCABULARIES["qwen3_dir"]()
 
 

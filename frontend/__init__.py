@@ -13,10 +13,10 @@ took 176 ms with Qwen3's tables and trie, 30 ms frozen).
 from tokworker.protocol.deltas import ChunkFormat
 from tokworker.frontend.client import TokenizerPool
 from tokworker.frontend.constraints import Constraint, GuideStep
-from tokworker.frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeout, StreamFailed, UnknownStream,
-                             WorkerLost)
+from tokworker.frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeout, ShuttingDown, StreamFailed,
+                             UnknownStream, WorkerLost)
 from tokworker.frontend.stream import Stream
 
 __all__ = ["TokenizerPool", "Stream", "ChunkFormat", "Constraint", "GuideStep",
-           "PoolError", "InvalidRequest", "Overloaded", "RequestTimeout", "StreamFailed",
-           "UnknownStream", "WorkerLost"]
+           "PoolError", "InvalidRequest", "Overloaded", "RequestTimeout", "ShuttingDown",
+           "StreamFailed", "UnknownStream", "WorkerLost"]

@@ -34,12 +34,13 @@ from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
                                RenderReply, Stats, StatsReply, Step, StepReply)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, encode_request, guide
-from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, StreamFailed, UnknownStream, WorkerLost, error_for
+from tokworker.frontend.errors import (InvalidRequest, Overloaded, PoolError, ShuttingDown, StreamFailed, UnknownStream,
+                                      WorkerLost, error_for)
 from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink
 from tokworker.frontend.stream import FAILED, Stream
 from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
-from tokworker.protocol.endpoints import ClientKeys, worker_endpoints
+from tokworker.protocol.endpoints import ClientKeys, MissingDirectory, check_ipc_peer, worker_endpoints
 
 EMPTY = StreamUpdate()
 MAX_FORGOTTEN = 65536
@@ -63,7 +64,15 @@ class TokenizerPool:
         self.closed = False
 
     def _new_link(self, endpoint: str, index: int) -> WorkerLink:
-        return WorkerLink(self.context, endpoint, f"{self.session}-{index}", **self._link_options)
+        link = WorkerLink(self.context, endpoint, f"{self.session}-{index}", **self._link_options)
+        link.failover = self._failover
+        return link
+
+    def _failover(self, lost: WorkerLink) -> str | None:
+        """Where a link whose worker stayed unreachable for connect_timeout rebuilds its streams: the worker
+        (of another daemon, when a whole daemon went away) with the fewest streams that is up."""
+        others = [link for link in self.links if link.ready and not link.draining and link.endpoint != lost.endpoint]
+        return min(others, key=lambda link: len(link.streams)).endpoint if others else None
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -87,8 +96,8 @@ class TokenizerPool:
                 await asyncio.wait([starting], timeout=0.1)
                 if launcher.crash_looping and not starting.done():
                     starting.cancel()
-                    raise PoolError("worker_failed", f"workers for {model_dir or DEFAULT_MODEL_DIR} exit as "
-                                                     "soon as they start; their stderr says why")
+                    raise PoolError("worker_failed", f"workers for {model_dir or DEFAULT_MODEL_DIR} cannot "
+                                                     f"start: {launcher.failure}")
             starting.result()
         except BaseException:
             await pool.close()
@@ -102,6 +111,8 @@ class TokenizerPool:
         """Connect to running workers (a `tokworker serve` daemon). With `discover`, each endpoint that is a
         daemon's first worker brings in the rest of that daemon's workers."""
         endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+        for endpoint in endpoints:            # a ValueError at once for a malformed or hijackable endpoint
+            await _checked_peer(endpoint, connect_timeout)
         keys = ClientKeys.from_dir(curve_keys) if isinstance(curve_keys, (str, Path)) else curve_keys
         pool = cls(endpoints, keys=keys, request_timeout=request_timeout, connect_timeout=connect_timeout,
                    max_inflight=max_inflight, max_attempts=max_attempts)
@@ -145,16 +156,29 @@ class TokenizerPool:
         await self.close()
 
     # ------------------------------------------------------------ stateless requests
-    def _least_loaded(self) -> WorkerLink:
-        links = [link for link in self.links if link.ready] or [link for link in self.links if not link.down]
+    def _for_new_work(self) -> list[WorkerLink]:
+        """Links that take new work: connected ones first, never one whose worker is draining."""
+        links = [link for link in self.links if link.ready and not link.draining] or \
+            [link for link in self.links if not link.down and not link.draining]
         if not links:
+            if any(link.draining for link in self.links):
+                raise ShuttingDown(ErrorCode.SHUTTING_DOWN, "every worker is shutting down")
             raise WorkerLost(ErrorCode.WORKER_LOST, "no worker is reachable")
-        return min(links, key=lambda link: link.load)
+        return links
+
+    def _least_loaded(self) -> WorkerLink:
+        return min(self._for_new_work(), key=lambda link: link.load)
 
     async def _call(self, msg, timeout: float | None):
         if self.closed:
             raise PoolError("closed", "this pool is closed")
-        return await self._least_loaded().request(encode_request(msg), timeout=timeout)
+        body = encode_request(msg)
+        while True:
+            link = self._least_loaded()                      # raises when every worker is draining
+            try:
+                return await link.request(body, timeout=timeout)
+            except ShuttingDown:
+                continue                                     # that link is marked draining: the next one
 
     async def render(self, messages: list[dict], tools: list[dict] | None = None, *, add_generation_prompt: bool = True,
                      continue_final_message: bool = False, chat_template: str | None = None, return_text: bool = False,
@@ -216,12 +240,17 @@ class TokenizerPool:
             raise InvalidRequest(ErrorCode.STREAM_EXISTS, f"stream {stream_id!r} is already open")
         if len(self._streams) >= self.max_streams:
             raise Overloaded(ErrorCode.OVERLOADED, f"{len(self._streams)} streams open, the pool's limit")
-        links = [link for link in self.links if link.ready] or [link for link in self.links if not link.down]
-        if not links:
-            raise WorkerLost(ErrorCode.WORKER_LOST, "no worker is reachable")
-        link = min(links, key=lambda link: (len(link.streams), link.load))
         params = params or StreamParams()
         prompt_ids = list(prompt_ids) if prompt_ids is not None else None
+        while True:
+            link = min(self._for_new_work(), key=lambda link: (len(link.streams), link.load))
+            try:
+                return await self._open_on(link, stream_id, params, prompt_ids, prompt_text, buffer, chunks)
+            except ShuttingDown:
+                continue                                     # that worker is draining: open it on another
+
+    async def _open_on(self, link: WorkerLink, stream_id: str, params: StreamParams, prompt_ids, prompt_text,
+                       buffer: bool, chunks) -> Stream:
         stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks)
         body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
                                          prompt_text=prompt_text, chunks=chunks))
@@ -380,11 +409,23 @@ class TokenizerPool:
         for stream in list(self._streams.values()):
             stream.fail(PoolError("closed", "the pool was closed"))
         self._streams.clear()
-        self.context.term()
+        self.context.destroy(linger=0)        # closes any socket left open too: term() would wait for it
         if self.launcher is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.launcher.stop)
         if self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+async def _checked_peer(endpoint: str, timeout: float) -> None:
+    """check_ipc_peer, allowing a daemon that is still starting `timeout` seconds to make its directory."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            return check_ipc_peer(endpoint)
+        except MissingDirectory:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 def _merged(futures: list[asyncio.Future], results: dict) -> asyncio.Future:

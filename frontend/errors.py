@@ -29,6 +29,11 @@ class WorkerLost(PoolError):
     """The worker serving this request died or was unreachable more times than the pool retries."""
 
 
+class ShuttingDown(WorkerLost):
+    """The worker is draining (SIGTERM): it finishes its open streams but takes no new work. The pool sends
+    new work to its other workers; this reaches a caller only when every worker is shutting down."""
+
+
 class StreamFailed(PoolError):
     """A stream ended with an error instead of a finish reason (its deltas so far were delivered)."""
 
@@ -41,6 +46,7 @@ _BY_CODE = {
     ErrorCode.OVERLOADED: Overloaded,
     ErrorCode.TIMEOUT: RequestTimeout,
     ErrorCode.WORKER_LOST: WorkerLost,
+    ErrorCode.SHUTTING_DOWN: ShuttingDown,
     ErrorCode.UNKNOWN_STREAM: UnknownStream,
     ErrorCode.STREAM_FAILED: StreamFailed,
     ErrorCode.MALFORMED: InvalidRequest,

@@ -69,6 +69,8 @@ class WorkerLink:
         self.streams: dict = {}                 # stream id -> Stream, for streams the worker acknowledged
         self.ready = False                      # connected and handshaken: requests go out at once
         self.down = False                       # gave up after connect_timeout: requests fail at once
+        self.draining = False                   # the worker answered SHUTTING_DOWN: no new work until it is back
+        self.failover = None                    # link -> another endpoint, when this one stays unreachable
         self.closed = False
         self.info: HelloReply | None = None
         self.expected_fingerprint: str | None = None
@@ -165,6 +167,8 @@ class WorkerLink:
         if pending is None:
             return                                           # timed out earlier, or from before a reset
         if type(reply) is ErrorReply:
+            if reply.code == ErrorCode.SHUTTING_DOWN:
+                self.draining = True
             self._fail(pending, error_for(reply.code, reply.message))
             return
         pending.timer.cancel()
@@ -216,6 +220,12 @@ class WorkerLink:
                 if first:
                     self._close_socket()
                     raise error
+                elsewhere = self.failover(self) if self.failover is not None else None
+                if elsewhere is not None:                        # a whole daemon went away: rebuild there,
+                    log.warning("%s stayed unreachable; moving this link's streams to %s", self.endpoint, elsewhere)
+                    self.endpoint = elsewhere                    # replay and re-send as after a restart
+                    deadline = self.loop.time() + self.connect_timeout
+                    continue
                 self._give_up(error)
                 deadline = self.loop.time() + self.connect_timeout
                 await asyncio.sleep(delay)
@@ -229,7 +239,7 @@ class WorkerLink:
                 return None
             self.info = reply
             self.max_message_bytes = min(self.max_message_bytes, reply.limits.max_message_bytes)
-            self.down = False
+            self.down = self.draining = False
             self._auth_error = None
             self._handshake_drops = 0
             self._resume()

@@ -42,6 +42,7 @@ class ErrorCode:
     UNAVAILABLE = "unavailable"            # a capability this worker does not have
     STALE = "stale"                        # sent on a connection that a newer handshake replaced
     INTERNAL = "internal"
+    SHUTTING_DOWN = "shutting_down"        # the worker is draining: open streams go on, new work goes elsewhere
     # Raised by the frontend itself, never sent by a worker:
     WORKER_LOST = "worker_lost"            # the worker died (or was unreachable) more times than retried
 
@@ -113,6 +114,28 @@ class StatsReply(_Reply, tag="stats"):
     queue_depth: int
     max_rss_kb: int
     gc_frozen: int = 0                     # objects in the collector's permanent generation (see worker)
+
+
+class Status(_Request, tag="status"):
+    """Health and counters for an operator (`tokworker status`, Prometheus metrics). Answered while the
+    worker drains too."""
+
+
+class StatusReply(_Reply, tag="status"):
+    worker_id: str
+    index: int
+    pool_size: int
+    pid: int
+    model_fingerprint: str
+    uptime_s: float
+    draining: bool                         # SIGTERM received: open streams finish, new work is refused
+    requests: int
+    errors: int
+    streams_open: int
+    streams_opened: int
+    queue_depth: int
+    max_rss_kb: int
+    errors_by_code: dict[str, int] = {}    # error replies since start, by ErrorCode value
 
 
 # ---------------------------------------------------------------- stateless text work
@@ -265,9 +288,9 @@ class ErrorReply(_Reply, tag="error"):
     request_id: int = 0
 
 
-Request = Union[Hello, Stats, Render, Encode, Decode, Compile, Guide, OpenStream, Step, CloseStreams]
-Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, CompileReply, GuideReply, OpenReply,
-              StepReply, CloseReply, ErrorReply]
+Request = Union[Hello, Stats, Status, Render, Encode, Decode, Compile, Guide, OpenStream, Step, CloseStreams]
+Reply = Union[HelloReply, StatsReply, StatusReply, RenderReply, EncodeReply, DecodeReply, CompileReply, GuideReply,
+              OpenReply, StepReply, CloseReply, ErrorReply]
 
 encode_message = msgspec.msgpack.Encoder().encode
 decode_request = msgspec.msgpack.Decoder(Request).decode

@@ -109,7 +109,7 @@ def test_sentencepiece_style_document_is_one_word():
 def test_mistral_document_cut_before_metaspace_runs_is_exact():
     """Mistral v3 has no pre-tokenizer; tokworker cuts documents before ▁ runs (no token has ▁ inside), which
     must give tokenizers' ids exactly, on prose, code, whitespace runs and a long word."""
-    convert = pytest.importorskip("tests.sentencepiece_convert").convert
+    convert = pytest.importorskip("bench.sentencepiece_convert").convert
     import json
     spec = convert(vocabulary("mistral_v3_sp"))
     ours, ref = Tokenizer.from_spec(spec), tokenizers.Tokenizer.from_str(json.dumps(spec))

@@ -30,7 +30,7 @@ VOCABS = ["qwen3_dir", "deepseek", "mistral_v3_sp", "bert_wordpiece"]
 def load(name):
     path = vocabulary(name)
     if name == "mistral_v3_sp":
-        from tests.sentencepiece_convert import convert
+        from bench.sentencepiece_convert import convert
         spec = convert(path)
         return Tokenizer.from_spec(spec), tokenizers.Tokenizer.from_str(json.dumps(spec))
     file = path / "tokenizer.json" if path.is_dir() else path

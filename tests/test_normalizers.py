@@ -19,7 +19,7 @@ from tokenizers import Tokenizer as RefTokenizer
 from tokworker.tokenizer import normalizers
 from tokworker.tokenizer.errors import UnsupportedComponent
 
-from sentencepiece_convert import load_proto
+from bench.sentencepiece_convert import load_proto
 
 CORPUS = [
     "", " ", "  leading and trailing  ", "Hello, World!", "ÀÉÎÕÜ àéîõü Ǆǅǆ ﬁ ﬀ ẞ ß İ ı ΣΑΣ σας", "naïve café résumé",

@@ -31,7 +31,7 @@ from tokenizers import Tokenizer as RefTokenizer
 from tokworker.tokenizer import Tokenizer
 
 from realdata import vocabulary
-from sentencepiece_convert import CONTROL, UNKNOWN, convert, load_proto
+from bench.sentencepiece_convert import CONTROL, UNKNOWN, convert, load_proto
 from test_normalizers import CORPUS
 from test_wordpiece import TRAINING_TEXT
 from tokenizer_corpus import CORPUS as SHARED_CORPUS

@@ -46,7 +46,7 @@ def load(name) -> Tokenizer:
     if name == "cl100k_tiktoken":
         return Tokenizer.from_tiktoken(path, loaders.CL100K_PATTERN, dict(loaders.CL100K_SPECIAL_TOKENS))
     if name == "mistral_v3_sp":
-        from tests.sentencepiece_convert import convert
+        from bench.sentencepiece_convert import convert
         return Tokenizer.from_spec(convert(path))
     raise KeyError(name)
 

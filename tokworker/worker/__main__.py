@@ -1,6 +1,7 @@
 """`python -m tokworker.worker '<WorkerOptions JSON>'`: one worker process (what the launcher runs)."""
 
 import sys
+import traceback
 
 from tokworker.worker.options import options_from_json
 from tokworker.worker.server import run_worker
@@ -8,4 +9,10 @@ from tokworker.worker.server import run_worker
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m tokworker.worker '<WorkerOptions as JSON>'")
-    sys.exit(run_worker(options_from_json(sys.argv[1])))
+    try:
+        status = run_worker(options_from_json(sys.argv[1]))
+    except Exception as exc:
+        traceback.print_exc()
+        # the last line is what the launcher quotes when a worker cannot start
+        sys.exit(f"tokworker worker cannot run: {type(exc).__name__}: {exc}")
+    sys.exit(status)

@@ -1,9 +1,13 @@
 """Spawns local worker processes, watches them, restarts the ones that die, stops them all at the end.
 
-A watcher thread polls the children; a dead one (kill -9, OOM, SIGXCPU from its CPU backstop, a crash)
-is started again on the same endpoint, with an exponential backoff when it keeps dying young (a broken
-model directory must not become a fork loop). Clients notice the restart through their own connection
-(link.py) and rebuild what they had there; the launcher knows nothing about requests.
+A worker tells the launcher it is ready (its socket is bound, its tokenizer loaded) by writing one byte
+to a pipe the launcher passes it. A worker that exits on its own before that cannot start (a corrupt
+tokenizer.json, a port in use, missing keys): restarting it would only repeat the failure, so the launcher
+gives up and keeps the worker's own error (the last lines of its stderr) in `failure`, which the daemon
+and a spawned pool report. A worker that was ready once and then died (kill -9, OOM, SIGXCPU from its CPU
+backstop, a crash) is started again on the same endpoint, with an exponential backoff when it keeps dying
+young. Clients notice a restart through their own connection (link.py); the launcher knows nothing about
+requests.
 """
 
 from __future__ import annotations
@@ -18,14 +22,38 @@ import time
 from collections import deque
 from pathlib import Path
 
-from tokworker.worker.options import WorkerOptions, options_to_json
+from tokworker.worker.options import WorkerOptions, options_to_json, validate_options
 
 log = logging.getLogger("tokworker.launcher")
 
 POLL_S = 0.02
 YOUNG_S = 2.0                       # a worker that dies younger than this is restarted with backoff
 BACKOFF_S = (0.05, 5.0)
-CRASH_LOOP = 3                      # this many young deaths in a row: the workers cannot start at all
+CRASH_LOOP = 3                      # this many failed starts in a row: a once-healthy slot gives up too
+READY_FD_ENV = "TOKWORKER_READY_FD"
+STDERR_TAIL_LINES = 20              # what a failure quotes of the worker's stderr, bounded in lines ...
+STDERR_LINE_BYTES = 500             # ... and in bytes per line
+
+
+class WorkerStartError(RuntimeError):
+    """A worker exited before it was ready; `stderr` holds the last lines it wrote."""
+
+    def __init__(self, index: int, bind: str, status: int, stderr: str):
+        cause = next((line for line in reversed(stderr.splitlines()) if line.strip()), "(nothing on stderr)")
+        how = f"signal {signal.Signals(-status).name}" if status < 0 else f"status {status}"
+        super().__init__(f"worker {index} ({bind}) exited with {how} before it was ready: {cause.strip()}")
+        self.index, self.bind, self.status, self.stderr = index, bind, status, stderr
+
+
+def notify_ready() -> None:
+    """In the worker, once it serves: tell the launcher that started it (if any)."""
+    fd = os.environ.pop(READY_FD_ENV, None)
+    if fd is not None:
+        try:
+            os.write(int(fd), b"R")
+            os.close(int(fd))
+        except OSError:
+            pass                    # the launcher went away; the parent check in the loop handles that
 
 
 def _child_env() -> dict:
@@ -36,18 +64,44 @@ def _child_env() -> dict:
     return env
 
 
+def _relay(pipe, tail: deque) -> None:
+    """Copy a worker's stderr to ours as it comes, keeping its last lines for a failure report."""
+    with pipe:
+        for line in iter(pipe.readline, b""):
+            tail.append(line[-STDERR_LINE_BYTES:])
+            try:
+                os.write(2, line)
+            except OSError:
+                pass
+
+
+class _Slot:
+    """One worker's place: its current process and what the watcher knows about it."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.ready_fd = -1
+        self.ready = False          # this process said it serves
+        self.healthy_once = False   # some process in this slot did
+        self.started = self.next_start = 0.0
+        self.backoff = BACKOFF_S[0]
+        self.early_deaths = 0
+        self.tail: deque[bytes] = deque(maxlen=STDERR_TAIL_LINES)
+        self.relay: threading.Thread | None = None
+
+
 class Launcher:
     def __init__(self, options: list[WorkerOptions], python: str = sys.executable):
+        for option in options:
+            validate_options(option)                 # a typo fails here, before any process starts
         self.options = list(options)
         self.python = python
         self.restarts = 0
         self.exits: deque[tuple[int, int, int]] = deque(maxlen=256)   # (index, pid, exit status), latest last
-        self._procs: list[subprocess.Popen | None] = [None] * len(self.options)
-        self._started = [0.0] * len(self.options)
-        self._next_start = [0.0] * len(self.options)
-        self._backoff = [BACKOFF_S[0]] * len(self.options)
-        self._young_deaths = [0] * len(self.options)
+        self.failure: WorkerStartError | None = None
+        self._slots = [_Slot() for _ in self.options]
         self._stopping = threading.Event()
+        self._changed = threading.Condition()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._env = _child_env()
@@ -55,13 +109,16 @@ class Launcher:
     @property
     def pids(self) -> list[int | None]:
         with self._lock:
-            return [p.pid if p is not None and p.poll() is None else None for p in self._procs]
+            return [s.proc.pid if s.proc is not None and s.proc.poll() is None else None for s in self._slots]
 
     @property
     def crash_looping(self) -> bool:
-        """True when some worker died young CRASH_LOOP times in a row (a bad model directory, a broken
-        install): waiting for it to answer is pointless, its stderr says why."""
-        return max(self._young_deaths) >= CRASH_LOOP
+        """True when the workers cannot start: waiting for them to answer is pointless (see `failure`)."""
+        return self.failure is not None
+
+    @property
+    def all_ready(self) -> bool:
+        return all(slot.ready for slot in self._slots)
 
     def start(self) -> "Launcher":
         with self._lock:
@@ -71,51 +128,123 @@ class Launcher:
         self._thread.start()
         return self
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until every worker is ready (True), one cannot start (raises its WorkerStartError) or
+        `timeout` passes (False)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self.failure is None and not self.all_ready:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        if self.failure is not None:
+            raise self.failure
+        return True
+
     def _spawn(self, index: int) -> None:
-        self._procs[index] = subprocess.Popen([self.python, "-m", "tokworker.worker", options_to_json(self.options[index])],
-                                              stdin=subprocess.DEVNULL, env=self._env)
-        self._started[index] = time.monotonic()
+        slot = self._slots[index]
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        try:
+            slot.proc = subprocess.Popen([self.python, "-m", "tokworker.worker", options_to_json(self.options[index])],
+                                         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                                         env={**self._env, READY_FD_ENV: str(write_fd)})
+        except OSError:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        slot.ready_fd, slot.ready, slot.started = read_fd, False, time.monotonic()
+        slot.tail = deque(maxlen=STDERR_TAIL_LINES)
+        slot.relay = threading.Thread(target=_relay, args=(slot.proc.stderr, slot.tail), daemon=True,
+                                      name=f"tokworker-worker-{index}-stderr")
+        slot.relay.start()
+
+    def _poll_ready(self, slot: _Slot) -> None:
+        try:
+            if os.read(slot.ready_fd, 1):
+                slot.ready = slot.healthy_once = True
+                slot.early_deaths = 0
+                self._close_ready(slot)
+                with self._changed:
+                    self._changed.notify_all()
+        except BlockingIOError:
+            pass
+
+    @staticmethod
+    def _close_ready(slot: _Slot) -> None:
+        if slot.ready_fd >= 0:
+            os.close(slot.ready_fd)
+            slot.ready_fd = -1
 
     def _watch(self) -> None:
         while not self._stopping.wait(POLL_S):
             with self._lock:
                 if self._stopping.is_set():
                     return
-                now = time.monotonic()
-                for index, proc in enumerate(self._procs):
-                    if proc is not None and proc.poll() is not None:
-                        lived = now - self._started[index]
-                        self._young_deaths[index] = self._young_deaths[index] + 1 if lived < YOUNG_S else 0
-                        self._backoff[index] = (min(self._backoff[index] * 2, BACKOFF_S[1]) if lived < YOUNG_S
-                                                else BACKOFF_S[0])
-                        self._next_start[index] = now + (self._backoff[index] if lived < YOUNG_S else 0.0)
-                        log.warning("worker %d (pid %d, %s) exited with %s after %.1f s; restarting", index, proc.pid,
-                                    self.options[index].bind, proc.returncode, lived)
-                        self.exits.append((index, proc.pid, proc.returncode))
-                        self._procs[index] = None
-                    if self._procs[index] is None and now >= self._next_start[index]:
-                        try:
-                            self._spawn(index)
-                            self.restarts += 1
-                        except OSError as exc:
-                            log.error("cannot start worker %d: %s", index, exc)
-                            self._next_start[index] = now + BACKOFF_S[1]
+                for index, slot in enumerate(self._slots):
+                    self._tend(index, slot, time.monotonic())
+                    if self.failure is not None:
+                        return
 
-    def stop(self, grace_s: float = 5.0) -> None:
-        """SIGTERM every worker, wait up to grace_s for clean exits, then SIGKILL what is left."""
+    def _tend(self, index: int, slot: _Slot, now: float) -> None:
+        proc = slot.proc
+        if proc is not None and not slot.ready and slot.ready_fd >= 0:
+            self._poll_ready(slot)
+        if proc is not None and proc.poll() is not None:
+            self._died(index, slot, proc, now)
+        if slot.proc is None and self.failure is None and now >= slot.next_start:
+            try:
+                self._spawn(index)
+                self.restarts += 1
+            except OSError as exc:
+                log.error("cannot start worker %d: %s", index, exc)
+                slot.next_start = now + BACKOFF_S[1]
+
+    def _died(self, index: int, slot: _Slot, proc: subprocess.Popen, now: float) -> None:
+        lived = now - slot.started
+        self._close_ready(slot)
+        self.exits.append((index, proc.pid, proc.returncode))
+        slot.proc = None
+        if not slot.ready and proc.returncode > 0:
+            # Its own exit before ready (an exception while loading or binding) repeats on every start. A
+            # signal (kill -9 or the OOM killer while it loaded) says nothing about the next start.
+            slot.relay.join(1.0)                     # its last lines, for the report
+            slot.early_deaths += 1
+            if not slot.healthy_once or slot.early_deaths >= CRASH_LOOP:
+                stderr = b"".join(slot.tail).decode(errors="replace")
+                self.failure = WorkerStartError(index, self.options[index].bind, proc.returncode, stderr)
+                log.error("%s; not restarting it", self.failure)
+                with self._changed:
+                    self._changed.notify_all()
+                return
+        young = lived < YOUNG_S
+        slot.backoff = min(slot.backoff * 2, BACKOFF_S[1]) if young else BACKOFF_S[0]
+        slot.next_start = now + (slot.backoff if young else 0.0)
+        log.warning("worker %d (pid %d, %s) exited with %s after %.1f s; restarting", index, proc.pid,
+                    self.options[index].bind, proc.returncode, lived)
+
+    def stop(self, grace_s: float = 5.0, drain: bool = False) -> None:
+        """Stop every worker: SIGINT (at once) or, with `drain`, SIGTERM (their open streams finish first);
+        wait up to grace_s for clean exits, then SIGKILL what is left."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
         with self._lock:
-            procs = [p for p in self._procs if p is not None]
+            procs = [s.proc for s in self._slots if s.proc is not None]
         for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM if drain else signal.SIGINT)
         deadline = time.monotonic() + grace_s
         for proc in procs:
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.warning("worker pid %d ignored SIGTERM; killing it", proc.pid)
+                log.warning("worker pid %d did not exit in %.1f s; killing it", proc.pid, grace_s)
                 proc.kill()
                 proc.wait()
+        for slot in self._slots:
+            self._close_ready(slot)
+            if slot.relay is not None:
+                slot.relay.join(1.0)

@@ -1,45 +1,102 @@
 """One worker's settings and limits: a msgspec Struct, so the launcher hands them to a worker process
-as one JSON argument and the daemon's flags map onto them one to one."""
+as one JSON argument, and `tokworker serve` makes a flag of every operator setting from the fields'
+descriptions and bounds here (so the two cannot drift)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
 # The small tokenizer bundled with the package (what `tokworker demo` runs on), a pool's default model.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _setting(description: str, **bounds) -> msgspec.Meta:
+    return msgspec.Meta(description=description, **bounds)
 
 
 class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    # Where and who: set by the daemon or the pool, not flags of their own.
     model_dir: str
     bind: str                                  # this worker's own endpoint (ipc://... or tcp://...)
-    index: int = 0                             # place in the daemon: endpoint = base + index
-    pool_size: int = 1
+    index: Annotated[int, msgspec.Meta(ge=0)] = 0    # place in the daemon: endpoint = base + index
+    pool_size: Annotated[int, msgspec.Meta(ge=1)] = 1
     curve_keys: str | None = None              # directory made by `tokworker keys`; required for tcp://
-    tool_parser: str | None = None             # defaults for streams whose params name none
-    reasoning_parser: str | None = None
-    allow_request_templates: bool = False      # chat templates sent in requests are untrusted code
+    log_level: str = "INFO"
+    # Behaviour.
+    tool_parser: Annotated[str | None, _setting(
+        "default tool-call parser for streams that name none (vLLM's names)")] = None
+    reasoning_parser: Annotated[str | None, _setting(
+        "default reasoning parser for streams that name none (vLLM's names)")] = None
+    allow_request_templates: Annotated[bool, _setting(
+        "run chat templates sent in requests (untrusted code, in a bounded sandbox)")] = False
     # Sizes. An oversize frame is dropped by ZeroMQ itself (MAXMSGSIZE); the rest get a TOO_LARGE reply.
-    max_message_bytes: int = 64 << 20
-    max_depth: int = 64                        # nesting of messages / tools / template kwargs
-    max_batch: int = 4096                      # texts per encode/decode, streams per step
-    max_text_chars: int = 8_000_000            # characters per encode request, all texts together
-    max_streams: int = 16384                   # open streams per worker, all sessions together
-    stream_idle_s: float = 3600.0              # a stream untouched this long is dropped
-    max_constraints: int = 256                 # compiled constraints kept (least recently used go first)
-    max_constraint_states: int = 1024          # their compiled states, all together (a state where most of a
-                                               # 150k vocabulary is allowed holds ~0.75 MB)
+    max_message_bytes: Annotated[int, _setting("bytes per request or reply message", ge=1024)] = 64 << 20
+    max_depth: Annotated[int, _setting("nesting of messages, tools and template kwargs", ge=1)] = 64
+    max_batch: Annotated[int, _setting("texts per encode/decode, streams per step", ge=1)] = 4096
+    max_text_chars: Annotated[int, _setting("characters per encode request, all texts together", ge=1)] = 8_000_000
+    max_streams: Annotated[int, _setting("open streams per worker, all clients together", ge=1)] = 16384
+    stream_idle_s: Annotated[float, _setting("seconds a stream may go untouched before it is dropped", gt=0)] = 3600.0
+    max_constraints: Annotated[int, _setting(
+        "compiled constraints kept per worker (least recently used go first)", ge=1)] = 256
+    max_constraint_states: Annotated[int, _setting(
+        "their compiled states per worker, all together (a state where most of a 150k vocabulary is allowed "
+        "holds ~0.75 MB)", ge=1)] = 1024
     # Time. A stateless request gets `budget_s` of wall time (an exception between bytecodes); a request
     # that burns `cpu_limit_s` of CPU (stuck in C code, where no exception gets in) kills the process,
     # and the launcher starts a new one.
-    budget_s: float = 10.0
-    cpu_limit_s: int = 60
-    max_queue: int = 1024                      # requests read ahead of the one being handled
-    max_queue_wait_s: float = 10.0             # a stateless request that waited longer: OVERLOADED
+    budget_s: Annotated[float, _setting(
+        "seconds of wall time per render/encode/decode/compile request (TIMEOUT past it)", gt=0)] = 10.0
+    cpu_limit_s: Annotated[int, _setting(
+        "seconds of CPU one request may burn before the worker is killed and restarted", ge=1)] = 60
+    max_queue: Annotated[int, _setting("requests a worker reads ahead of the one it handles", ge=1)] = 1024
+    max_queue_wait_s: Annotated[float, _setting(
+        "seconds a stateless request may wait in a worker's queue (OVERLOADED past it)", gt=0)] = 10.0
     # Memory: RLIMIT_AS on the whole process (MemoryError -> OUT_OF_MEMORY reply); 0 leaves it unset.
-    memory_limit_mb: int = 4096
-    log_level: str = "INFO"
+    memory_limit_mb: Annotated[int, _setting("address-space limit per worker in MB (0: none)", ge=0)] = 4096
+    drain_timeout_s: Annotated[float, _setting(
+        "on SIGTERM, seconds to keep stepping open streams (new work is refused) before exiting", ge=0)] = 30.0
+
+
+def settings() -> list[tuple[str, type, object, str]]:
+    """The operator's settings, (field, type, default, description), for the daemon's flags."""
+    out = []
+    for field in msgspec.inspect.type_info(WorkerOptions).fields:
+        if isinstance(field.type, msgspec.inspect.Metadata) and (field.type.extra_json_schema or {}).get("description"):
+            kind = field.type.type
+            python = next(t for t, info in ((bool, msgspec.inspect.BoolType), (int, msgspec.inspect.IntType),
+                                            (float, msgspec.inspect.FloatType)) if isinstance(kind, info)) \
+                if not isinstance(kind, msgspec.inspect.UnionType) else str
+            out.append((field.name, python, field.default, field.type.extra_json_schema["description"]))
+    return out
+
+
+def validate_options(options: WorkerOptions) -> None:
+    """Everything a worker would only find out after starting (or per request), checked at once: a
+    ValueError that names the option (the fields' bounds), and for parser names the known ones."""
+    from tokworker.parsers.reasoning import get_reasoning_parser
+    from tokworker.parsers.tools import get_tool_parser
+
+    try:                                       # msgspec checks the bounds when converting, not in __init__
+        msgspec.convert(msgspec.to_builtins(options), WorkerOptions)
+    except msgspec.ValidationError as exc:
+        expected, _, where = str(exc).partition(" - at `$.")
+        where = where.rstrip("`")
+        raise ValueError(f"{where}: {expected.replace('`', '')}, got {getattr(options, where, '?')!r}") from None
+    if options.log_level not in LOG_LEVELS:
+        raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {options.log_level!r}")
+    if options.index >= options.pool_size:
+        raise ValueError(f"worker index {options.index} is outside a pool of {options.pool_size}")
+    if not Path(options.model_dir).exists():
+        raise ValueError(f"model directory {options.model_dir} does not exist")
+    # The parsers' own constructors are the registries: their errors list every known name.
+    if options.tool_parser is not None:
+        get_tool_parser(options.tool_parser)
+    if options.reasoning_parser is not None:
+        get_reasoning_parser(options.reasoning_parser)
 
 
 def options_to_json(options: WorkerOptions) -> str:

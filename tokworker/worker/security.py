@@ -15,45 +15,45 @@ A key directory made by `tokworker keys DIR`:
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import zmq
 import zmq.auth
 
-from tokworker.protocol.endpoints import AUTHORIZED, SERVER, InsecureEndpoint
+from tokworker.protocol.endpoints import AUTHORIZED, SERVER, InsecureEndpoint, check_private_dir, parse_endpoint
 
 
 def check_bind(endpoint: str, curve_keys: str | None) -> None:
-    """Refuse an endpoint that is not private: tcp:// without keys, ipc:// outside a 0700 directory."""
-    scheme, _, rest = endpoint.partition("://")
-    if scheme == "tcp":
+    """Refuse an endpoint that is not private: tcp:// without keys, ipc:// outside a 0700 directory of ours."""
+    parsed = parse_endpoint(endpoint)
+    if parsed.scheme == "tcp":
         if not curve_keys:
             raise InsecureEndpoint(f"refusing to bind {endpoint} without CurveZMQ keys: pass --curve-keys DIR "
                                    "(make one with `tokworker keys DIR`) or use ipc://")
+        check_key_dir(curve_keys)
         return
-    if scheme == "ipc":
-        path = Path(rest)
-        if not path.is_absolute():
-            raise InsecureEndpoint(f"ipc endpoint needs an absolute path, got {endpoint!r}")
-        ensure_private_dir(path.parent)
-        return
-    raise InsecureEndpoint(f"endpoint must be ipc:// or tcp://, got {endpoint!r}")
+    ensure_private_dir(Path(parsed.path).parent)
+
+
+def check_key_dir(curve_keys: str) -> None:
+    """A key directory the daemon can serve from: the server's pair and the admitted clients' folder."""
+    keys = Path(curve_keys)
+    if not keys.is_dir():
+        raise InsecureEndpoint(f"--curve-keys {curve_keys}: no such directory (make one with `tokworker keys DIR`)")
+    for needed in (keys / f"{SERVER}.key_secret", keys / AUTHORIZED):
+        if not needed.exists():
+            raise InsecureEndpoint(f"--curve-keys {curve_keys}: {needed.name} is missing (make the directory with "
+                                   "`tokworker keys DIR`)")
 
 
 def ensure_private_dir(directory: Path) -> None:
-    """Create `directory` with mode 0700, or accept it only if this user owns it and nobody else can
-    open it."""
+    """Create `directory` with mode 0700, or accept it only if it is a real directory (no symlink) of this
+    user's that nobody else can open."""
     directory = Path(directory)
-    if not directory.exists():
+    if not os.path.lexists(directory):
         directory.mkdir(parents=True, mode=0o700)
         os.chmod(directory, 0o700)
-    info = directory.stat()
-    if not stat.S_ISDIR(info.st_mode):
-        raise InsecureEndpoint(f"{directory} is not a directory")
-    if info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise InsecureEndpoint(f"ipc sockets must live in a directory only you can open: {directory} has mode "
-                               f"{stat.S_IMODE(info.st_mode):o} and owner {info.st_uid}; use a fresh directory")
+    check_private_dir(directory)
 
 
 def generate_keys(directory: str | os.PathLike, clients: list[str] = ("client",)) -> Path:

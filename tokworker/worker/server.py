@@ -28,9 +28,11 @@ import zmq
 
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, Decode, Encode, ErrorCode,
                                ErrorReply, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
-                               StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
+                               StatsReply, Status, StatusReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
 from tokworker.worker.constraints import ConstraintCache
+from tokworker.worker.errorlog import RequestErrors
 from tokworker.worker.handlers import Handlers
+from tokworker.worker.launcher import notify_ready
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit, disable_core_dumps
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.security import check_bind, secure_server
@@ -41,6 +43,7 @@ log = logging.getLogger("tokworker.worker")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
 MAX_SESSIONS = 65536
+DRAIN_REFUSED = frozenset((OpenStream, Render, Encode, Decode, Compile))   # new work; steps and closes go on
 HOUSEKEEPING_S = 1.0
 
 
@@ -87,12 +90,14 @@ class Worker:
         self.owners: OrderedDict[str, tuple[int, bytes]] = OrderedDict()   # session -> (epoch, identity)
         self.sessions: OrderedDict[bytes, str] = OrderedDict()             # identity -> session
         self.budget = WallBudget()
+        self.draining_until: float | None = None             # set by SIGTERM: the drain's deadline
         self.cpu = CpuBackstop(options.cpu_limit_s)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
                           Decode: self.handlers.decode, Compile: self.constraints.compile,
                           Guide: self.constraints.guide}
         self.session_requests = {Step: self._step, OpenStream: self._open, CloseStreams: self._close,
-                                 Hello: self._hello, Stats: self._stats}
+                                 Hello: self._hello, Stats: self._stats, Status: self._status}
+        self.request_errors = RequestErrors(log)
         self.hello_reply = HelloReply(
             version=PROTOCOL_VERSION, worker_id=self.worker_id, index=options.index, pool_size=options.pool_size,
             pid=os.getpid(), model_fingerprint=self.fingerprint, vocab_size=self.tokenizer.vocab_size,
@@ -116,7 +121,7 @@ class Worker:
 
     # ------------------------------------------------------------ the loop
     def serve(self, stop: list) -> None:
-        """Run until stop[0] is True (set by SIGTERM) or the parent process goes away."""
+        """Run until stop[0] is True (SIGINT), a drain (SIGTERM) ends, or the parent process goes away."""
         options = self.options
         check_bind(options.bind, options.curve_keys)
         context = zmq.Context(io_threads=1)
@@ -133,6 +138,7 @@ class Worker:
             os.umask(old_umask)
         log.info("worker %s (%d of %d) serving %s on %s", self.worker_id, options.index, options.pool_size,
                  options.model_dir, options.bind)
+        notify_ready()
         parent = os.getppid()
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
@@ -140,11 +146,13 @@ class Worker:
         wake_write.setblocking(False)
         signal.set_wakeup_fd(wake_write.fileno())
         poller.register(wake_read, zmq.POLLIN)
+        wake_fd = wake_read.fileno()                       # what the poller reports for a plain socket
         next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         try:
             while not stop[0]:
                 if not self.backlog:
-                    poller.poll(HOUSEKEEPING_S * 1000)
+                    if wake_fd in dict(poller.poll(HOUSEKEEPING_S * 1000)):
+                        wake_read.recv(64)                  # the signal's byte: a drain must not busy-poll
                 self._read_ahead(sock)
                 if self.backlog:
                     arrived, frames = self.backlog.popleft()
@@ -152,6 +160,10 @@ class Worker:
                     if reply is not None:
                         sock.send_multipart(reply, copy=False)
                 now = time.monotonic()
+                if self.draining_until is not None and not self.backlog and (
+                        self.streams.count == 0 or now >= self.draining_until):
+                    log.info("drained: %d stream(s) still open; worker exits", self.streams.count)
+                    break
                 if now >= next_housekeeping:
                     next_housekeeping = now + HOUSEKEEPING_S
                     self.streams.evict_idle()
@@ -169,6 +181,13 @@ class Worker:
                 authenticator.stop()
             context.term()
             log.info("worker %s stopped after %d requests", self.worker_id, self.requests)
+
+    def begin_drain(self) -> None:
+        """SIGTERM: new streams and stateless work get SHUTTING_DOWN; open streams are stepped until they
+        end or the drain timeout passes, then the loop exits."""
+        if self.draining_until is None:
+            self.draining_until = time.monotonic() + self.options.drain_timeout_s
+            log.info("draining %d open stream(s) for up to %.1f s", self.streams.count, self.options.drain_timeout_s)
 
     def _read_ahead(self, sock) -> None:
         """Move what has arrived into the bounded backlog, stamped with its arrival time."""
@@ -201,6 +220,9 @@ class Worker:
         except (msgspec.DecodeError, ValueError) as exc:
             return self._error(identity, header, request_id, ErrorCode.MALFORMED, f"cannot decode body: {exc}")
         kind = type(msg)
+        if self.draining_until is not None and kind in DRAIN_REFUSED:
+            return self._error(identity, header, request_id, ErrorCode.SHUTTING_DOWN,
+                               "this worker is shutting down: send new work to another")
         stateless = self.stateless.get(kind)
         if stateless is not None and time.monotonic() - arrived > self.options.max_queue_wait_s:
             return self._error(identity, header, request_id, ErrorCode.OVERLOADED,
@@ -276,8 +298,20 @@ class Worker:
                           max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                           gc_frozen=gc.get_freeze_count())
 
+    def _status(self, identity: bytes, session: str, msg: Status) -> StatusReply:
+        import resource
+        return StatusReply(worker_id=self.worker_id, index=self.options.index, pool_size=self.options.pool_size,
+                           pid=os.getpid(), model_fingerprint=self.fingerprint,
+                           uptime_s=time.monotonic() - self.started,
+                           draining=self.draining_until is not None, requests=self.requests, errors=self.errors,
+                           streams_open=self.streams.count, streams_opened=self.streams.opened,
+                           queue_depth=len(self.backlog),
+                           max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                           errors_by_code=dict(self.request_errors.by_code))
+
     def _error(self, identity: bytes, header: bytes, request_id: int, code: str, message: str) -> list[bytes]:
         self.errors += 1
+        self.request_errors.record(request_id, code, message, self.sessions.get(identity) or identity.hex())
         return [identity, header, encode_message(ErrorReply(code=code, message=message[:2000],
                                                             request_id=request_id))]
 
@@ -286,13 +320,19 @@ def run_worker(options: WorkerOptions) -> int:
     """Process entry point: limits first, then load, then serve until SIGTERM/SIGINT."""
     logging.basicConfig(level=options.log_level, format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
     stop = [False]
+    worker = None
 
     def request_stop(signum, frame):
-        stop[0] = True
+        """SIGTERM drains (once it serves); SIGINT, or SIGTERM while loading, stops at once."""
+        if signum == signal.SIGTERM and worker is not None:
+            worker.begin_drain()
+        else:
+            stop[0] = True
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     apply_memory_limit(options.memory_limit_mb)
     disable_core_dumps()
-    Worker(options).serve(stop)
+    worker = Worker(options)
+    worker.serve(stop)
     return 0

@@ -1,4 +1,4 @@
-"""Test-side converter: a SentencePiece .model file -> a tokenizer.json object, as transformers builds them.
+"""A SentencePiece .model file -> a tokenizer.json object, as transformers builds them (bench and tests).
 
 transformers 5.24's LlamaConverter path crashes (TRAPS.md), so this reads the model protobuf through the
 `sentencepiece` package's bundled `sentencepiece_model_pb2` and writes what transformers' converters

@@ -1,0 +1,149 @@
+"""SIGTERM drains a real `tokworker serve`: new streams and renders are refused with a typed
+shutting_down error, open streams keep stepping until they finish (every delta equal to the in-process
+engine's), then the daemon exits 0; a pool connected to a second daemon moves new work there; a stream
+left open past --drain-timeout does not hold the daemon up longer than that."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import uvloop
+
+from tokworker.frontend import ShuttingDown, TokenizerPool, WorkerLost
+from tokworker.protocol.deltas import StreamParams
+from tokworker.protocol.messages import ErrorCode
+from tokworker.stream.state import TextStream
+from tokworker.tokenizer import Tokenizer
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = REPO / "tokworker" / "data" / "default"
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+TEXT = "Draining keeps every open stream going: 日本語, café, 🚀, and the last words. " * 3
+
+
+def start_daemon(*args) -> tuple[subprocess.Popen, str]:
+    run_dir = Path(tempfile.mkdtemp(prefix="tokworker-drain-"))
+    bind = f"ipc://{run_dir}/worker"
+    proc = subprocess.Popen([sys.executable, "-m", "tokworker.cli", "serve", "--model-dir", str(MODEL),
+                             "--bind", bind, "--log-level", "INFO", *args], env=ENV, stderr=subprocess.PIPE, text=True)
+    return proc, bind
+
+
+@pytest.fixture
+def daemons():
+    started = []
+
+    def make(*args):
+        started.append(start_daemon(*args))
+        return started[-1]
+
+    yield make
+    for proc, _ in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(20)
+
+
+async def until_refused(pool: TokenizerPool) -> ShuttingDown:
+    """Render on a pool of one draining daemon until its worker says shutting_down."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            await pool.render([{"role": "user", "content": "hi"}])
+        except ShuttingDown as exc:
+            return exc
+        await asyncio.sleep(0.02)
+    raise AssertionError("the worker never refused new work")
+
+
+def test_sigterm_refuses_new_work_finishes_open_streams_and_exits_0(daemons):
+    tokenizer = Tokenizer.from_dir(MODEL)
+    ids = tokenizer.encode(TEXT) + tokenizer.eos_token_ids[:1]
+    expected = TextStream(tokenizer, StreamParams()).push(ids)
+    draining, bind_a = daemons("--drain-timeout", "30")
+    _, bind_b = daemons()
+
+    async def main():
+        pool = await TokenizerPool.connect([bind_a, bind_b], connect_timeout=30)
+        probe = await TokenizerPool.connect(bind_a, connect_timeout=30)
+        try:
+            streams = [await pool.open_stream(f"old-{i}") for i in range(4)]
+            on_a = [s for s in streams if s.link.endpoint == bind_a]
+            assert on_a and len(on_a) < len(streams)
+            first = await pool.step({s.id: ids[:5] for s in streams})
+            draining.send_signal(signal.SIGTERM)
+            refused = await until_refused(probe)
+            assert refused.code == ErrorCode.SHUTTING_DOWN and isinstance(refused, WorkerLost)
+            with pytest.raises(ShuttingDown):
+                await probe.open_stream("nowhere")              # a pool of only draining workers: typed error
+            # the two-daemon pool sends new work to the other daemon, without an error
+            new = [await pool.open_stream(f"new-{i}") for i in range(4)]
+            assert {s.link.endpoint for s in new} == {bind_b}
+            assert await pool.encode(TEXT) == ids[:-1]
+            # the open streams on the draining daemon go on, step by step, to their end
+            got = {s.id: [first[s.id]] for s in streams}
+            for at in range(5, len(ids), 7):
+                updates = await pool.step({s.id: ids[at:at + 7] for s in streams})
+                for s in streams:
+                    got[s.id].append(updates[s.id])
+                assert draining.poll() is None                  # still there while streams are open
+            for s in streams:
+                text = "".join(d.content or "" for u in got[s.id] for d in u.deltas)
+                assert text == "".join(d.content or "" for d in expected.deltas)
+                assert got[s.id][-1].finish_reason == "stop"
+            status = await asyncio.get_running_loop().run_in_executor(None, draining.wait, 20)
+            return status
+        finally:
+            await probe.close()
+            await pool.close()
+
+    started = time.monotonic()
+    status = uvloop.run(main())
+    err = draining.stderr.read()
+    assert status == 0, err
+    assert "draining" in err and "drained: 0 stream(s) still open" in err and "stopped cleanly" in err
+    assert time.monotonic() - started < 25                      # not the drain timeout: the streams ended
+
+
+def test_a_stream_left_open_is_given_up_at_the_drain_timeout(daemons):
+    proc, bind = daemons("--drain-timeout", "1.5")
+
+    async def main():
+        async with await TokenizerPool.connect(bind, connect_timeout=30) as pool:
+            await pool.open_stream("forgotten")
+            await pool.step({"forgotten": [5, 6]})
+            proc.send_signal(signal.SIGTERM)
+            sent = time.monotonic()
+            await until_refused(pool)
+            await pool.step({"forgotten": [7]})                 # still stepped during the drain
+            status = await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20)
+            return status, time.monotonic() - sent
+
+    status, waited = uvloop.run(main())
+    err = proc.stderr.read()
+    assert status == 0, err
+    assert "drained: 1 stream(s) still open" in err
+    assert 1.0 < waited < 10
+
+
+def test_sigint_stops_at_once(daemons):
+    proc, bind = daemons("--drain-timeout", "60")
+
+    async def main():
+        async with await TokenizerPool.connect(bind, connect_timeout=30) as pool:
+            await pool.open_stream("open")
+            proc.send_signal(signal.SIGINT)
+            started = time.monotonic()
+            status = await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20)
+            return status, time.monotonic() - started
+
+    status, waited = uvloop.run(main())
+    assert status == 0 and waited < 8
