@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--curve-keys", help="key directory from `tokworker keys DIR`")
     serve.add_argument("--tool-call-parser", help="default tool-call parser for streams that name none (vLLM names)")
     serve.add_argument("--reasoning-parser", help="default reasoning parser for streams that name none")
+    serve.add_argument("--chat-template", metavar="FILE",
+                       help='the chat template to render with instead of the model\'s own (or "chatml")')
     serve.add_argument("--allow-request-templates", action="store_true",
                        help="run chat templates sent in requests (untrusted code in a bounded sandbox)")
     serve.add_argument("--memory-limit-mb", type=int, default=4096, help="RLIMIT_AS per worker (0: none)")
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from tokworker.worker.daemon import serve
         return serve(args.model_dir, workers=args.workers, bind=args.bind, curve_keys=args.curve_keys,
-                     log_level=args.log_level, tool_parser=args.tool_call_parser,
+                     log_level=args.log_level, chat_template=args.chat_template, tool_parser=args.tool_call_parser,
                      reasoning_parser=args.reasoning_parser, allow_request_templates=args.allow_request_templates,
                      memory_limit_mb=args.memory_limit_mb, max_constraints=args.max_constraints,
                      max_constraint_states=args.max_constraint_states)

@@ -14,6 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from tokworker.templates.chatml import CHATML_NAME
 from tokworker.worker.options import WorkerOptions
 from tokworker.protocol.endpoints import InsecureEndpoint, worker_endpoints
 from tokworker.worker.security import check_bind
@@ -28,7 +29,7 @@ def default_bind() -> str:
 
 
 def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys: str | None = None,
-          log_level: str = "INFO", **worker_options) -> int:
+          log_level: str = "INFO", chat_template: str | None = None, **worker_options) -> int:
     """Run the daemon in the foreground; returns the process exit status."""
     from tokworker.worker.launcher import Launcher
 
@@ -41,6 +42,11 @@ def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys:
     if not (path.is_file() or (path / "tokenizer.json").exists() or any(path.glob("*.tiktoken"))):
         log.error("%s holds no tokenizer.json (or tokenizer file)", model_dir)
         return 2
+    if chat_template is not None and chat_template != CHATML_NAME:
+        if not Path(chat_template).is_file():
+            log.error("--chat-template %s is not a file (give a template file, or \"%s\")", chat_template, CHATML_NAME)
+            return 2
+        chat_template = str(Path(chat_template).resolve())      # workers may start in another directory
     try:
         endpoints = worker_endpoints(bind, workers)
         for endpoint in endpoints:
@@ -50,7 +56,7 @@ def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys:
         return 2
     options = [WorkerOptions(model_dir=str(path.resolve()), bind=endpoint, index=i, pool_size=workers,
                              curve_keys=str(Path(curve_keys).resolve()) if curve_keys else None, log_level=log_level,
-                             **worker_options)
+                             chat_template=chat_template, **worker_options)
                for i, endpoint in enumerate(endpoints)]
     stop = threading.Event()
 

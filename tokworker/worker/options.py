@@ -20,6 +20,8 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     tool_parser: str | None = None             # defaults for streams whose params name none
     reasoning_parser: str | None = None
     allow_request_templates: bool = False      # chat templates sent in requests are untrusted code
+    chat_template: str | None = None           # the operator's template for the model: a file, its text, or
+                                               # "chatml"; read once at start-up, replaces the model's own
     # Sizes. An oversize frame is dropped by ZeroMQ itself (MAXMSGSIZE); the rest get a TOO_LARGE reply.
     max_message_bytes: int = 64 << 20
     max_depth: int = 64                        # nesting of messages / tools / template kwargs
