@@ -22,7 +22,8 @@ from itertools import accumulate
 
 import regex
 
-_WORD_CHAR = regex.compile(r"\w")
+from . import unicode as _unicode
+
 _SPACE_CHAR = regex.compile(r"\s")
 _SPACE_RUN = regex.compile(r"\s*")
 
@@ -93,17 +94,27 @@ class AddedVocabulary:
     def __len__(self):
         return len(self.ids)
 
-    def split(self, text: str, normalize=None, split_special: bool = False, spans: LiteralSpans | None = None):
+    def split(self, text: str, normalize=None, split_special: bool = False, spans: LiteralSpans | None = None,
+              space_is_prefix: bool = False):
         """Yield (normalized_text, None, starts_input) for ordinary text and (None, id, False) per added token.
 
         split_special=True leaves special tokens as ordinary text (tokenizers' encode_special_tokens).
-        `spans` are the ranges of `text` where no added token may match (literal text)."""
+        `spans` are the ranges of `text` where no added token may match (literal text). With
+        `space_is_prefix` (a normalizer that writes SentencePiece's dummy prefix), text right after a
+        special token drops one leading space before it is normalized: the space a template writes there
+        ("[INST] " + content) stands for the prefix the training stack gave content encoded on its own."""
         raw = self._raw_plain if split_special else self._raw
         normalized = self._normalized_plain if split_special else self._normalized
+        special_ids, after_special = self.special_ids, False
         for start, piece, token_id in self._find(text, raw, spans):
             if token_id is not None:
+                after_special = token_id in special_ids
                 yield None, token_id, False
                 continue
+            if space_is_prefix and after_special and piece.startswith(" "):
+                start, piece = start + 1, piece[1:]
+                if not piece:
+                    continue
             piece_spans = spans.within(start, start + len(piece)) if spans is not None else None
             if normalize is not None:
                 normalized_piece = normalize(piece)
@@ -146,8 +157,8 @@ class AddedVocabulary:
             position = stop
             token_id = ids[match.group()]
             token = tokens[token_id]
-            if token.single_word and ((start and _WORD_CHAR.match(text, start - 1))
-                                      or (stop < len(text) and _WORD_CHAR.match(text, stop))):
+            if token.single_word and ((start and _is_word_char(text[start - 1]))
+                                      or (stop < len(text) and _is_word_char(text[stop]))):
                 continue
             if token.lstrip:
                 while start > cursor and _SPACE_CHAR.match(text, start - 1):
@@ -161,6 +172,11 @@ class AddedVocabulary:
             cursor = stop
         if cursor < len(text):
             yield cursor, text[cursor:], None
+
+
+def _is_word_char(ch: str) -> bool:
+    """What tokenizers' single_word calls a word character (probed: alphanumeric in its tables, or "_")."""
+    return ch == "_" or _unicode.is_alphanumeric(ch)
 
 
 class LiteralSpans:

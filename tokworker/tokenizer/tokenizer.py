@@ -44,6 +44,9 @@ class Tokenizer:
                 specs.append(spec)
         normalize = normalizer.normalize if normalizer is not None else None
         self._normalize = normalize
+        # SentencePiece-born pipelines: the space after a special token is the dummy prefix (see
+        # AddedVocabulary.split), as the models were prompted (mistral-common), not doubled as tokenizers does
+        self._space_is_prefix = normalizers.is_dummy_prefix(normalizer)
         self.added = AddedVocabulary(specs, model.vocab, normalize, keep_added_ids)
         self.added_tokens: dict[str, int] = dict(self.added.ids)
         self.special_ids: frozenset[int] = self.added.special_ids
@@ -152,7 +155,8 @@ class Tokenizer:
     def _encode(self, text, add_special_tokens, split_special_tokens, spans: LiteralSpans | None) -> list[int]:
         _check_text(text)
         ids: list[int] = []
-        for piece, token_id, at_start in self.added.split(text, self._normalize, split_special_tokens, spans):
+        for piece, token_id, at_start in self.added.split(text, self._normalize, split_special_tokens, spans,
+                                                            self._space_is_prefix):
             if token_id is None:
                 self._encode_normalized(piece, at_start, ids)
             else:
