@@ -64,7 +64,10 @@ def trained_ids(ours, reference, text: str, add_special_tokens: bool = False) ->
     special = {i: token.content for i, token in reference.get_added_tokens_decoder().items()
                if token.special and not token.normalized}
     encoding = reference.encode(text, add_special_tokens=False)
-    ids, cursor = [], 0
+    if not any(special.get(i) is not None and text[end:end + 1] == " " for (_, end), i in
+               zip(encoding.offsets, encoding.ids)):       # nothing to read differently (and pieces encoded
+        return reference.encode(text, add_special_tokens=add_special_tokens).ids    # alone lose single_word
+    ids, cursor = [], 0                                                              # neighbours)
     for (start, end), token_id in zip(encoding.offsets, encoding.ids):
         content = special.get(token_id)
         if content is None or content not in text[start:end]:       # byte fallback pieces are not matches

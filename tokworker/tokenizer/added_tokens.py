@@ -61,9 +61,14 @@ class AddedVocabulary:
         self.ids: dict[str, int] = {}              # content -> id
         self.tokens: dict[int, AddedToken] = {}    # id -> token (last definition wins, as in tokenizers)
         self.special_contents: set[str] = set()
+        # contents any of whose definitions is normalized=True: tokenizers shows (and decodes) those in their
+        # normalized form even when a later definition, the one that matches, is normalized=False
+        self.shown_normalized: set[str] = set()
         model_size = len(model_vocab)
         for spec in specs:
             token = AddedToken.from_spec(spec)
+            if token.normalized:
+                self.shown_normalized.add(token.content)
             if not token.content or self.tokens.get(self.ids.get(token.content, -1)) == token:
                 continue
             if token.special:

@@ -57,10 +57,14 @@ class Tokenizer:
             self._id_to_token[token_id] = token
         for content, token_id in self.added.ids.items():
             # tokenizers 0.23 shows (and decodes) a normalized=True added token in its normalized form
-            if normalize is not None and self.added.tokens[token_id].normalized:
+            if normalize is not None and content in self.added.shown_normalized:
                 content = normalize(content)
             self._id_to_token[token_id] = content
         self.vocab_size = len(self._id_to_token)
+        # what skip_special_tokens drops: tokenizers looks the shown token up among the special contents, so a
+        # special normalized=True token whose normalized form differs (Prepend: "e" shown as "▁e") is kept
+        self._skipped_ids = frozenset(i for i in self.special_ids
+                                      if self._id_to_token[i] in self.added.special_contents)
 
         self._byte_words = bool(pre_tokenizer is not None and pre_tokenizer.byte_level
                                 and hasattr(model, "use_byte_alphabet")
@@ -191,7 +195,7 @@ class Tokenizer:
         """Ids -> text, identical to `tokenizers`' decode. ValueError names an id out of range."""
         if self.decode_is_bytewise and type(self.decoder) is decoders.ByteLevel:
             return b"".join(self._bytes_for(ids, skip_special_tokens)).decode("utf-8", errors="replace")
-        table, special, size = self._id_to_token, self.special_ids, self.vocab_size
+        table, special, size = self._id_to_token, self._skipped_ids, self.vocab_size
         tokens = []
         for token_id in ids:
             _check_id(token_id, size)
@@ -202,7 +206,7 @@ class Tokenizer:
         return decoders.decode_tokens(self.decoder, tokens)
 
     def _bytes_for(self, ids, skip_special_tokens: bool) -> list[bytes]:
-        table, special, size = self._all_token_bytes(), self.special_ids, self.vocab_size
+        table, special, size = self._all_token_bytes(), self._skipped_ids, self.vocab_size
         out = []
         for token_id in ids:
             _check_id(token_id, size)
@@ -225,7 +229,7 @@ class Tokenizer:
         if not self.decode_is_bytewise:
             raise ValueError("this tokenizer's decoder is not bytewise; decode windows of ids instead")
         _check_id(token_id, self.vocab_size)
-        if skip_special_tokens and token_id in self.special_ids:
+        if skip_special_tokens and token_id in self._skipped_ids:
             return b""
         return self._all_token_bytes()[token_id]
 
