@@ -1,5 +1,6 @@
 """A disk cache for what is expensive to compute per vocabulary: BPE's packed merge table (and the small
-per-symbol tables bpe_chars derives from it).
+per-symbol tables bpe_chars derives from it), Unigram's trie, and split patterns translated to tokenizers'
+Unicode tables.
 
 Building it costs most of a load (150k merges looked up three times each, or every split of every tiktoken
 token); reading it back is two array reads and one dict build. Files are named by the SHA-256 of the source
@@ -18,6 +19,7 @@ from pathlib import Path
 
 _FORMAT = b"tokworker-pairs-1\n"
 _TABLES_FORMAT = b"tokworker-tables-1\n"
+_TEXT_FORMAT = b"tokworker-text-1\n"
 _LIMIT = 64 * 1024 * 1024           # bytes; a larger file is not a merge table of ours
 
 
@@ -66,6 +68,23 @@ def int_tables(name: str, build, count: int) -> list[dict[int, int]]:
             numbers.extend(table.values())
         _write_bytes(path, _TABLES_FORMAT + numbers.tobytes())
     return tables
+
+
+def text(name: str, build) -> str:
+    """A string cached under `name` (a translated split pattern), else `build()` (then stored)."""
+    directory = cache_dir()
+    path = directory / f"{name}.text" if directory is not None else None
+    if path is not None:
+        data = _read_bytes(path)
+        if data is not None and data.startswith(_TEXT_FORMAT):
+            try:
+                return data[len(_TEXT_FORMAT):].decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+    value = build()
+    if path is not None:
+        _write_bytes(path, _TEXT_FORMAT + value.encode("utf-8"))
+    return value
 
 
 def _read_tables(path: Path, count: int) -> list[dict[int, int]] | None:
