@@ -302,9 +302,10 @@ _LAYOUT_DECODER = msgspec.json.Decoder(type=_FileLayout, float_hook=serde_f64)
 
 
 def _read_spec(data: bytes) -> dict:
-    """tokenizer.json decoded with msgspec (a third faster than json), except the model's "merges", left
-    encoded (msgspec.Raw) for the model to decode only if its merge table is not in the disk cache. Floats
-    (Unigram scores) are read with serde_json's rounding, as `tokenizers` reads them (json_numbers)."""
+    """tokenizer.json decoded with msgspec (a third faster than json), except the model's "merges" (and a
+    Unigram's "vocab"), left encoded (msgspec.Raw) for the model to decode only if its tables are not in the
+    disk cache. Floats (Unigram scores) are read with serde_json's rounding, as `tokenizers` reads them
+    (json_numbers)."""
     try:
         layout = _LAYOUT_DECODER.decode(data)
     except msgspec.ValidationError:              # valid JSON of another shape: from_spec says what is wrong
@@ -312,8 +313,12 @@ def _read_spec(data: bytes) -> dict:
     spec = {field: value for field in _FileLayout.__struct_fields__
             if (value := getattr(layout, field)) is not msgspec.UNSET}
     if "model" in spec:
-        spec["model"] = {key: value if key == "merges" else _DECODER.decode(value)
-                         for key, value in spec["model"].items()}
+        model = spec["model"]
+        kind = _DECODER.decode(model["type"]) if "type" in model else None
+        # left encoded: BPE's merges and Unigram's scored vocabulary, which the model decodes only when its
+        # tables are not in the disk cache (Unigram's floats need serde_json's rounding, a Python call each)
+        raw = {"merges"} | ({"vocab"} if kind == "Unigram" else set())
+        spec["model"] = {key: value if key in raw else _DECODER.decode(value) for key, value in model.items()}
     return spec
 
 
