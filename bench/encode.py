@@ -8,7 +8,10 @@ Cases per vocabulary:
 - CJK clauses: runs of common Chinese characters, each one long word for the pre-tokenizer;
 - 50,000-char word: one word with no pre-tokenizer split;
 - load: seconds to a first encode and resident memory, each side in a fresh process; tokworker both
-  without and with its precomputed merge table on disk (the first load ever, and every later one).
+  without and with its precomputed tables on disk (cold: the first load ever; warm: every later one).
+  A tiktoken vocabulary is loaded by `tokenizers` from the tokenizer.json transformers would convert it
+  to, and by tiktoken. Big vocabularies get a load row only: Llama 4 (200k + 2,048 specials) and a
+  250k-piece Unigram the size of XLM-R's, built here from Llama 4's token texts (no XLM-R file ships).
 `ratio` is tokworker's tokens/s over tokenizers' (for the long word and load: the reference's time over ours).
 """
 
@@ -97,6 +100,15 @@ def _vocabularies(model_dirs):
             out[name] = (lambda p=path, pat=pattern, s=specials, b=bos: Tokenizer.from_tiktoken(p, pat, s(), bos_token=b),
                          lambda p=path, pat=pattern, s=specials: _rust_from_tiktoken(p, pat, s()),
                          lambda p=path, pat=pattern, s=specials: _tiktoken(p, pat, s()))
+    llama4 = VOCABULARIES["llama4_tiktoken"]()
+    if llama4 is not None:
+        pattern, specials = _llama4(llama4)
+        out["llama4_tiktoken"] = (lambda: Tokenizer.from_tiktoken(llama4, pattern, specials,
+                                                                  bos_token="<|begin_of_text|>"),
+                                  lambda: _rust_from_tiktoken(llama4, pattern, specials),
+                                  lambda: _tiktoken(llama4, pattern, specials))
+        unigram = _unigram_file(llama4)
+        out["unigram_250k"] = (lambda: Tokenizer.from_file(unigram), lambda: _rust_from_file(unigram), None)
     mistral = VOCABULARIES["mistral_v3_sp"]()
     if mistral is not None:
         try:
@@ -113,6 +125,50 @@ def _vocabularies(model_dirs):
             out[Path(directory).name] = (lambda d=directory: Tokenizer.from_dir(d),
                                          lambda p=path: _rust_from_file(p), None)
     return out
+
+
+LOAD_ONLY = ("llama4_tiktoken", "unigram_250k")
+
+
+def _llama4(path):
+    """Llama 4's split pattern and special tokens as llama-models builds them."""
+    from llama_models.llama4.tokenizer import BASIC_SPECIAL_TOKENS, LLAMA4_SPECIAL_TOKENS, Tokenizer
+    base = sum(1 for line in Path(path).read_bytes().splitlines() if line.strip())
+    names = BASIC_SPECIAL_TOKENS + LLAMA4_SPECIAL_TOKENS
+    names += [f"<|reserved_special_token_{i}|>" for i in range(Tokenizer.num_reserved_special_tokens - len(names))]
+    return Tokenizer.O200K_PATTERN, {name: base + i for i, name in enumerate(names)}
+
+
+def _unigram_file(llama4) -> Path:
+    """A 250k-piece Unigram tokenizer.json (Metaspace, scores from a fixed seed), written once per machine."""
+    path = Path(tempfile.gettempdir()) / "tokworker-bench-unigram-250k.json"
+    if path.exists():
+        return path
+    from tokworker.tokenizer.loaders import read_tiktoken_ranks
+    rng = random.Random(1)
+    pieces = set()
+    for token in read_tiktoken_ranks(llama4):
+        try:
+            text = token.decode("utf-8").replace(" ", "\u2581")
+        except UnicodeDecodeError:
+            continue
+        pieces.add(text)
+    letters = "abcdefghijklmnopqrstuvwxyzéàüößçñ日本語中文한국"
+    while len(pieces) < 250_000:
+        pieces.add("".join(rng.choice(letters) for _ in range(rng.randint(2, 9))))
+    pieces -= {"", "<unk>", "<s>", "</s>"}
+    specials = ["<unk>", "<s>", "</s>"]
+    metaspace = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+    spec = {"version": "1.0", "normalizer": None, "pre_tokenizer": metaspace, "post_processor": None,
+            "decoder": metaspace,
+            "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                              "normalized": False, "special": True} for i, c in enumerate(specials)],
+            "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": False,
+                      "vocab": [[c, 0.0] for c in specials] + [[p, -rng.uniform(1, 20)] for p in sorted(pieces)]}}
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    os.replace(temporary, path)
+    return path
 
 
 def _rust_from_file(path):
@@ -221,7 +277,11 @@ def rss():
         if line.startswith("VmRSS"):
             return int(line.split()[1]) / 1024
 import bench.encode as bench
-make = bench._vocabularies([])[{name!r}][{side}]
+if {json_file!r}:
+    import tokenizers
+    make = lambda: tokenizers.Tokenizer.from_file({json_file!r})
+else:
+    make = bench._vocabularies([])[{name!r}][{side}]
 before = rss()
 started = time.perf_counter()
 tokenizer = make()
@@ -231,15 +291,21 @@ print(json.dumps({{"seconds": time.perf_counter() - started, "rss_mb": rss(), "a
 
 
 def _load_row(name, makers):
-    """Each side in a fresh process. A tiktoken vocabulary is compared with tiktoken's own load (the
-    tokenizers side of those is a tokenizer.json built in Python here, so its load time means nothing)."""
+    """Each side in a fresh process. `ratio` / `ratio_cached` are tokenizers' time over tokworker's cold /
+    warm one; a tiktoken vocabulary's tokenizers side loads the tokenizer.json written here beforehand (as
+    a converted model folder ships it), and tiktoken's own load is reported beside it."""
     row = {"vocabulary": name, "case": "load"}
-    reference = (2, "tiktoken") if makers[2] is not None else (1, "tokenizers")
     cache = tempfile.mkdtemp(prefix="tokworker-bench-cache-")
     environment = dict(os.environ, TOKWORKER_CACHE_DIR=cache)
-    # tokworker twice: without its precomputed merge table (first load ever), then reading it back
-    for side, label in ((0, "tokworker"), (0, "tokworker_cached"), reference):
-        script = _LOAD_SCRIPT.format(repo=str(REPO), name=name, side=side)
+    json_file = ""
+    sides = [(0, "tokworker"), (0, "tokworker_cached"), (1, "tokenizers")]    # cold, then warm
+    if makers[2] is not None:
+        json_file = str(Path(cache) / "converted-tokenizer.json")
+        makers[1]().save(json_file)
+        sides.append((2, "tiktoken"))
+    for side, label in sides:
+        script = _LOAD_SCRIPT.format(repo=str(REPO), name=name, side=side,
+                                     json_file=json_file if label == "tokenizers" else "")
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                               env=environment)
         if done.returncode != 0:
@@ -250,28 +316,30 @@ def _load_row(name, makers):
         row[f"{label}_rss_mb"] = round(measured["rss_mb"], 1)
         row[f"{label}_added_mb"] = round(measured["added_mb"], 1)
     shutil.rmtree(cache, ignore_errors=True)
-    label = reference[1]
-    if "tokworker_load_s" in row and f"{label}_load_s" in row:
-        row["ratio"] = round(row[f"{label}_load_s"] / row["tokworker_load_s"], 2)
+    if "tokworker_load_s" in row and "tokenizers_load_s" in row:
+        row["ratio"] = round(row["tokenizers_load_s"] / row["tokworker_load_s"], 2)
         if "tokworker_cached_load_s" in row:
-            row["ratio_cached"] = round(row[f"{label}_load_s"] / row["tokworker_cached_load_s"], 2)
+            row["ratio_cached"] = round(row["tokenizers_load_s"] / row["tokworker_cached_load_s"], 2)
     return row
 
 
-def run(quick: bool = False, model_dirs=()) -> list[dict]:
+def run(quick: bool = False, model_dirs=(), load_only: bool = False) -> list[dict]:
     vocabularies = _vocabularies(model_dirs)
     if quick:
         vocabularies = {k: v for k, v in vocabularies.items() if k in ("qwen3_dir", "llama3_tiktoken")} or vocabularies
+    elif load_only:                                # only the load rows, every vocabulary
+        return [_load_row(name, makers) for name, makers in vocabularies.items()]
     docs_text = _documents(200_000 if quick else 2_000_000)
     docs_random = _random_word_documents(10 if quick else 60)
     docs_cjk = _cjk_documents(10 if quick else 60)
     rows = []
     for name, makers in vocabularies.items():
-        rows.extend(_throughput_rows(name, makers, docs_text, docs_random, 2 if quick else 3, docs_cjk))
+        if name not in LOAD_ONLY:
+            rows.extend(_throughput_rows(name, makers, docs_text, docs_random, 2 if quick else 3, docs_cjk))
         rows.append(_load_row(name, makers))
     return rows
 
 
 if __name__ == "__main__":
-    for result in run(quick="--quick" in sys.argv):
+    for result in run(quick="--quick" in sys.argv, load_only="--load" in sys.argv):
         print(json.dumps(result, ensure_ascii=False), flush=True)

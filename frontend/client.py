@@ -78,15 +78,17 @@ class TokenizerPool:
     @classmethod
     async def spawn(cls, model_dir: str | Path | None = None, workers: int = 2, *, request_timeout: float = 30.0,
                     startup_timeout: float = 60.0, max_inflight: int = 256, max_attempts: int = 3,
-                    **worker_options) -> "TokenizerPool":
+                    chat_template: str | None = None, **worker_options) -> "TokenizerPool":
         """Start `workers` local worker processes on private ipc:// sockets and connect to them.
+        `chat_template` replaces the model's template: a template file, its text, or "chatml".
         `worker_options` are WorkerOptions fields (tool_parser, reasoning_parser, memory_limit_mb, ...).
         A request whose worker died under it is sent again, `max_attempts` times in all."""
         run_dir = tempfile.mkdtemp(prefix="tokworker-")         # mode 0700: only this user can reach the sockets
         endpoints = worker_endpoints(f"ipc://{run_dir}/worker", workers)    # the daemon's naming: discoverable
         worker_options.setdefault("log_level", "WARNING")
         options = [WorkerOptions(model_dir=str(model_dir or DEFAULT_MODEL_DIR), bind=endpoint, index=i,
-                                 pool_size=workers, **worker_options) for i, endpoint in enumerate(endpoints)]
+                                 pool_size=workers, chat_template=chat_template, **worker_options)
+                   for i, endpoint in enumerate(endpoints)]
         launcher = Launcher(options).start()
         pool = cls(endpoints, request_timeout=request_timeout, connect_timeout=startup_timeout,
                    max_inflight=max_inflight, max_attempts=max_attempts, launcher=launcher, run_dir=run_dir)

@@ -5,7 +5,9 @@ Families: Mistral v3 and v1 (legacy Llama-style BPE with byte fallback), a Sente
 fallback trained here, and a SentencePiece Unigram with the nmt_nfkc Precompiled charsmap trained here.
 
 Which reference each assertion follows:
-- `tokenizers` is followed everywhere (ids and decode), including where it differs from sentencepiece.
+- `tokenizers` is followed everywhere (ids and decode), including where it differs from sentencepiece,
+  except on a space right after a control piece with the dummy-prefix normalizer: there the space is the
+  prefix (mistral-common's prompts; tests/test_trained_ids.py), where tokenizers prepends another "▁".
 - `sentencepiece` is followed on text with no literal control-piece text: `tokenizers` matches "<s>", "</s>",
   "<unk>", "[INST]" typed inside ordinary text as special tokens, sentencepiece reads them as text (TRAPS.md).
   For the Unigram model, also not on text where the converted pipeline itself departs from sentencepiece:
@@ -35,6 +37,7 @@ from bench.sentencepiece_convert import CONTROL, UNKNOWN, convert, load_proto
 from test_normalizers import CORPUS
 from test_wordpiece import TRAINING_TEXT
 from tokenizer_corpus import CORPUS as SHARED_CORPUS
+from tokenizer_refs import trained_ids
 
 TEXTS = CORPUS + SHARED_CORPUS + [" ", "[INST] ", "[INST] hi [/INST]", "  two", "\u2581", "a\u2581 b", "x" * 2000]
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
@@ -89,7 +92,7 @@ def family(request, tmp_path_factory) -> Family:
 
 def assert_same_as_tokenizers(family: Family, line: str) -> None:
     for special in (False, True):
-        expected = family.reference.encode(line, add_special_tokens=special).ids
+        expected = trained_ids(family.ours, family.reference, line, special)
         assert family.ours.encode(line, add_special_tokens=special) == expected, (line, special)
         for skip in (False, True):
             assert family.ours.decode(expected, skip_special_tokens=skip) == \
@@ -132,12 +135,14 @@ def test_generated_text_matches_sentencepiece(family, line):
 
 def test_legacy_prefix_on_mistral_v3():
     """tokenizers' Prepend("▁") + Replace(" ", "▁") prepends even before a leading space and after an added
-    token (TRAPS.md): both references agree on " "; "[INST] " is tokenizers' reading ([INST] is special)."""
+    token (TRAPS.md): both references agree on " ". After a special token the space is the prefix
+    (mistral-common's reading, tests/test_trained_ids.py): "[INST] " is [3], "[INST]  " is [3, 1027]."""
     model = vocabulary("mistral_v3_sp")
     ours = Tokenizer.from_spec(convert(model))
     sp = sentencepiece.SentencePieceProcessor(model_file=str(model))
     assert ours.encode(" ") == sp.encode(" ") == [1027]
-    assert ours.encode("[INST] ") == [3, 1027]
+    assert ours.encode("[INST] ") == [3]
+    assert ours.encode("[INST]  ") == [3, 1027]
     # decode (tokenizers'): Strip(" ", 1, 0) runs on the fused text, whose first character is "[" here
     assert ours.decode([3, 1027]) == "[INST]  "
     assert ours.decode([3, 1027], skip_special_tokens=True) == " "

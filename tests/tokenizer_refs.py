@@ -51,3 +51,33 @@ def trained(model, trainer, corpus, normalizer=None, pre_tokenizer=None, decoder
         tok.decoder = decoder
     tok.train_from_iterator(corpus, trainer)
     return tok
+
+
+def trained_ids(ours, reference, text: str, add_special_tokens: bool = False) -> list[int]:
+    """`tokenizers`' ids for `text` as the model's training stack reads it. With SentencePiece's dummy-prefix
+    normalizer a space right after a special token is that prefix (mistral-common's prompts, see
+    tests/test_trained_ids.py), where tokenizers prepends one more "▁": the text between special tokens is
+    encoded piece by piece (as tokenizers does inside one encode), each without that space."""
+    from tokworker.tokenizer.normalizers import is_dummy_prefix
+    if not is_dummy_prefix(ours.normalizer):
+        return reference.encode(text, add_special_tokens=add_special_tokens).ids
+    special = {i: token.content for i, token in reference.get_added_tokens_decoder().items()
+               if token.special and not token.normalized}
+    encoding = reference.encode(text, add_special_tokens=False)
+    if not any(special.get(i) is not None and text[end:end + 1] == " " for (_, end), i in
+               zip(encoding.offsets, encoding.ids)):       # nothing to read differently (and pieces encoded
+        return reference.encode(text, add_special_tokens=add_special_tokens).ids    # alone lose single_word
+    ids, cursor = [], 0                                                              # neighbours)
+    for (start, end), token_id in zip(encoding.offsets, encoding.ids):
+        content = special.get(token_id)
+        if content is None or content not in text[start:end]:       # byte fallback pieces are not matches
+            continue
+        if cursor < start:
+            ids += reference.encode(text[cursor:start], add_special_tokens=False).ids
+        ids.append(token_id)
+        cursor = end + (text[end:end + 1] == " ")
+    if cursor < len(text):
+        ids += reference.encode(text[cursor:], add_special_tokens=False).ids
+    if add_special_tokens:                   # SentencePiece conversions put BOS first and nothing after
+        ids = reference.encode("", add_special_tokens=True).ids + ids
+    return ids

@@ -1,7 +1,7 @@
 """Regenerate tokworker/data/default: the small tokenizer that `tokworker demo` runs on.
 
 A 4,096-token byte-level BPE in Qwen's style (NFC, Qwen's split regex, ChatML control tokens, <think> and
-<tool_call> as non-special added tokens), trained with Hugging Face `tokenizers` on the docstrings of
+<tool_call> as non-special added tokens, the ChatML template), trained with Hugging Face `tokenizers` on the docstrings of
 Python's standard library. `tokenizers` is a dev-time tool here; the package only reads the JSON.
 
     python tools/make_default_tokenizer.py
@@ -13,6 +13,8 @@ import importlib
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from tokworker.templates.chatml import CHATML_TEMPLATE
 
 OUT = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -62,6 +64,8 @@ def main():
         "model_max_length": 32768,
     }
     (OUT / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    # ChatML is this tokenizer's own format (its control tokens), so it ships as the model's template
+    (OUT / "chat_template.jinja").write_text(CHATML_TEMPLATE)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ with content kept from forging control tokens (literal.py)."""
 from __future__ import annotations
 
 from . import literal
-from .chatml import CHATML_TEMPLATE
-from .errors import TemplateError, TemplateInputError, UntrustedTemplateError
+from .chatml import CHATML_NAME, CHATML_TEMPLATE
+from .errors import MissingTemplateError, TemplateError, TemplateInputError, UntrustedTemplateError
 from .messages import normalize_openai_messages
 from .render import DEFAULT_LIMITS, PreparedChat, compiled_template, prepare_chat, render_prepared
 
@@ -21,8 +21,9 @@ def apply_chat_template(tokenizer, messages, tools=None, tokenize=True, chat_tem
     defaults), except that content is encoded as ordinary text by default: `sanitize_control_tokens=False`
     restores transformers' plain encoding. `chat_template` may name one of the model's templates, or be a
     template of its own, which is refused unless `allow_untrusted_template` (a server passes its operator's
-    setting here). `openai_messages=True` takes messages in the OpenAI API's shape and normalizes them as
-    vLLM's server does (messages.py). A model without a template uses CHATML_TEMPLATE."""
+    setting here), or be "chatml" for the built-in CHATML_TEMPLATE. `openai_messages=True` takes messages in the
+    OpenAI API's shape and normalizes them as vLLM's server does (messages.py). A model without a template,
+    given none, raises MissingTemplateError (never a silent ChatML)."""
     text, ids = render_chat_prompt(tokenizer, messages, tools, chat_template, tokenize=tokenize, documents=documents,
                                    add_generation_prompt=add_generation_prompt,
                                    continue_final_message=continue_final_message,
@@ -54,7 +55,10 @@ def render_chat_prompt(tokenizer, messages, tools=None, chat_template=None, *, t
 
 def select_template(tokenizer, chat_template, tools, allow_untrusted_template: bool) -> str:
     """transformers' get_chat_template: a name picks one of the model's templates; with none given, a dict
-    of templates gives "tool_use" when there are tools and it exists, else "default"."""
+    of templates gives "tool_use" when there are tools and it exists, else "default". "chatml" (unless the
+    model has a template of that name) is the built-in CHATML_TEMPLATE. A model without a template and no
+    template given is refused, as transformers and vLLM refuse it: guessing one would prompt the model in a
+    format it was not trained on."""
     own = getattr(tokenizer, "chat_template", None)
     if isinstance(own, list):
         own = {entry["name"]: entry["template"] for entry in own}
@@ -70,12 +74,22 @@ def select_template(tokenizer, chat_template, tools, allow_untrusted_template: b
                                      "either pass a chat template or the name of the template you wish to use to "
                                      f"the `chat_template` argument. Available template names are {sorted(own)}.")
     elif chat_template is None:
-        return own if own is not None else CHATML_TEMPLATE
+        if own is None:
+            raise MissingTemplateError(_NO_TEMPLATE)
+        return own
+    if chat_template == CHATML_NAME:
+        return CHATML_TEMPLATE
     known = set(own.values()) if isinstance(own, dict) else {own}
     if chat_template not in known and chat_template != CHATML_TEMPLATE and not allow_untrusted_template:
         raise UntrustedTemplateError("a chat template that did not come with the model was supplied; the "
                                      "operator has not allowed untrusted templates")
     return chat_template
+
+
+_NO_TEMPLATE = ("this model ships no chat template (no chat_template in tokenizer_config.json, no "
+                "chat_template.jinja): give it one with `tokworker serve --chat-template FILE`, "
+                "TokenizerPool.spawn(..., chat_template=FILE_OR_TEXT) or apply_chat_template(..., "
+                f"chat_template=TEXT), or ask for ChatML by name with chat_template={CHATML_NAME!r}")
 
 
 def special_tokens(tokenizer) -> dict:

@@ -1,4 +1,5 @@
-"""CHATML_TEMPLATE: the template used when a model ships none.
+"""CHATML_TEMPLATE: ChatML, used only when asked for by name (`chat_template="chatml"`), never as a silent
+fallback for a model that ships no template (its control tokens may not exist in that vocabulary).
 
 ChatML turns (<|im_start|>role ... <|im_end|>), tools declared in the system turn as JSON inside <tools>,
 calls written as <tool_call>{"name": ..., "arguments": ...}</tool_call> (the "hermes" format the tool
@@ -6,7 +7,14 @@ parsers read), results grouped into one user turn of <tool_response> blocks, rea
 kept only for the turns after the last user message, and an `enable_thinking` switch (default on; off
 pre-fills an empty <think></think> so the model answers directly), in the style of Qwen3's template.
 Content may be a string or a list of parts, whose text parts are joined.
+
+operator_template: what an operator passes as the model's template (`--chat-template`, a pool's or a
+worker's `chat_template` option): "chatml", a template file, or the template's text.
 """
+
+from pathlib import Path
+
+CHATML_NAME = "chatml"
 
 CHATML_TEMPLATE = r"""{%- macro text_of(content) -%}
     {%- if content is string -%}
@@ -88,3 +96,17 @@ CHATML_TEMPLATE = r"""{%- macro text_of(content) -%}
     {%- endif -%}
 {%- endif -%}
 """
+
+
+def operator_template(value: str) -> str:
+    """The template text an operator's `chat_template` setting means: CHATML_TEMPLATE for "chatml", the
+    text of a file for a path (one line, no Jinja braces), else the value itself as template text."""
+    if value == CHATML_NAME:
+        return CHATML_TEMPLATE
+    if "\n" in value or "{" in value:
+        return value
+    path = Path(value)
+    if not path.is_file():
+        raise ValueError(f"chat template file {value!r} does not exist (pass a template file, its text, or "
+                         f"{CHATML_NAME!r})")
+    return path.read_text(encoding="utf-8")

@@ -44,3 +44,8 @@ class TemplateSecurityError(TemplateError):
 
 class UntrustedTemplateError(TemplateSecurityError):
     """A template that did not come with the model was supplied, and untrusted templates are not allowed."""
+
+
+class MissingTemplateError(TemplateError):
+    """A render needs a chat template and the model ships none; nothing is guessed (ChatML's control tokens
+    may not even exist in the vocabulary). The message names the ways to supply one."""

@@ -22,7 +22,8 @@ from itertools import accumulate
 
 import regex
 
-_WORD_CHAR = regex.compile(r"\w")
+from . import unicode as _unicode
+
 _SPACE_CHAR = regex.compile(r"\s")
 _SPACE_RUN = regex.compile(r"\s*")
 
@@ -44,12 +45,41 @@ class AddedToken:
 
 
 class _Matcher:
-    """Leftmost-longest search over a set of literal strings (alternation sorted longest first)."""
+    """Leftmost-longest search over a set of literal strings."""
 
     def __init__(self, entries: dict[str, int]):
         self.ids = entries
-        contents = sorted(entries, key=len, reverse=True)
-        self.pattern = regex.compile("|".join(map(regex.escape, contents))) if contents else None
+        self.pattern = regex.compile(_trie_pattern(entries)) if entries else None
+
+
+def _trie_pattern(contents) -> str:
+    """One alternation per branching point of the strings' prefix trie. Branches start with distinct
+    characters and "ends here" comes last, so the regex's first match is the longest one; and a few thousand
+    tokens sharing a prefix ("<|reserved_special_token_") compile several times faster than a flat list."""
+    root: dict = {}
+    for content in contents:
+        node = root
+        for char in content:
+            node = node.setdefault(char, {})
+        node[""] = None
+    return _branch(root)
+
+
+def _branch(node: dict) -> str:
+    parts = []
+    for char, child in node.items():
+        if not char:
+            continue
+        run = [char]
+        while len(child) == 1 and "" not in child:          # a chain without branches: no group needed
+            (char, child), = child.items()
+            run.append(char)
+        parts.append(regex.escape("".join(run)) + _branch(child))
+    if not parts:
+        return ""
+    if len(parts) == 1 and "" not in node:
+        return parts[0]
+    return "(?:" + "|".join(parts) + ("|)" if "" in node else ")")
 
 
 class AddedVocabulary:
@@ -60,9 +90,14 @@ class AddedVocabulary:
         self.ids: dict[str, int] = {}              # content -> id
         self.tokens: dict[int, AddedToken] = {}    # id -> token (last definition wins, as in tokenizers)
         self.special_contents: set[str] = set()
+        # contents any of whose definitions is normalized=True: tokenizers shows (and decodes) those in their
+        # normalized form even when a later definition, the one that matches, is normalized=False
+        self.shown_normalized: set[str] = set()
         model_size = len(model_vocab)
         for spec in specs:
             token = AddedToken.from_spec(spec)
+            if token.normalized:
+                self.shown_normalized.add(token.content)
             if not token.content or self.tokens.get(self.ids.get(token.content, -1)) == token:
                 continue
             if token.special:
@@ -93,17 +128,27 @@ class AddedVocabulary:
     def __len__(self):
         return len(self.ids)
 
-    def split(self, text: str, normalize=None, split_special: bool = False, spans: LiteralSpans | None = None):
+    def split(self, text: str, normalize=None, split_special: bool = False, spans: LiteralSpans | None = None,
+              space_is_prefix: bool = False):
         """Yield (normalized_text, None, starts_input) for ordinary text and (None, id, False) per added token.
 
         split_special=True leaves special tokens as ordinary text (tokenizers' encode_special_tokens).
-        `spans` are the ranges of `text` where no added token may match (literal text)."""
+        `spans` are the ranges of `text` where no added token may match (literal text). With
+        `space_is_prefix` (a normalizer that writes SentencePiece's dummy prefix), text right after a
+        special token drops one leading space before it is normalized: the space a template writes there
+        ("[INST] " + content) stands for the prefix the training stack gave content encoded on its own."""
         raw = self._raw_plain if split_special else self._raw
         normalized = self._normalized_plain if split_special else self._normalized
+        special_ids, after_special = self.special_ids, False
         for start, piece, token_id in self._find(text, raw, spans):
             if token_id is not None:
+                after_special = token_id in special_ids
                 yield None, token_id, False
                 continue
+            if space_is_prefix and after_special and piece.startswith(" "):
+                start, piece = start + 1, piece[1:]
+                if not piece:
+                    continue
             piece_spans = spans.within(start, start + len(piece)) if spans is not None else None
             if normalize is not None:
                 normalized_piece = normalize(piece)
@@ -146,8 +191,8 @@ class AddedVocabulary:
             position = stop
             token_id = ids[match.group()]
             token = tokens[token_id]
-            if token.single_word and ((start and _WORD_CHAR.match(text, start - 1))
-                                      or (stop < len(text) and _WORD_CHAR.match(text, stop))):
+            if token.single_word and ((start and _is_word_char(text[start - 1]))
+                                      or (stop < len(text) and _is_word_char(text[stop]))):
                 continue
             if token.lstrip:
                 while start > cursor and _SPACE_CHAR.match(text, start - 1):
@@ -161,6 +206,11 @@ class AddedVocabulary:
             cursor = stop
         if cursor < len(text):
             yield cursor, text[cursor:], None
+
+
+def _is_word_char(ch: str) -> bool:
+    """What tokenizers' single_word calls a word character (probed: alphanumeric in its tables, or "_")."""
+    return ch == "_" or _unicode.is_alphanumeric(ch)
 
 
 class LiteralSpans:

@@ -46,6 +46,9 @@ CL100K_SPECIAL_TOKENS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|f
                          "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
 
 
+_EMPTY_TOKEN = b"="          # base64 of no bytes, as tiktoken reads it (strict base64 refuses lone padding)
+
+
 def read_tiktoken_ranks(path: str | Path, data: bytes | None = None) -> dict[bytes, int]:
     """token bytes -> rank from a tiktoken file (or its bytes); ValueError names the first malformed line."""
     if data is None:
@@ -53,8 +56,11 @@ def read_tiktoken_ranks(path: str | Path, data: bytes | None = None) -> dict[byt
     lines = data.splitlines()
     fields = data.split()
     if len(fields) == 2 * (len(lines) - lines.count(b"")):        # every line "token rank": decode in C
+        tokens = fields[0::2]
+        while _EMPTY_TOKEN in tokens:                                # Whisper's files hold one: "= 50256"
+            tokens[tokens.index(_EMPTY_TOKEN)] = b""
         try:
-            ranks = dict(zip(map(partial(binascii.a2b_base64, strict_mode=True), fields[0::2]),
+            ranks = dict(zip(map(partial(binascii.a2b_base64, strict_mode=True), tokens),
                              map(int, fields[1::2])))
         except (ValueError, binascii.Error):
             ranks = None
@@ -68,7 +74,7 @@ def read_tiktoken_ranks(path: str | Path, data: bytes | None = None) -> dict[byt
             continue
         try:
             token, rank = line.split()
-            ranks[base64.b64decode(token, validate=True)] = int(rank)
+            ranks[b"" if token == _EMPTY_TOKEN else base64.b64decode(token, validate=True)] = int(rank)
         except (ValueError, binascii.Error):
             raise ValueError(f"{path}:{number} is not a 'base64-token rank' line") from None
     if not ranks:

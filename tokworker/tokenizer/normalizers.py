@@ -95,6 +95,15 @@ class Prepend(Normalizer):
         return self.prepend + text if text else text
 
 
+def is_dummy_prefix(normalizer) -> bool:
+    """Prepend("▁") then Replace(" ", "▁"): how converters write SentencePiece's dummy prefix (Llama, Mistral)."""
+    if not isinstance(normalizer, Sequence) or len(normalizer.normalizers) < 2:
+        return False
+    prepend, replace = normalizer.normalizers[:2]
+    return (isinstance(prepend, Prepend) and prepend.prepend == "\u2581" and isinstance(replace, Replace)
+            and replace._literal == " " and replace.content == "\u2581")
+
+
 class _PerCharacter(dict):
     """A str.translate table filled on first sight of each code point by `rule(char) -> str` (bounded).
 

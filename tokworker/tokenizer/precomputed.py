@@ -1,5 +1,6 @@
 """A disk cache for what is expensive to compute per vocabulary: BPE's packed merge table (and the small
-per-symbol tables bpe_chars derives from it).
+per-symbol tables bpe_chars derives from it), Unigram's trie, and split patterns translated to tokenizers'
+Unicode tables.
 
 Building it costs most of a load (150k merges looked up three times each, or every split of every tiktoken
 token); reading it back is two array reads and one dict build. Files are named by the SHA-256 of the source
@@ -18,6 +19,8 @@ from pathlib import Path
 
 _FORMAT = b"tokworker-pairs-1\n"
 _TABLES_FORMAT = b"tokworker-tables-1\n"
+_TEXT_FORMAT = b"tokworker-text-1\n"
+_ARRAYS_FORMAT = b"tokworker-arrays-1\n"
 _LIMIT = 64 * 1024 * 1024           # bytes; a larger file is not a merge table of ours
 
 
@@ -66,6 +69,59 @@ def int_tables(name: str, build, count: int) -> list[dict[int, int]]:
             numbers.extend(table.values())
         _write_bytes(path, _TABLES_FORMAT + numbers.tobytes())
     return tables
+
+
+def text(name: str, build) -> str:
+    """A string cached under `name` (a translated split pattern), else `build()` (then stored)."""
+    directory = cache_dir()
+    path = directory / f"{name}.text" if directory is not None else None
+    if path is not None:
+        data = _read_bytes(path)
+        if data is not None and data.startswith(_TEXT_FORMAT):
+            try:
+                return data[len(_TEXT_FORMAT):].decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+    value = build()
+    if path is not None:
+        _write_bytes(path, _TEXT_FORMAT + value.encode("utf-8"))
+    return value
+
+
+def arrays(name: str, build, typecodes: str) -> list[array]:
+    """Number arrays of the given typecodes ("q" integers, "d" floats) cached together under `name`, else
+    `build()` (then stored)."""
+    directory = cache_dir()
+    path = directory / f"{name}.arrays" if directory is not None else None
+    if path is not None:
+        found = _read_arrays(path, typecodes)
+        if found is not None:
+            return found
+    built = [array(code, values) for code, values in zip(typecodes, build())]
+    if path is not None:
+        sizes = array("q", map(len, built))
+        _write_bytes(path, _ARRAYS_FORMAT + sizes.tobytes() + b"".join(a.tobytes() for a in built))
+    return built
+
+
+def _read_arrays(path: Path, typecodes: str) -> list[array] | None:
+    data = _read_bytes(path)
+    if data is None or not data.startswith(_ARRAYS_FORMAT):
+        return None
+    offset = len(_ARRAYS_FORMAT)
+    sizes = array("q")
+    sizes.frombytes(data[offset:offset + 8 * len(typecodes)])
+    offset += 8 * len(typecodes)
+    found = []
+    for code, size in zip(typecodes, sizes):
+        values = array(code)
+        end = offset + size * values.itemsize
+        if size < 0 or end > len(data):
+            return None
+        values.frombytes(data[offset:end])
+        found.append(values)
+        offset = end
+    return found if offset == len(data) and len(found) == len(typecodes) else None
 
 
 def _read_tables(path: Path, count: int) -> list[dict[int, int]] | None:

@@ -44,6 +44,9 @@ class Tokenizer:
                 specs.append(spec)
         normalize = normalizer.normalize if normalizer is not None else None
         self._normalize = normalize
+        # SentencePiece-born pipelines: the space after a special token is the dummy prefix (see
+        # AddedVocabulary.split), as the models were prompted (mistral-common), not doubled as tokenizers does
+        self._space_is_prefix = normalizers.is_dummy_prefix(normalizer)
         self.added = AddedVocabulary(specs, model.vocab, normalize, keep_added_ids)
         self.added_tokens: dict[str, int] = dict(self.added.ids)
         self.special_ids: frozenset[int] = self.added.special_ids
@@ -54,10 +57,14 @@ class Tokenizer:
             self._id_to_token[token_id] = token
         for content, token_id in self.added.ids.items():
             # tokenizers 0.23 shows (and decodes) a normalized=True added token in its normalized form
-            if normalize is not None and self.added.tokens[token_id].normalized:
+            if normalize is not None and content in self.added.shown_normalized:
                 content = normalize(content)
             self._id_to_token[token_id] = content
         self.vocab_size = len(self._id_to_token)
+        # what skip_special_tokens drops: tokenizers looks the shown token up among the special contents, so a
+        # special normalized=True token whose normalized form differs (Prepend: "e" shown as "▁e") is kept
+        self._skipped_ids = frozenset(i for i in self.special_ids
+                                      if self._id_to_token[i] in self.added.special_contents)
 
         self._byte_words = bool(pre_tokenizer is not None and pre_tokenizer.byte_level
                                 and hasattr(model, "use_byte_alphabet")
@@ -152,7 +159,8 @@ class Tokenizer:
     def _encode(self, text, add_special_tokens, split_special_tokens, spans: LiteralSpans | None) -> list[int]:
         _check_text(text)
         ids: list[int] = []
-        for piece, token_id, at_start in self.added.split(text, self._normalize, split_special_tokens, spans):
+        for piece, token_id, at_start in self.added.split(text, self._normalize, split_special_tokens, spans,
+                                                            self._space_is_prefix):
             if token_id is None:
                 self._encode_normalized(piece, at_start, ids)
             else:
@@ -187,7 +195,7 @@ class Tokenizer:
         """Ids -> text, identical to `tokenizers`' decode. ValueError names an id out of range."""
         if self.decode_is_bytewise and type(self.decoder) is decoders.ByteLevel:
             return b"".join(self._bytes_for(ids, skip_special_tokens)).decode("utf-8", errors="replace")
-        table, special, size = self._id_to_token, self.special_ids, self.vocab_size
+        table, special, size = self._id_to_token, self._skipped_ids, self.vocab_size
         tokens = []
         for token_id in ids:
             _check_id(token_id, size)
@@ -198,7 +206,7 @@ class Tokenizer:
         return decoders.decode_tokens(self.decoder, tokens)
 
     def _bytes_for(self, ids, skip_special_tokens: bool) -> list[bytes]:
-        table, special, size = self._all_token_bytes(), self.special_ids, self.vocab_size
+        table, special, size = self._all_token_bytes(), self._skipped_ids, self.vocab_size
         out = []
         for token_id in ids:
             _check_id(token_id, size)
@@ -221,7 +229,7 @@ class Tokenizer:
         if not self.decode_is_bytewise:
             raise ValueError("this tokenizer's decoder is not bytewise; decode windows of ids instead")
         _check_id(token_id, self.vocab_size)
-        if skip_special_tokens and token_id in self.special_ids:
+        if skip_special_tokens and token_id in self._skipped_ids:
             return b""
         return self._all_token_bytes()[token_id]
 
@@ -294,9 +302,10 @@ _LAYOUT_DECODER = msgspec.json.Decoder(type=_FileLayout, float_hook=serde_f64)
 
 
 def _read_spec(data: bytes) -> dict:
-    """tokenizer.json decoded with msgspec (a third faster than json), except the model's "merges", left
-    encoded (msgspec.Raw) for the model to decode only if its merge table is not in the disk cache. Floats
-    (Unigram scores) are read with serde_json's rounding, as `tokenizers` reads them (json_numbers)."""
+    """tokenizer.json decoded with msgspec (a third faster than json), except the model's "merges" (and a
+    Unigram's "vocab"), left encoded (msgspec.Raw) for the model to decode only if its tables are not in the
+    disk cache. Floats (Unigram scores) are read with serde_json's rounding, as `tokenizers` reads them
+    (json_numbers)."""
     try:
         layout = _LAYOUT_DECODER.decode(data)
     except msgspec.ValidationError:              # valid JSON of another shape: from_spec says what is wrong
@@ -304,8 +313,12 @@ def _read_spec(data: bytes) -> dict:
     spec = {field: value for field in _FileLayout.__struct_fields__
             if (value := getattr(layout, field)) is not msgspec.UNSET}
     if "model" in spec:
-        spec["model"] = {key: value if key == "merges" else _DECODER.decode(value)
-                         for key, value in spec["model"].items()}
+        model = spec["model"]
+        kind = _DECODER.decode(model["type"]) if "type" in model else None
+        # left encoded: BPE's merges and Unigram's scored vocabulary, which the model decodes only when its
+        # tables are not in the disk cache (Unigram's floats need serde_json's rounding, a Python call each)
+        raw = {"merges"} | ({"vocab"} if kind == "Unigram" else set())
+        spec["model"] = {key: value if key in raw else _DECODER.decode(value) for key, value in model.items()}
     return spec
 
 

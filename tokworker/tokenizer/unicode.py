@@ -20,6 +20,7 @@ import zlib
 
 import regex
 
+from . import precomputed
 from .unicode_data import TABLES, charset, data, predicate
 from .unicode_data.charset import Atoms
 from .unicode_data.normalization import normalize
@@ -47,7 +48,18 @@ def translate_pattern(pattern: str, flavor: str = "tokenizers") -> str:
         raise ValueError(f"unknown regex flavor {flavor!r}; expected one of {FLAVORS}")
     if not isinstance(pattern, str):
         raise TypeError(f"pattern must be str, not {type(pattern).__name__}")
-    return Translator(pattern, flavor, _atoms(flavor)).translate()
+    # translating classes against the probed tables costs a large pattern (o200k's) most of a warm load
+    name = precomputed.digest(pattern.encode("utf-8"), "pattern", flavor, _tables_fingerprint())
+    return precomputed.text(name, lambda: Translator(pattern, flavor, _atoms(flavor)).translate())
+
+
+@functools.lru_cache(maxsize=1)
+def _tables_fingerprint() -> str:
+    """The translator's inputs besides the pattern: its code and the probed tables."""
+    from pathlib import Path
+    folder = Path(__file__).resolve().parent / "unicode_data"
+    return precomputed.digest(b"".join((folder / name).read_bytes()
+                                       for name in ("tables.zlib", "charset.py", "pattern.py")))
 
 
 @functools.lru_cache(maxsize=128)

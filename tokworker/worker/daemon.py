@@ -17,6 +17,7 @@ import signal
 import threading
 from pathlib import Path
 
+from tokworker.templates.chatml import CHATML_NAME
 from tokworker.worker.options import WorkerOptions, validate_options
 from tokworker.protocol.endpoints import default_bind, worker_endpoints
 from tokworker.worker.security import check_bind
@@ -82,6 +83,11 @@ def _worker_options(model_dir: str, workers: int, bind: str, curve_keys: str | N
     path = Path(model_dir)
     if not (path.is_file() or (path / "tokenizer.json").exists() or any(path.glob("*.tiktoken"))):
         raise ValueError(f"{model_dir} holds no tokenizer.json (or tokenizer file)")
+    template = worker_options.get("chat_template")
+    if template is not None and template != CHATML_NAME:
+        if not Path(template).is_file():
+            raise ValueError(f'--chat-template {template} is not a file (give a template file, or "{CHATML_NAME}")')
+        worker_options = {**worker_options, "chat_template": str(Path(template).resolve())}  # workers start elsewhere
     endpoints = worker_endpoints(bind, workers)
     for endpoint in endpoints:
         check_bind(endpoint, curve_keys)

@@ -33,6 +33,8 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
         "default reasoning parser for streams that name none (vLLM's names)")] = None
     allow_request_templates: Annotated[bool, _setting(
         "run chat templates sent in requests (untrusted code, in a bounded sandbox)")] = False
+    chat_template: Annotated[str | None, _setting(
+        'the chat template to render with instead of the model\'s own: a file, or "chatml"')] = None
     # Sizes. An oversize frame is dropped by ZeroMQ itself (MAXMSGSIZE); the rest get a TOO_LARGE reply.
     max_message_bytes: Annotated[int, _setting("bytes per request or reply message", ge=1024)] = 64 << 20
     max_depth: Annotated[int, _setting("nesting of messages, tools and template kwargs", ge=1)] = 64

@@ -67,17 +67,23 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-def load_tokenizer(model_dir: str):
+def load_tokenizer(model_dir: str, chat_template: str | None = None):
+    """The model's tokenizer; an operator's `chat_template` (see templates.chatml.operator_template) becomes
+    its own template, trusted like one that came with the model."""
     from tokworker.tokenizer import Tokenizer
 
     path = Path(model_dir)
-    return Tokenizer.from_file(path) if path.is_file() else Tokenizer.from_dir(path)
+    tokenizer = Tokenizer.from_file(path) if path.is_file() else Tokenizer.from_dir(path)
+    if chat_template is not None:
+        from tokworker.templates.chatml import operator_template
+        tokenizer.config.chat_template = operator_template(chat_template)
+    return tokenizer
 
 
 class Worker:
     def __init__(self, options: WorkerOptions):
         self.options = options
-        self.tokenizer = load_tokenizer(options.model_dir)
+        self.tokenizer = load_tokenizer(options.model_dir, options.chat_template)
         self.fingerprint = model_fingerprint(options.model_dir)
         self.handlers = Handlers(self.tokenizer, options)
         self.constraints = ConstraintCache(self.tokenizer, options, self.fingerprint)

@@ -30,4 +30,4 @@ def from_spec(spec: dict, cache_key: str | None = None):
         cls = getattr(import_module(module), name)
     except (ImportError, AttributeError) as error:
         raise UnsupportedComponent("model", kind, f"not available yet ({error})") from None
-    return cls.from_spec(spec, cache_key) if kind == "BPE" else cls.from_spec(spec)
+    return cls.from_spec(spec, cache_key) if kind in ("BPE", "Unigram") else cls.from_spec(spec)

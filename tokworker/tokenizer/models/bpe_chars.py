@@ -73,8 +73,9 @@ class CharSymbols:
         shift, mask = model.shift, model.id_mask
         wide_first, wide_last = [False] * (mask + 1), [False] * (mask + 1)
         for token, token_id in model.vocab.items():
-            wide_first[token_id] = byte_of.get(token[0], 0) >= 0x80
-            wide_last[token_id] = byte_of.get(token[-1], 0) >= 0x80
+            if token:                     # an empty token (Whisper's vocabularies hold one) borders nothing
+                wide_first[token_id] = byte_of.get(token[0], 0) >= 0x80
+                wide_last[token_id] = byte_of.get(token[-1], 0) >= 0x80
         ordered = sorted(model.pairs.items(), key=itemgetter(1), reverse=True)
         keys, values = list(map(itemgetter(0), ordered)), list(map(itemgetter(1), ordered))
         lefts = list(map(rshift, keys, repeat(shift)))

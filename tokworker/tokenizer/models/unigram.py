@@ -13,6 +13,14 @@ bounded piece length. No per-word cache here: the Tokenizer caches whole words i
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import getitem, itemgetter
+
+import msgspec
+
+from .. import precomputed
+from ..json_numbers import serde_f64
+
 _UNK_PENALTY = 10.0
 _PREFIX_ONLY = (-1, 0.0)  # marks a string that only begins pieces
 _INFINITY = float("inf")
@@ -20,33 +28,56 @@ _INFINITY = float("inf")
 
 class Unigram:
     def __init__(self, pieces: list[tuple[str, float]], unk_id: int | None = None, byte_fallback: bool = False):
-        if unk_id is not None and not 0 <= unk_id < len(pieces):
-            raise ValueError(f"Unigram: unk_id {unk_id} is outside the vocabulary of {len(pieces)} pieces")
+        texts = [piece for piece, _ in pieces]
+        self._setup(texts, [float(score) for _, score in pieces], *_prefixes(texts), unk_id, byte_fallback)
+
+    def _setup(self, texts, scores, prefix_ids, prefix_ends, unk_id, byte_fallback) -> None:
+        if unk_id is not None and not 0 <= unk_id < len(texts):
+            raise ValueError(f"Unigram: unk_id {unk_id} is outside the vocabulary of {len(texts)} pieces")
         self.unk_id = unk_id
         self.byte_fallback = byte_fallback
-        self.vocab: dict[str, int] = {}
-        self._nodes: dict[str, tuple[int, float]] = {}   # piece -> (id, score); proper prefix -> _PREFIX_ONLY
-        for id_, (piece, score) in enumerate(pieces):
-            self.vocab[piece] = id_
-            self._nodes[piece] = (id_, float(score))
-        for piece in self.vocab:
-            for end in range(1, len(piece)):
-                self._nodes.setdefault(piece[:end], _PREFIX_ONLY)
-        lowest = min((float(score) for _, score in pieces), default=float("inf"))
-        self._unk_score = lowest - _UNK_PENALTY
+        self.vocab: dict[str, int] = dict(zip(texts, range(len(texts))))       # a repeated piece: last wins
+        # piece -> (id, score); a proper prefix of a piece -> _PREFIX_ONLY. Built with C-level maps: the
+        # prefixes of 250k pieces are a million strings.
+        prefixes = map(getitem, map(texts.__getitem__, prefix_ids), map(slice, repeat(None), prefix_ends))
+        self._nodes: dict[str, tuple[int, float]] = dict.fromkeys(prefixes, _PREFIX_ONLY)
+        self._nodes.update(zip(texts, zip(range(len(texts)), scores)))
+        self._unk_score = min(scores, default=float("inf")) - _UNK_PENALTY
         self._byte_ids = [self.vocab.get(f"<0x{byte:02X}>") for byte in range(256)] if byte_fallback else None
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "Unigram":
+    def from_spec(cls, spec: dict, cache_key: str | None = None) -> "Unigram":
+        """`vocab` is a list, or msgspec.Raw still to decode (tokenizer.json files, see Tokenizer._read_spec):
+        then the scores as serde_json reads them and the prefix table come from precomputed's disk cache
+        when they are there, and the pieces are decoded at C speed with plain floats."""
         vocab = spec.get("vocab")
-        if not isinstance(vocab, list):
-            raise ValueError("Unigram model needs a vocab list of [piece, score]")
-        try:
-            pieces = [(str(piece), float(score)) for piece, score in vocab]
-        except (TypeError, ValueError):
-            raise ValueError("Unigram vocab entries must be [piece, score]") from None
         unk_id = spec.get("unk_id")
-        return cls(pieces, None if unk_id is None else int(unk_id), bool(spec.get("byte_fallback", False)))
+        unk_id = None if unk_id is None else int(unk_id)
+        byte_fallback = bool(spec.get("byte_fallback", False))
+        decoded = {}
+
+        def build():
+            texts, scores = _checked(_SERDE.decode(vocab) if isinstance(vocab, msgspec.Raw) else vocab)
+            decoded["texts"] = texts
+            return [scores, *_prefixes(texts)]
+
+        if isinstance(vocab, msgspec.Raw) and cache_key is not None:
+            scores, prefix_ids, prefix_ends = precomputed.arrays(cache_key + "-unigram", build, "dqq")
+            texts = decoded.get("texts")
+            if texts is None:
+                try:
+                    texts = list(map(itemgetter(0), _PLAIN.decode(vocab)))
+                except msgspec.DecodeError:
+                    texts = None
+                if texts is None or len(texts) != len(scores):       # not this file's table: rebuild
+                    scores, prefix_ids, prefix_ends = build()
+                    texts = decoded["texts"]
+        else:
+            scores, prefix_ids, prefix_ends = build()
+            texts = decoded["texts"]
+        model = cls.__new__(cls)
+        model._setup(texts, scores, prefix_ids, prefix_ends, unk_id, byte_fallback)
+        return model
 
     def tokenize(self, word: str) -> list[int]:
         return self._encode(word) if word else []
@@ -123,3 +154,31 @@ class Unigram:
         if self.unk_id is None:
             raise ValueError(f"Unigram: {text!r} is not in the vocabulary and there is no unk_id")
         return [self.unk_id]
+
+
+_SERDE = msgspec.json.Decoder(float_hook=serde_f64)
+_PLAIN = msgspec.json.Decoder(list[tuple[str, float]])
+
+
+def _checked(vocab) -> tuple[list[str], list[float]]:
+    if not isinstance(vocab, list):
+        raise ValueError("Unigram model needs a vocab list of [piece, score]")
+    try:
+        pairs = [(str(piece), float(score)) for piece, score in vocab]
+    except (TypeError, ValueError):
+        raise ValueError("Unigram vocab entries must be [piece, score]") from None
+    return [piece for piece, _ in pairs], [score for _, score in pairs]
+
+
+def _prefixes(texts: list[str]) -> tuple[list[int], list[int]]:
+    """(piece index, length) naming each distinct proper prefix of the pieces that is not a piece itself."""
+    known = set(texts)
+    ids, ends = [], []
+    for index, text in enumerate(texts):
+        for end in range(1, len(text)):
+            prefix = text[:end]
+            if prefix not in known:
+                known.add(prefix)
+                ids.append(index)
+                ends.append(end)
+    return ids, ends

@@ -1,0 +1,152 @@
+"""Empty and odd tokens: vocabularies with an empty token, added tokens with duplicate contents, added tokens
+that are also vocabulary entries (with every flag), built here and compared with `tokenizers` (and, for an
+empty token in a tiktoken file as Whisper's multilingual file has one, with `tiktoken`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from tests.realdata import vocabulary
+from tests.tokenizer_corpus import CORPUS
+from tests.tokenizer_refs import trained, trained_ids
+from tokworker.tokenizer import Tokenizer
+
+tokenizers = pytest.importorskip("tokenizers")
+from tokenizers import decoders as D, models as M, normalizers as N, pre_tokenizers as P, trainers as T  # noqa: E402
+
+
+def _byte_level():
+    return trained(M.BPE(), T.BpeTrainer(vocab_size=500, show_progress=False,
+                                         initial_alphabet=P.ByteLevel.alphabet(), special_tokens=["<|end|>"]),
+                   CORPUS * 3, None, P.ByteLevel(add_prefix_space=False), D.ByteLevel())
+
+
+def _sentencepiece_style():
+    return trained(M.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True),
+                   T.BpeTrainer(vocab_size=500, show_progress=False,
+                                special_tokens=["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]),
+                   CORPUS * 3, N.Sequence([N.Prepend("▁"), N.Replace(" ", "▁")]), None,
+                   D.Sequence([D.Replace("▁", " "), D.ByteFallback(), D.Fuse(), D.Strip(" ", 1, 0)]))
+
+
+BASES = {"byte_level": _byte_level, "sentencepiece_style": _sentencepiece_style}
+_SPECS: dict[str, dict] = {}
+
+
+def _base_spec(name: str) -> dict:
+    if name not in _SPECS:
+        _SPECS[name] = json.loads(BASES[name]().to_str())
+    return json.loads(json.dumps(_SPECS[name]))
+
+
+# contents that collide with something: the vocabulary's own tokens, each other, whitespace. (An added token
+# with empty content is ignored here; tokenizers gives it no id but lets it disturb single_word matching.)
+CONTENTS = [" ", "<x>", "<x>", "the", "Ġthe", "▁the", "e", "Ġ", "▁", "<|end|>", "<s>", "ab", "abc", "\n", "日本"]
+# Definitions of one content differ in special and normalized; lstrip/rstrip/single_word are drawn once per
+# content (tokenizers 0.23 applies a mix of the definitions' flags there, which no real file relies on).
+added_token = st.fixed_dictionaries({"content": st.sampled_from(CONTENTS), "special": st.booleans(),
+                                     "normalized": st.booleans()})
+strip_flags = st.fixed_dictionaries({"lstrip": st.booleans(), "rstrip": st.booleans(), "single_word": st.booleans()})
+text_part = st.sampled_from(CONTENTS + [""]) | st.text(st.characters(blacklist_categories=("Cs",), max_codepoint=0x2FFF),
+                                                max_size=5)
+
+
+def _odd_spec(base: str, added: list[dict], empty_token: bool) -> dict:
+    spec = _base_spec(base)
+    vocab = spec["model"]["vocab"]
+    if empty_token:
+        vocab[""] = len(vocab)
+    first = len(vocab) + len(spec["added_tokens"])
+    spec["added_tokens"] += [{"id": first + i, **token} for i, token in enumerate(added)]
+    return spec
+
+
+def _pair(spec: dict):
+    try:
+        reference = tokenizers.Tokenizer.from_str(json.dumps(spec))
+    except Exception:                  # tokenizers refuses this file: nothing to compare
+        assume(False)
+    return Tokenizer.from_spec(spec), reference
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.sampled_from(sorted(BASES)), added=st.lists(added_token, max_size=6), empty_token=st.booleans(),
+       parts=st.lists(text_part, max_size=8), flags=st.dictionaries(st.sampled_from(CONTENTS), strip_flags))
+def test_odd_vocabularies_encode_and_decode_like_tokenizers(base, added, empty_token, parts, flags):
+    no_flags = {"lstrip": False, "rstrip": False, "single_word": False}
+    added = [{**token, **flags.get(token["content"], no_flags)} for token in added]
+    ours, reference = _pair(_odd_spec(base, added, empty_token))
+    text = "".join(parts)
+    for special in (False, True):
+        ids = ours.encode(text, add_special_tokens=special)
+        assert ids == trained_ids(ours, reference, text, special), (text, special)
+    ids = reference.encode(text).ids
+    for skip in (False, True):
+        assert ours.decode(ids, skip_special_tokens=skip) == reference.decode(ids, skip_special_tokens=skip)
+    assert ours.vocab_size == reference.get_vocab_size(with_added_tokens=True)
+    for content, token_id in reference.get_vocab(with_added_tokens=True).items():
+        assert ours.token_to_id(content) == token_id, content
+
+
+def test_an_empty_vocabulary_token_is_never_produced_and_decodes_to_nothing():
+    ours, reference = _pair(_odd_spec("byte_level", [], True))
+    empty = reference.token_to_id("")
+    assert ours.token_to_id("") == empty is not None
+    for text in CORPUS:
+        assert ours.encode(text) == reference.encode(text).ids
+        assert empty not in ours.encode(text)
+    assert ours.decode([empty]) == reference.decode([empty]) == ""
+
+
+def test_a_tiktoken_file_with_an_empty_token_like_whisper():
+    """Whisper's multilingual.tiktoken holds the line "= 50256": base64 of no bytes. tiktoken reads it; so do
+    we, and every encode (non-ASCII words included) equals tiktoken's."""
+    tiktoken = pytest.importorskip("tiktoken")
+    from tiktoken.load import load_tiktoken_bpe
+    from tokworker.tokenizer import loaders
+    lines = vocabulary("cl100k_tiktoken").read_bytes().splitlines()[:3000]
+    path = _write(b"\n".join(lines[:1500] + [b"= 1500"] + [line.split()[0] + b" %d" % (i + 1501)
+                                                             for i, line in enumerate(lines[1500:])]) + b"\n")
+    reference = tiktoken.Encoding("whisper-like", pat_str=loaders.CL100K_PATTERN,
+                                  mergeable_ranks=load_tiktoken_bpe(str(path)), special_tokens={"<|end|>": 3001})
+    ours = Tokenizer.from_tiktoken(path, loaders.CL100K_PATTERN, {"<|end|>": 3001})
+    for text in CORPUS:
+        assert ours.encode(text) == reference.encode(text, allowed_special="all"), text
+    assert ours.decode([1500]) == reference.decode([1500]) == ""
+    assert ours.token_bytes(1500) == b""
+
+
+def _write(data: bytes):
+    import tempfile
+    from pathlib import Path
+    handle = tempfile.NamedTemporaryFile(suffix=".tiktoken", delete=False)
+    handle.write(data)
+    handle.close()
+    return Path(handle.name)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=40))
+def test_whisper_like_file_on_generated_text(text):
+    tiktoken = pytest.importorskip("tiktoken")
+    ours, reference = _whisper_like()
+    assert ours.encode(text, split_special_tokens=True) == reference.encode_ordinary(text)
+
+
+_WHISPER_LIKE = []
+
+
+def _whisper_like():
+    if not _WHISPER_LIKE:
+        import tiktoken
+        from tiktoken.load import load_tiktoken_bpe
+        from tokworker.tokenizer import loaders
+        lines = vocabulary("cl100k_tiktoken").read_bytes().splitlines()[:5000]
+        path = _write(b"\n".join([b"= 0"] + [line.split()[0] + b" %d" % (i + 1) for i, line in enumerate(lines)]))
+        _WHISPER_LIKE.extend([Tokenizer.from_tiktoken(path, loaders.CL100K_PATTERN, {}),
+                              tiktoken.Encoding("w", pat_str=loaders.CL100K_PATTERN,
+                                                mergeable_ranks=load_tiktoken_bpe(str(path)), special_tokens={})])
+    return _WHISPER_LIKE
