@@ -43,18 +43,79 @@ class _Disconnected(Exception):
     pass
 
 
-class _Pending:
-    __slots__ = ("body", "future", "on_reply", "on_error", "stateful", "attempts", "timer", "rid", "replay")
+_EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
+_NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
+_SWEEP_S = 0.05          # how often a link with requests in flight looks for ones past their deadline
 
-    def __init__(self, body, future, on_reply, on_error, stateful, replay=False):
-        self.body, self.future, self.on_reply, self.on_error = body, future, on_reply, on_error
-        self.stateful, self.attempts, self.timer, self.rid = stateful, 0, None, 0
+
+class Pending:
+    """One request in flight: its encoded body and what to do with the reply. `reply(reply)` and
+    `fail(error)` run as soon as the answer is known; subclasses say what they mean (a future to resolve,
+    a share of an engine step). `stateful` requests (streams) may not be lost: a timeout fences the link."""
+
+    __slots__ = ("body", "stateful", "attempts", "deadline", "rid", "replay")
+
+    def __init__(self, body: bytes, stateful: bool, replay: bool = False):
+        self.body, self.stateful, self.attempts, self.deadline, self.rid = body, stateful, 0, 0.0, 0
         self.replay = replay                 # a rebuild of a stream: superseded by the next epoch's own
+
+    def step_ids(self) -> dict:
+        """The ids this request sends for each stream (a step's), which a stream's replay leaves out."""
+        return {}
+
+    def abandoned(self) -> bool:
+        """Nobody waits for the answer any more (not re-sent after a reconnect)."""
+        return False
+
+    def abandon(self) -> None:
+        pass
+
+    def reply(self, reply) -> None:
+        raise NotImplementedError
+
+    def fail(self, error: PoolError) -> None:
+        raise NotImplementedError
+
+
+class Call(Pending):
+    """A request whose caller awaits `future`: the reply (or on_reply's result of it), or the PoolError."""
+
+    __slots__ = ("future", "on_reply", "on_error")
+
+    def __init__(self, body, future, on_reply=None, on_error=None, stateful=False, replay=False):
+        super().__init__(body, stateful, replay)
+        self.future, self.on_reply, self.on_error = future, on_reply, on_error
+
+    def abandoned(self) -> bool:
+        return self.future.done() and not self.stateful
+
+    def abandon(self) -> None:
+        if not self.future.done():
+            self.future.cancel()
+
+    def reply(self, reply) -> None:
+        if type(reply) is ErrorReply:
+            self.fail(error_for(reply.code, reply.message))
+            return
+        try:
+            result = self.on_reply(reply) if self.on_reply is not None else reply
+        except PoolError as exc:
+            self.fail(exc)
+            return
+        if not self.future.done():
+            self.future.set_result(result)
+
+    def fail(self, error: PoolError) -> None:
+        if self.on_error is not None:
+            self.on_error(error)
+        if not self.future.done():
+            self.future.set_exception(error)
 
 
 class WorkerLink:
-    def __init__(self, context: zmq.Context, endpoint: str, session: str, *, keys=None, request_timeout=30.0,
-                 connect_timeout=60.0, max_inflight=256, max_attempts=3, max_message_bytes=64 << 20):
+    def __init__(self, context: zmq.Context, endpoint: str, session: str, streams: dict, *, keys=None,
+                 request_timeout=30.0, connect_timeout=60.0, max_inflight=256, max_attempts=3,
+                 max_message_bytes=64 << 20):
         self.context = context
         self.endpoint = endpoint
         self.session = session
@@ -65,8 +126,10 @@ class WorkerLink:
         self.max_attempts = max_attempts
         self.max_message_bytes = max_message_bytes
         self.loop = asyncio.get_running_loop()
-        self.pending: dict[int, _Pending] = {}
-        self.streams: dict = {}                 # stream id -> Stream, for streams the worker acknowledged
+        self.pending: dict[int, Pending] = {}
+        self.table = streams                    # the pool's one stream table (id -> Stream), read on recovery
+        self.open_streams = 0                   # streams placed here and not finished (placement's measure)
+        self.stateless = 0                      # stateless requests in flight (bounded by max_inflight)
         self.ready = False                      # connected and handshaken: requests go out at once
         self.down = False                       # gave up after connect_timeout: requests fail at once
         self.closed = False
@@ -76,6 +139,8 @@ class WorkerLink:
         self.recoveries = 0
         self._ids = itertools.count(1)
         self._sock = self._monitor = None
+        self._send = self._recv = self._get = None
+        self._sweeping = None
         self._hello: asyncio.Future | None = None
         self._hello_id = -1
         self._auth_error: PoolError | None = None
@@ -90,70 +155,96 @@ class WorkerLink:
     def request(self, body: bytes, on_reply=None, on_error=None, stateful=False, timeout=None) -> asyncio.Future:
         """Send one encoded request; the future gets `on_reply(reply)` (or the reply) or a PoolError.
         `on_reply`/`on_error` run as soon as the reply is read, even if the caller stopped waiting."""
+        self.check(stateful)
+        call = Call(body, self.loop.create_future(), on_reply, on_error, stateful)
+        self.send(call, timeout)
+        return call.future
+
+    def check(self, stateful: bool = True, size: int = 0) -> None:
+        """Raise what send() would refuse with, before anything is sent (a step spanning several links asks
+        each first, so it is sent to all or to none). Stream requests are not bounded by the stateless
+        in-flight limit: a burst of renders must never refuse an engine step."""
         if self.closed:
-            raise PoolError("closed", "this pool is closed")
+            raise PoolError(ErrorCode.CLOSED, "this pool is closed")
         if self.down:
             raise WorkerLost(ErrorCode.WORKER_LOST, f"worker at {self.endpoint} is unreachable")
-        if len(self.pending) >= self.max_inflight:
-            raise Overloaded(ErrorCode.OVERLOADED, f"{len(self.pending)} requests in flight to {self.endpoint}")
-        if len(body) > self.max_message_bytes:
-            raise InvalidRequest(ErrorCode.TOO_LARGE, f"request of {len(body)} bytes; the worker accepts "
+        if not stateful and self.stateless >= self.max_inflight:
+            raise Overloaded(ErrorCode.OVERLOADED, f"{self.stateless} requests in flight to {self.endpoint}")
+
+    def send(self, pending: Pending, timeout: float | None = None) -> None:
+        if len(pending.body) > self.max_message_bytes:
+            raise InvalidRequest(ErrorCode.TOO_LARGE, f"request of {len(pending.body)} bytes; the worker accepts "
                                                       f"{self.max_message_bytes}")
-        pending = _Pending(body, self.loop.create_future(), on_reply, on_error, stateful)
-        pending.timer = self.loop.call_later(timeout or self.request_timeout, self._expire, pending)
-        rid = pending.rid = next(self._ids)
+        pending.deadline = self.loop.time() + (timeout or self.request_timeout)
+        if not pending.stateful:
+            self.stateless += 1
+        rid = next(self._ids)
         self.pending[rid] = pending
+        if self._sweeping is None:
+            self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
         if self.ready:
             self._transmit(rid, pending)
             self._kick()
-        return pending.future
 
-    def _transmit(self, rid: int, pending: _Pending) -> None:
+    def _transmit(self, rid: int, pending: Pending) -> None:
         pending.rid = rid
         pending.attempts += 1
         try:
-            self._sock.send_multipart([pack_id(rid), pending.body], zmq.NOBLOCK)
+            self._send(pack_id(rid), _SNDMORE | _NOBLOCK)
+            self._send(pending.body, _NOBLOCK)
         except zmq.ZMQError as exc:
-            del self.pending[rid]
-            self._fail(pending, Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
+            self._finish(pending, Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
 
-    def _expire(self, pending: _Pending) -> None:
-        if self.pending.get(pending.rid) is not pending:
-            return                                           # answered (or failed) already
-        del self.pending[pending.rid]
-        self._fail(pending, RequestTimeout(ErrorCode.TIMEOUT, f"no reply from {self.endpoint} in time"))
-        if pending.stateful and self.ready:
-            log.warning("stream request to %s timed out; reconnecting to fence it off", self.endpoint)
-            self._start_recovery()
+    def _sweep(self) -> None:
+        """Fail what is past its deadline (one timer per link, not one per request)."""
+        self._sweeping = None
+        now = self.loop.time()
+        expired = [p for p in self.pending.values() if p.deadline <= now]
+        for pending in expired:
+            if self.pending.get(pending.rid) is pending:
+                self._finish(pending, RequestTimeout(ErrorCode.TIMEOUT, f"no reply from {self.endpoint} in time"))
+                if pending.stateful and self.ready:
+                    log.warning("stream request to %s timed out; reconnecting to fence it off", self.endpoint)
+                    self._start_recovery()
+        if self.pending and not self.closed:
+            self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
 
-    def _fail(self, pending: _Pending, error: PoolError) -> None:
-        pending.timer.cancel()
-        if pending.on_error is not None:
-            pending.on_error(error)
-        if not pending.future.done():
-            pending.future.set_exception(error)
+    def _finish(self, pending: Pending, error: PoolError | None = None, reply=None) -> None:
+        """Take `pending` out of flight and give it its answer."""
+        if self.pending.pop(pending.rid, None) is pending and not pending.stateful:
+            self.stateless -= 1
+        if error is not None:
+            pending.fail(error)
+        else:
+            pending.reply(reply)
 
     # ------------------------------------------------------------ replies
     def _on_readable(self) -> None:
-        sock = self._sock
+        sock, get, recv = self._sock, self._get, self._recv
         try:
-            while sock is self._sock and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                self._deliver(sock.recv_multipart(zmq.NOBLOCK))
+            while sock is self._sock and get(_EVENTS) & _POLLIN:
+                head = recv(_NOBLOCK)
+                body = recv(_NOBLOCK) if get(_RCVMORE) else b""
+                while get(_RCVMORE):                     # not a reply this protocol sends: drop the rest
+                    body = None
+                    recv(_NOBLOCK)
+                if body is not None:
+                    self._deliver(head, body)
         except zmq.ZMQError:
             pass
 
     def _kick(self) -> None:
         """ZeroMQ's descriptor only signals changes: after a send, look for replies that are already there."""
         sock = self._sock
-        if sock is not None and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        if sock is not None and self._get(_EVENTS) & _POLLIN:
             self.loop.call_soon(self._on_readable)
 
-    def _deliver(self, frames: list[bytes]) -> None:
-        if len(frames) != 2 or len(frames[0]) != 8:
+    def _deliver(self, head: bytes, body: bytes) -> None:
+        if len(head) != 8 or not body:
             return
-        rid = unpack_id(frames[0])
+        rid = unpack_id(head)
         try:
-            reply = decode_reply(frames[1])
+            reply = decode_reply(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             reply = ErrorReply(code=ErrorCode.MALFORMED, message=f"undecodable reply: {exc}", request_id=rid)
         if rid == self._hello_id:
@@ -164,17 +255,9 @@ class WorkerLink:
         pending = self.pending.pop(rid, None)
         if pending is None:
             return                                           # timed out earlier, or from before a reset
-        if type(reply) is ErrorReply:
-            self._fail(pending, error_for(reply.code, reply.message))
-            return
-        pending.timer.cancel()
-        try:
-            result = pending.on_reply(reply) if pending.on_reply is not None else reply
-        except PoolError as exc:
-            self._fail(pending, exc)
-            return
-        if not pending.future.done():
-            pending.future.set_result(result)
+        if not pending.stateful:
+            self.stateless -= 1
+        pending.reply(reply)
 
     # ------------------------------------------------------------ connection and recovery
     async def start(self) -> HelloReply:
@@ -240,7 +323,7 @@ class WorkerLink:
         if type(reply) is ErrorReply:
             return error_for(reply.code, reply.message)
         if self.expected_fingerprint and reply.model_fingerprint != self.expected_fingerprint:
-            return PoolError("model_mismatch", f"{self.endpoint} serves model {reply.model_fingerprint}, the pool "
+            return PoolError(ErrorCode.MODEL_MISMATCH, f"{self.endpoint} serves model {reply.model_fingerprint}, the pool "
                                                f"expects {self.expected_fingerprint}")
         return None
 
@@ -260,6 +343,7 @@ class WorkerLink:
         self._monitor = sock.get_monitor_socket(_WATCHED)
         sock.connect(self.endpoint)
         self._sock = sock
+        self._send, self._recv, self._get = sock.send, sock.recv, sock.get     # the hot path's own names
         self.loop.add_reader(sock.getsockopt(zmq.FD), self._on_readable)
         self.loop.add_reader(self._monitor.getsockopt(zmq.FD), self._on_monitor)
         self._hello = self.loop.create_future()
@@ -293,7 +377,7 @@ class WorkerLink:
         if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             self._handshake_drops += 1
         if event in _AUTH_EVENTS or self._handshake_drops >= _HANDSHAKE_DROPS:
-            error = PoolError("auth_failed", f"{self.endpoint} refused the connection's security handshake "
+            error = PoolError(ErrorCode.AUTH_FAILED, f"{self.endpoint} refused the connection's security handshake "
                                              "(CurveZMQ keys missing, wrong or not authorized)")
             if hello is not None and not hello.done():
                 hello.set_exception(error)
@@ -304,65 +388,63 @@ class WorkerLink:
                 log.warning("lost the connection to %s; reconnecting", self.endpoint)
                 self._start_recovery()
 
-    def _resume(self) -> None:
-        """After a handshake: replay acknowledged streams, then re-send what was unanswered, in order."""
+    def _take_pending(self) -> list[Pending]:
         waiting = list(self.pending.values())
         self.pending.clear()
+        self.stateless = 0
+        return waiting
+
+    def _resume(self) -> None:
+        """After a handshake: replay acknowledged streams, then re-send what was unanswered, in order. A
+        stream's log holds every id sent for it; those of unanswered steps are re-sent, so the replay is
+        the rest."""
+        waiting = self._take_pending()
         self.ready = True
-        for stream in list(self.streams.values()):
-            if stream.finished:
-                del self.streams[stream.id]
-                continue
-            body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
-                                             prompt_text=stream.prompt_text, replay=stream.replay_batches(), chunks=stream.chunks))
-            pending = _Pending(body, self.loop.create_future(), None, self._stream_failer(stream), True, replay=True)
-            pending.future.add_done_callback(_quiet)
-            pending.timer = self.loop.call_later(self.request_timeout, self._expire, pending)
-            rid = pending.rid = next(self._ids)
-            self.pending[rid] = pending
-            self._transmit(rid, pending)
+        in_flight: dict[str, int] = {}
         for pending in waiting:
-            if pending.replay or (pending.future.done() and not pending.stateful):
-                pending.timer.cancel()                       # replayed afresh above, or the caller gave up
-                if not pending.future.done():
-                    pending.future.cancel()
+            for stream_id, ids in pending.step_ids().items():
+                in_flight[stream_id] = in_flight.get(stream_id, 0) + len(ids)
+        for stream in [s for s in self.table.values() if s.link is self and s.opened and not s.finished]:
+            body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
+                                             prompt_text=stream.prompt_text, chunks=stream.chunks,
+                                             replay=stream.replay_batches(in_flight.get(stream.id, 0))))
+            replay = Call(body, self.loop.create_future(), None, stream.fail, True, replay=True)
+            replay.future.add_done_callback(_quiet)
+            self.send(replay)
+        for pending in waiting:
+            if pending.replay or pending.abandoned():
+                pending.abandon()                            # replayed afresh above, or the caller gave up
                 continue
             if pending.attempts >= self.max_attempts:
-                self._fail(pending, WorkerLost(ErrorCode.WORKER_LOST, f"sent {pending.attempts} times to "
-                                                                      f"{self.endpoint}; the worker died each time"))
+                pending.fail(WorkerLost(ErrorCode.WORKER_LOST, f"sent {pending.attempts} times to "
+                                                               f"{self.endpoint}; the worker died each time"))
                 continue
-            rid = pending.rid = next(self._ids)
+            rid = next(self._ids)
             self.pending[rid] = pending
+            if not pending.stateful:
+                self.stateless += 1
             self._transmit(rid, pending)
         self._kick()
-
-    def _stream_failer(self, stream):
-        def fail(error: PoolError) -> None:
-            self.streams.pop(stream.id, None)
-            stream.fail(error)
-        return fail
 
     def _give_up(self, error: PoolError) -> None:
         """The worker stayed unreachable: fail what waits on it, and keep trying in the background."""
         log.error("giving up on %s for now: %s", self.endpoint, error)
         self.down = True
-        waiting = list(self.pending.values())
-        self.pending.clear()
-        for pending in waiting:
-            self._fail(pending, WorkerLost(error.code, error.message))
-        for stream in list(self.streams.values()):
+        for pending in self._take_pending():
+            pending.fail(WorkerLost(error.code, error.message))
+        for stream in [s for s in self.table.values() if s.link is self and not s.finished]:
             stream.fail(WorkerLost(error.code, error.message))
-        self.streams.clear()
 
     async def close(self) -> None:
         self.closed = True
         self.ready = False
         if self._task is not None and not self._task.done():
             self._task.cancel()
-        waiting = list(self.pending.values())
-        self.pending.clear()
-        for pending in waiting:
-            self._fail(pending, PoolError("closed", "the pool was closed"))
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            self._sweeping = None
+        for pending in self._take_pending():
+            pending.fail(PoolError(ErrorCode.CLOSED, "the pool was closed"))
         self._close_socket()
 
 

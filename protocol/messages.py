@@ -41,9 +41,15 @@ class ErrorCode:
     OUT_OF_MEMORY = "out_of_memory"
     UNAVAILABLE = "unavailable"            # a capability this worker does not have
     STALE = "stale"                        # sent on a connection that a newer handshake replaced
-    INTERNAL = "internal"
+    SHUTTING_DOWN = "shutting_down"        # the worker drains: no new streams or stateless work, retry elsewhere
+    INTERNAL = "internal"                  # a bug of ours, not the request's fault
     # Raised by the frontend itself, never sent by a worker:
     WORKER_LOST = "worker_lost"            # the worker died (or was unreachable) more times than retried
+    WORKER_FAILED = "worker_failed"        # spawned workers exit as soon as they start
+    AUTH_FAILED = "auth_failed"            # the worker refused the connection's security handshake
+    MODEL_MISMATCH = "model_mismatch"      # workers of one pool serve different tokenizers
+    CONSTRAINT_CHANGED = "constraint_changed"  # a recompiled constraint came back different
+    CLOSED = "closed"                      # the pool was closed
 
 
 class _Request(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, omit_defaults=True):

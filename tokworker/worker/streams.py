@@ -1,13 +1,13 @@
-"""The worker's table of open streams: one TextStream per (session, stream id), bounded in count and age.
+"""The worker's table of open streams: one WorkerStream per (session, stream id), bounded in count and age.
 
 A stream leaves the table when its update carries a finish_reason (stop string, eos, length), when the
 engine finishes it, when the client closes it, when its session resets, or when it sits idle too long.
 Ids that arrive for a stream that finished a moment ago (the engine had not yet seen the abort flag) get
 an empty update rather than an error; a small bounded memory of finished ids tells the two apart.
 
-A stream opened with a ChunkFormat keeps a ChunkWriter beside its TextStream, and its updates carry the
-finished server-sent event bytes (`sse`) instead of deltas: the API process then decodes one bytes field
-per stream per step and writes it to the response untouched.
+A stream opened with a ChunkFormat has a ChunkWriter, and its updates carry the finished server-sent event
+bytes (`sse`) instead of deltas: the API process then decodes one bytes field per stream per step and
+writes it to the response untouched.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import msgspec
 from tokworker.protocol.deltas import StreamParams, StreamUpdate
 from tokworker.protocol.messages import Error, ErrorCode, OpenStream, Step, StepReply
 from tokworker.parsers.openai_chunks import ChunkWriter
+from tokworker.stream.detokenizer import DetokenizeError
+from tokworker.stream.state import TextStream
 
 EMPTY = StreamUpdate()
 
@@ -33,6 +35,57 @@ class WorkerError(Exception):
         self.message = message
 
 
+class WorkerStream:
+    """One request's text state on the worker: its TextStream, its chunk writer (or None) and the time it
+    was last stepped (for idle eviction)."""
+
+    __slots__ = ("text", "writer", "last_used")
+
+    def __init__(self, text, writer: ChunkWriter | None, now: float):
+        self.text = text
+        self.writer = writer
+        self.last_used = now
+
+    def step(self, ids, finish: bool, now: float) -> StreamUpdate:
+        """This step's ids (and, with `finish`, the engine's end of the stream) -> the one update to send."""
+        self.last_used = now
+        text = self.text
+        if not finish:
+            update = text.push(ids)
+        elif not ids:
+            update = text.finish()
+        else:                                   # ids and the engine's end in one step: rare
+            update = text.push(ids)
+            if update.finish_reason is None:
+                final = text.finish()
+                if update.deltas:
+                    final = msgspec.structs.replace(final, deltas=update.deltas + final.deltas)
+                update = final
+        writer = self.writer
+        if writer is None:
+            return update
+        sse = writer.sse(update)
+        if not sse and not update.abort:
+            return EMPTY
+        if update is EMPTY:
+            return StreamUpdate(sse=sse)
+        update.deltas = []                      # a fresh update of this stream's own: its deltas are in sse
+        update.sse = sse
+        return update
+
+    def replay(self, batches: list[list[int]]) -> bool:
+        """Rebuild from ids whose output the client already has (through the writer too, so the role chunk
+        is not sent again); True if they finish the stream."""
+        text, writer = self.text, self.writer
+        for batch in batches:
+            update = text.push(batch)
+            if writer is not None:
+                writer.sse(update)
+            if update.finish_reason is not None:
+                return True
+        return False
+
+
 class StreamTable:
     def __init__(self, tokenizer, max_streams: int, idle_s: float, tool_parser: str | None = None,
                  reasoning_parser: str | None = None):
@@ -41,8 +94,7 @@ class StreamTable:
         self.idle_s = idle_s
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
-        # session -> stream id -> [TextStream, last used, ChunkWriter or None]
-        self.sessions: dict[str, dict[str, list]] = {}
+        self.sessions: dict[str, dict[str, WorkerStream]] = {}
         self.count = 0
         self.opened = 0
         self._finished: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -55,28 +107,17 @@ class StreamTable:
         if self.count >= self.max_streams:
             raise WorkerError(ErrorCode.OVERLOADED, f"this worker holds its limit of {self.max_streams} streams")
         try:
-            from tokworker.stream.state import TextStream
-        except ImportError as exc:
-            raise WorkerError(ErrorCode.UNAVAILABLE, f"streams are not available: {exc}") from None
-        try:
-            stream = TextStream(self.tokenizer, self._with_defaults(msg.params), prompt_ids=msg.prompt_ids,
-                                       prompt_text=msg.prompt_text)
-        except (ValueError, KeyError, TypeError) as exc:
+            text = TextStream(self.tokenizer, self._with_defaults(msg.params), prompt_ids=msg.prompt_ids,
+                              prompt_text=msg.prompt_text)
+        except ValueError as exc:                # the engine's word for bad input (parser names, stop strings)
             raise WorkerError(ErrorCode.INVALID, f"cannot open stream: {exc}") from None
         writer = ChunkWriter.for_format(msg.chunks) if msg.chunks is not None else None
-        finished = False
-        for batch in msg.replay:                 # rebuild a stream from its ids; its client already has the text
-            update = stream.push(batch)
-            if writer is not None:
-                writer.sse(update)               # discarded too, but the writer now knows the role was sent
-            if update.finish_reason is not None:
-                finished = True
-                break
+        stream = WorkerStream(text, writer, time.monotonic())
         self._finished.pop((session, msg.stream_id), None)
-        if finished:
+        if stream.replay(msg.replay):
             self._remember_finished(session, msg.stream_id)
             return
-        streams[msg.stream_id] = [stream, time.monotonic(), writer]
+        streams[msg.stream_id] = stream
         self.count += 1
         self.opened += 1
 
@@ -100,7 +141,7 @@ class StreamTable:
         evicted = 0
         for session in list(self.sessions):
             streams = self.sessions[session]
-            for stream_id in [s for s, entry in streams.items() if entry[1] < cutoff]:
+            for stream_id in [s for s, stream in streams.items() if stream.last_used < cutoff]:
                 del streams[stream_id]
                 evicted += 1
             if not streams:
@@ -110,55 +151,40 @@ class StreamTable:
 
     # ------------------------------------------------------------ the hot path
     def step(self, session: str, msg: Step) -> StepReply:
-        streams = self.sessions.get(session, {})
+        streams = self.sessions.get(session) or {}
         updates: dict[str, StreamUpdate] = {}
         errors: dict[str, Error] = {}
-        chunked: dict[str, ChunkWriter] = {}     # streams whose updates leave as server-sent events
+        finish = msg.finish
+        ending = set(finish) if finish else ()
         now = time.monotonic()
         for stream_id, ids in msg.ids.items():
-            entry = streams.get(stream_id)
-            if entry is None:
+            stream = streams.get(stream_id)
+            if stream is None:
                 self._missing(session, stream_id, updates, errors)
                 continue
-            if entry[2] is not None:
-                chunked[stream_id] = entry[2]
             try:
-                update = entry[0].push(ids)
+                update = stream.step(ids, stream_id in ending, now)
             except Exception as exc:  # a parser bug must cost one stream, not the worker
-                errors[stream_id] = Error(ErrorCode.STREAM_FAILED, f"{type(exc).__name__}: {exc}")
-                self._remove(session, streams, stream_id, remember=False)
+                self._failed(session, streams, stream_id, exc, errors)
                 continue
-            entry[1] = now
             updates[stream_id] = update
-            if update.finish_reason is not None:
+            if update.finish_reason is not None or stream_id in ending:
                 self._remove(session, streams, stream_id)
-        for stream_id in msg.finish:
-            entry = streams.get(stream_id)
-            if entry is None:
-                if stream_id not in updates and stream_id not in errors:
-                    self._missing(session, stream_id, updates, errors)
+        for stream_id in finish:
+            if stream_id in updates or stream_id in errors:
                 continue
-            if entry[2] is not None:
-                chunked[stream_id] = entry[2]
+            stream = streams.get(stream_id)
+            if stream is None:
+                self._missing(session, stream_id, updates, errors)
+                continue
             try:
-                final = entry[0].finish()
+                updates[stream_id] = stream.step((), True, now)
             except Exception as exc:
-                errors[stream_id] = Error(ErrorCode.STREAM_FAILED, f"{type(exc).__name__}: {exc}")
-                updates.pop(stream_id, None)
-                self._remove(session, streams, stream_id, remember=False)
+                self._failed(session, streams, stream_id, exc, errors)
                 continue
-            earlier = updates.get(stream_id)
-            updates[stream_id] = final if earlier is None else msgspec.structs.replace(
-                final, deltas=earlier.deltas + final.deltas)
             self._remove(session, streams, stream_id)
         if not streams and session in self.sessions:
             del self.sessions[session]
-        for stream_id, writer in chunked.items():     # after finish: its text joins the same step's chunks
-            update = updates.get(stream_id)
-            if update is not None:
-                sse = writer.sse(update)
-                updates[stream_id] = StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
-                                                  abort=update.abort, sse=sse) if sse or update.abort else EMPTY
         return StepReply(updates=updates, errors=errors)
 
     # ------------------------------------------------------------ helpers
@@ -167,6 +193,11 @@ class StreamTable:
             updates[stream_id] = EMPTY
         else:
             errors[stream_id] = Error(ErrorCode.UNKNOWN_STREAM, f"no open stream {stream_id!r}")
+
+    def _failed(self, session, streams, stream_id, exc: Exception, errors) -> None:
+        code = ErrorCode.INVALID if isinstance(exc, DetokenizeError) else ErrorCode.STREAM_FAILED
+        errors[stream_id] = Error(code, f"{type(exc).__name__}: {exc}")
+        self._remove(session, streams, stream_id, remember=False)
 
     def _remove(self, session, streams, stream_id, remember=True):
         del streams[stream_id]
