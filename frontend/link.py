@@ -179,12 +179,14 @@ class WorkerLink:
         if not pending.stateful:
             self.stateless += 1
         rid = next(self._ids)
+        pipelined = bool(self.pending)
         self.pending[rid] = pending
         if self._sweeping is None:
             self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
         if self.ready:
             self._transmit(rid, pending)
-            self._kick()
+            if pipelined:            # a reply may have come in while sending; with none awaited, the sweep looks
+                self._kick()
 
     def _transmit(self, rid: int, pending: Pending) -> None:
         pending.rid = rid
@@ -208,6 +210,7 @@ class WorkerLink:
                     self._start_recovery()
         if self.pending and not self.closed:
             self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
+            self._kick()             # a send may have taken the descriptor's signal for a reply: read it now
 
     def _finish(self, pending: Pending, error: PoolError | None = None, reply=None) -> None:
         """Take `pending` out of flight and give it its answer."""
@@ -223,13 +226,8 @@ class WorkerLink:
         sock, get, recv = self._sock, self._get, self._recv
         try:
             while sock is self._sock and get(_EVENTS) & _POLLIN:
-                head = recv(_NOBLOCK)
-                body = recv(_NOBLOCK) if get(_RCVMORE) else b""
-                while get(_RCVMORE):                     # not a reply this protocol sends: drop the rest
-                    body = None
-                    recv(_NOBLOCK)
-                if body is not None:
-                    self._deliver(head, body)
+                head = recv(_NOBLOCK)                    # a worker's reply is always [id, body]
+                self._deliver(head, recv(_NOBLOCK) if get(_RCVMORE) else b"")
         except zmq.ZMQError:
             pass
 
@@ -343,7 +341,8 @@ class WorkerLink:
         self._monitor = sock.get_monitor_socket(_WATCHED)
         sock.connect(self.endpoint)
         self._sock = sock
-        self._send, self._recv, self._get = sock.send, sock.recv, sock.get     # the hot path's own names
+        raw = super(zmq.Socket, sock)                       # pyzmq's Cython socket: no per-call option checks
+        self._send, self._recv, self._get = raw.send, raw.recv, raw.get
         self.loop.add_reader(sock.getsockopt(zmq.FD), self._on_readable)
         self.loop.add_reader(self._monitor.getsockopt(zmq.FD), self._on_monitor)
         self._hello = self.loop.create_future()
