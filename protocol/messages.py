@@ -35,7 +35,7 @@ class ErrorCode:
     UNKNOWN_STREAM = "unknown_stream"
     UNKNOWN_CONSTRAINT = "unknown_constraint"  # not (or no longer) compiled on this worker: compile it again
     STREAM_EXISTS = "stream_exists"
-    STREAM_FAILED = "stream_failed"        # the text engine raised while handling this stream
+    STREAM_FAILED = "stream_failed"        # a step that carried this stream failed as a whole
     OVERLOADED = "overloaded"              # bounded queue or table full: retry later, elsewhere
     TIMEOUT = "timeout"                    # over the request's time budget
     OUT_OF_MEMORY = "out_of_memory"
@@ -50,6 +50,16 @@ class ErrorCode:
     MODEL_MISMATCH = "model_mismatch"      # workers of one pool serve different tokenizers
     CONSTRAINT_CHANGED = "constraint_changed"  # a recompiled constraint came back different
     CLOSED = "closed"                      # the pool was closed
+
+
+class CodedError(Exception):
+    """The one base of tokworker's typed failures, on both sides of the wire: `code` is an ErrorCode value
+    (what a caller handles), `message` says why in words."""
+
+    def __init__(self, code: str, message: str = ""):
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
 
 
 class _Request(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, omit_defaults=True):

@@ -26,15 +26,16 @@ from pathlib import Path
 import msgspec
 import zmq
 
-from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, Decode, Encode, ErrorCode,
+from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CodedError, CloseStreams, Compile, Decode, Encode, ErrorCode,
                                ErrorReply, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
                                StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
 from tokworker.worker.constraints import ConstraintCache
+from tokworker.worker.errors import error_of
 from tokworker.worker.handlers import Handlers
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit, disable_core_dumps
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.security import check_bind, secure_server
-from tokworker.worker.streams import StreamTable, WorkerError
+from tokworker.worker.streams import StreamTable
 
 log = logging.getLogger("tokworker.worker")
 
@@ -219,18 +220,11 @@ class Worker:
             else:
                 reply = self.session_requests[kind](identity, session or identity.hex(), msg)
             body = encode_message(reply)
-        except WorkerError as exc:
-            return self._error(identity, header, request_id, exc.code, exc.message)
-        except BudgetExceeded:
-            return self._error(identity, header, request_id, ErrorCode.TIMEOUT,
-                               f"over this worker's budget of {self.options.budget_s} s")
-        except MemoryError:
-            return self._error(identity, header, request_id, ErrorCode.OUT_OF_MEMORY, "out of memory")
-        except RecursionError:
-            return self._error(identity, header, request_id, ErrorCode.TOO_LARGE, "input nests too deeply")
-        except Exception as exc:
-            log.exception("request %d (%s) failed", request_id, kind.__name__)
-            return self._error(identity, header, request_id, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        except (Exception, BudgetExceeded) as exc:
+            code, message = error_of(exc, self.options.budget_s)
+            if code == ErrorCode.INTERNAL:
+                log.exception("request %d (%s) failed", request_id, kind.__name__)
+            return self._error(identity, header, request_id, code, message)
         if len(body) > self.options.max_message_bytes:
             return self._error(identity, header, request_id, ErrorCode.TOO_LARGE,
                                f"the reply would be {len(body)} bytes, over the message limit")
@@ -239,7 +233,7 @@ class Worker:
     # ------------------------------------------------------------ session requests: fast, no wall budget
     def _step(self, identity: bytes, session: str, msg: Step) -> StepReply:
         if len(msg.ids) + len(msg.finish) > self.options.max_batch:
-            raise WorkerError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
+            raise CodedError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
         return self.streams.step(session, msg)
 
     def _open(self, identity: bytes, session: str, msg: OpenStream) -> OpenReply:
@@ -251,12 +245,12 @@ class Worker:
 
     def _hello(self, identity: bytes, session: str, msg: Hello) -> HelloReply:
         if msg.version != PROTOCOL_VERSION:
-            raise WorkerError(ErrorCode.UNSUPPORTED_VERSION,
+            raise CodedError(ErrorCode.UNSUPPORTED_VERSION,
                               f"this worker speaks protocol {PROTOCOL_VERSION}, not {msg.version}")
         session = msg.session or identity.hex()
         current = self.owners.get(session)
         if current is not None and current[1] != identity and msg.epoch <= current[0]:
-            raise WorkerError(ErrorCode.STALE, f"session {session!r} is at epoch {current[0]} already")
+            raise CodedError(ErrorCode.STALE, f"session {session!r} is at epoch {current[0]} already")
         self.owners[session] = (msg.epoch, identity)
         self.owners.move_to_end(session)
         self.sessions[identity] = session

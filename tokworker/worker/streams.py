@@ -12,27 +12,21 @@ writes it to the response untouched.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 
 import msgspec
 
 from tokworker.protocol.deltas import StreamParams, StreamUpdate
-from tokworker.protocol.messages import Error, ErrorCode, OpenStream, Step, StepReply
+from tokworker.protocol.messages import CodedError, Error, ErrorCode, OpenStream, Step, StepReply
 from tokworker.parsers.openai_chunks import ChunkWriter
-from tokworker.stream.detokenizer import DetokenizeError
 from tokworker.stream.state import TextStream
+from tokworker.worker.errors import error_of
+
+log = logging.getLogger("tokworker.worker")
 
 EMPTY = StreamUpdate()
-
-
-class WorkerError(Exception):
-    """A request failed in a way the client should hear about: carries an ErrorCode value."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class WorkerStream:
@@ -103,14 +97,11 @@ class StreamTable:
     def open(self, session: str, msg: OpenStream) -> None:
         streams = self.sessions.setdefault(session, {})
         if msg.stream_id in streams:
-            raise WorkerError(ErrorCode.STREAM_EXISTS, f"stream {msg.stream_id!r} is already open")
+            raise CodedError(ErrorCode.STREAM_EXISTS, f"stream {msg.stream_id!r} is already open")
         if self.count >= self.max_streams:
-            raise WorkerError(ErrorCode.OVERLOADED, f"this worker holds its limit of {self.max_streams} streams")
-        try:
-            text = TextStream(self.tokenizer, self._with_defaults(msg.params), prompt_ids=msg.prompt_ids,
-                              prompt_text=msg.prompt_text)
-        except ValueError as exc:                # the engine's word for bad input (parser names, stop strings)
-            raise WorkerError(ErrorCode.INVALID, f"cannot open stream: {exc}") from None
+            raise CodedError(ErrorCode.OVERLOADED, f"this worker holds its limit of {self.max_streams} streams")
+        text = TextStream(self.tokenizer, self._with_defaults(msg.params), prompt_ids=msg.prompt_ids,
+                          prompt_text=msg.prompt_text)
         writer = ChunkWriter.for_format(msg.chunks) if msg.chunks is not None else None
         stream = WorkerStream(text, writer, time.monotonic())
         self._finished.pop((session, msg.stream_id), None)
@@ -195,8 +186,10 @@ class StreamTable:
             errors[stream_id] = Error(ErrorCode.UNKNOWN_STREAM, f"no open stream {stream_id!r}")
 
     def _failed(self, session, streams, stream_id, exc: Exception, errors) -> None:
-        code = ErrorCode.INVALID if isinstance(exc, DetokenizeError) else ErrorCode.STREAM_FAILED
-        errors[stream_id] = Error(code, f"{type(exc).__name__}: {exc}")
+        code, message = error_of(exc)
+        if code == ErrorCode.INTERNAL:
+            log.exception("stream %r failed", stream_id)
+        errors[stream_id] = Error(code, message)
         self._remove(session, streams, stream_id, remember=False)
 
     def _remove(self, session, streams, stream_id, remember=True):
