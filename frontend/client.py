@@ -263,16 +263,18 @@ class TokenizerPool:
             group = groups.setdefault(stream.link, ({}, []))
             if stream_id not in group[0]:
                 group[1].append(stream)
-        for link in groups:
-            link.check()                             # all links take their share, or none does
         future = asyncio.get_running_loop().create_future()
         if not groups:
             future.set_result(late or {})
             return future
         call = StepCall(future, late, len(groups))
+        parts = []
         for link, (batch_ids, streams) in groups.items():
-            part = StepPart(encode_request(Step(ids=batch_ids, finish=ending.get(link, []))), call, streams, batch_ids)
-            for stream, batch in zip(streams, batch_ids.values()):    # the ids-carrying streams come first
+            body = encode_request(Step(ids=batch_ids, finish=ending.get(link, [])))
+            link.check(size=len(body))               # every link takes its share, or none does
+            parts.append((link, StepPart(body, call, streams, batch_ids)))
+        for link, part in parts:
+            for stream, batch in zip(part.streams, part.ids.values()):    # the ids-carrying streams come first
                 stream.log.extend(batch)
             link.send(part)
         return future

@@ -155,7 +155,7 @@ class WorkerLink:
     def request(self, body: bytes, on_reply=None, on_error=None, stateful=False, timeout=None) -> asyncio.Future:
         """Send one encoded request; the future gets `on_reply(reply)` (or the reply) or a PoolError.
         `on_reply`/`on_error` run as soon as the reply is read, even if the caller stopped waiting."""
-        self.check(stateful)
+        self.check(stateful, len(body))
         call = Call(body, self.loop.create_future(), on_reply, on_error, stateful)
         self.send(call, timeout)
         return call.future
@@ -170,11 +170,12 @@ class WorkerLink:
             raise WorkerLost(ErrorCode.WORKER_LOST, f"worker at {self.endpoint} is unreachable")
         if not stateful and self.stateless >= self.max_inflight:
             raise Overloaded(ErrorCode.OVERLOADED, f"{self.stateless} requests in flight to {self.endpoint}")
+        if size > self.max_message_bytes:
+            raise InvalidRequest(ErrorCode.TOO_LARGE, f"request of {size} bytes; the worker accepts "
+                                                      f"{self.max_message_bytes}")
 
     def send(self, pending: Pending, timeout: float | None = None) -> None:
-        if len(pending.body) > self.max_message_bytes:
-            raise InvalidRequest(ErrorCode.TOO_LARGE, f"request of {len(pending.body)} bytes; the worker accepts "
-                                                      f"{self.max_message_bytes}")
+        """Put `pending` in flight (check() first: this does not refuse)."""
         pending.deadline = self.loop.time() + (timeout or self.request_timeout)
         if not pending.stateful:
             self.stateless += 1

@@ -42,6 +42,9 @@ log = logging.getLogger("tokworker.worker")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
 MAX_SESSIONS = 65536
+# How a session request's msgpack body begins after its map header (msgspec writes the tag first): only a
+# hint for the lane, every body is decoded in full when handled.
+_SESSION_TAGS = (b"\xa4step", b"\xa4open", b"\xa5close", b"\xa5hello", b"\xa5stats")
 HOUSEKEEPING_S = 1.0
 
 
@@ -84,7 +87,8 @@ class Worker:
         self.worker_id = f"{socketlib.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.started = time.monotonic()
         self.requests = self.errors = 0
-        self.backlog: deque = deque()
+        self.backlog: deque = deque()       # stateless work waiting, in arrival order (bounded: max_queue)
+        self.lane: deque = deque()          # session requests (steps first of all): served before any backlog
         self.owners: OrderedDict[str, tuple[int, bytes]] = OrderedDict()   # session -> (epoch, identity)
         self.sessions: OrderedDict[bytes, str] = OrderedDict()             # identity -> session
         self.budget = WallBudget()
@@ -144,11 +148,12 @@ class Worker:
         next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         try:
             while not stop[0]:
-                if not self.backlog:
+                if not (self.lane or self.backlog):
                     poller.poll(HOUSEKEEPING_S * 1000)
                 self._read_ahead(sock)
-                if self.backlog:
-                    arrived, frames = self.backlog.popleft()
+                queue = self.lane or self.backlog
+                if queue:
+                    arrived, frames = queue.popleft()
                     reply = self.handle(frames, arrived)
                     if reply is not None:
                         sock.send_multipart(reply, copy=False)
@@ -172,11 +177,20 @@ class Worker:
             log.info("worker %s stopped after %d requests", self.worker_id, self.requests)
 
     def _read_ahead(self, sock) -> None:
-        """Move what has arrived into the bounded backlog, stamped with its arrival time."""
-        backlog, limit = self.backlog, self.options.max_queue
+        """Move what has arrived into the lane (session requests) or the backlog (stateless work), stamped
+        with its arrival time. A full backlog answers more stateless work OVERLOADED at once, so the socket
+        is always read and an engine step never waits behind renders queued ahead of it."""
+        backlog, lane, limit = self.backlog, self.lane, self.options.max_queue
         now = time.monotonic()
-        while len(backlog) < limit and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            backlog.append((now, sock.recv_multipart()))
+        while len(lane) < limit and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            frames = sock.recv_multipart()
+            if len(frames) == 3 and frames[2][1:6] == b"\xa4type" and frames[2][6:12].startswith(_SESSION_TAGS):
+                lane.append((now, frames))
+            elif len(backlog) < limit:
+                backlog.append((now, frames))
+            elif len(frames) == 3 and len(frames[1]) == 8:
+                sock.send_multipart(self._error(frames[0], frames[1], unpack_id(frames[1]), ErrorCode.OVERLOADED,
+                                                f"{limit} requests wait in this worker's queue"), copy=False)
 
     # ------------------------------------------------------------ one request
     def handle(self, frames: list[bytes], arrived: float) -> list[bytes] | None:
@@ -266,7 +280,7 @@ class Worker:
         import resource
         return StatsReply(worker_id=self.worker_id, pid=os.getpid(), uptime_s=time.monotonic() - self.started,
                           requests=self.requests, errors=self.errors, streams_open=self.streams.count,
-                          streams_opened=self.streams.opened, queue_depth=len(self.backlog),
+                          streams_opened=self.streams.opened, queue_depth=len(self.backlog) + len(self.lane),
                           max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                           gc_frozen=gc.get_freeze_count())
 
