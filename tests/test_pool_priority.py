@@ -60,3 +60,18 @@ def test_a_step_over_two_workers_is_sent_to_both_or_neither():
             assert set(updates) == {"a", "b"}
 
     uvloop.run(main())
+
+
+def test_a_step_is_answered_while_a_long_render_runs():
+    """The worker's lane thread serves the step in the middle of the render (sent first, on the same worker)."""
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            await pool.open_stream("s", buffer=False)
+            long_render = asyncio.ensure_future(pool.render([{"role": "user", "content": "many words " * 60_000}]))
+            await asyncio.sleep(0.05)                          # the render is running in the worker now
+            for _ in range(3):
+                await pool.step({"s": [5]})
+            assert not long_render.done()
+            assert len((await long_render).ids) > 60_000
+
+    uvloop.run(main())

@@ -1,4 +1,9 @@
-"""The worker process: one loaded tokenizer and a ROUTER socket, one request at a time, one reply each.
+"""The worker process: one loaded tokenizer and a ROUTER socket, one reply for every request.
+
+Two threads: the lane owns the socket and serves session requests (hello, open, step, close, stats) itself,
+at once; stateless work (render, encode, decode, compile, guide) goes to the main thread, which runs it
+under the wall budget (SIGALRM reaches only the main thread). The interpreter hands its lock to the
+waiting lane every SWITCH_S, so a long render or a compile never holds an engine step back for longer.
 
 Frames in: [client identity, request id (8 bytes), msgpack body]; frames out: the same identity and id
 with the reply body. Whatever arrives, the client gets exactly one reply: the result or an ErrorReply
@@ -19,8 +24,11 @@ import os
 import secrets
 import signal
 import socket as socketlib
+import struct
+import sys
+import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from pathlib import Path
 
 import msgspec
@@ -44,6 +52,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 MAX_SESSIONS = 65536
 # How a session request's msgpack body begins after its map header (msgspec writes the tag first): only a
 # hint for the lane, every body is decoded in full when handled.
+LANE_POLL_S = 0.1                  # how soon the lane thread sees a stop
+SWITCH_S = 0.001                   # the interpreter hands the lock to a waiting thread this often: a step's
+                                   # longest wait behind a render
+_ARRIVED = struct.Struct("<d")
 _SESSION_TAGS = (b"\xa4step", b"\xa4open", b"\xa5close", b"\xa5hello", b"\xa5stats")
 HOUSEKEEPING_S = 1.0
 
@@ -87,8 +99,7 @@ class Worker:
         self.worker_id = f"{socketlib.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.started = time.monotonic()
         self.requests = self.errors = 0
-        self.backlog: deque = deque()       # stateless work waiting, in arrival order (bounded: max_queue)
-        self.lane: deque = deque()          # session requests (steps first of all): served before any backlog
+        self.queued = 0                     # stateless requests handed to the main thread, not yet answered
         self.owners: OrderedDict[str, tuple[int, bytes]] = OrderedDict()   # session -> (epoch, identity)
         self.sessions: OrderedDict[bytes, str] = OrderedDict()             # identity -> session
         self.budget = WallBudget()
@@ -139,36 +150,41 @@ class Worker:
         log.info("worker %s (%d of %d) serving %s on %s", self.worker_id, options.index, options.pool_size,
                  options.model_dir, options.bind)
         parent = os.getppid()
+        work = context.socket(zmq.PAIR)                     # stateless work to this thread and its replies back
+        work.bind("inproc://stateless")
+        lane_end = context.socket(zmq.PAIR)
+        lane_end.connect("inproc://stateless")
+        for pair in (work, lane_end):
+            pair.setsockopt(zmq.SNDHWM, 0)
+            pair.setsockopt(zmq.RCVHWM, 0)
+        lane = threading.Thread(target=self._lane, args=(sock, lane_end, stop), name="session-lane", daemon=True)
         poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
+        poller.register(work, zmq.POLLIN)
         wake_read, wake_write = socketlib.socketpair()     # SIGTERM wakes the poll at once, not at its timeout
         wake_write.setblocking(False)
         signal.set_wakeup_fd(wake_write.fileno())
         poller.register(wake_read, zmq.POLLIN)
-        next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+        sys.setswitchinterval(SWITCH_S)
+        lane.start()
         try:
-            while not stop[0]:
-                if not (self.lane or self.backlog):
-                    poller.poll(HOUSEKEEPING_S * 1000)
-                self._read_ahead(sock)
-                queue = self.lane or self.backlog
-                if queue:
-                    arrived, frames = queue.popleft()
-                    reply = self.handle(frames, arrived)
-                    if reply is not None:
-                        sock.send_multipart(reply, copy=False)
-                now = time.monotonic()
-                if now >= next_housekeeping:
-                    next_housekeeping = now + HOUSEKEEPING_S
-                    self.streams.evict_idle()
+            while not stop[0] and lane.is_alive():
+                if not dict(poller.poll(HOUSEKEEPING_S * 1000)).get(work):
                     if os.getppid() != parent:
                         log.warning("parent process went away; worker exits")
                         break
+                    continue
+                frames = work.recv_multipart()
+                arrived = _ARRIVED.unpack(frames.pop())[0]
+                reply = self.handle(frames, arrived, lane=False)
+                work.send_multipart(reply if reply is not None else [b""], copy=False)
         finally:
+            stop[0] = True
+            lane.join()
             signal.set_wakeup_fd(-1)
             wake_read.close()
             wake_write.close()
-            sock.close(linger=0)
+            for closing in (work, lane_end, sock):
+                closing.close(linger=0)
             if options.bind.startswith("ipc://"):
                 Path(options.bind[len("ipc://"):]).unlink(missing_ok=True)
             if authenticator is not None:
@@ -176,25 +192,53 @@ class Worker:
             context.term()
             log.info("worker %s stopped after %d requests", self.worker_id, self.requests)
 
-    def _read_ahead(self, sock) -> None:
-        """Move what has arrived into the lane (session requests) or the backlog (stateless work), stamped
-        with its arrival time. A full backlog answers more stateless work OVERLOADED at once, so the socket
-        is always read and an engine step never waits behind renders queued ahead of it."""
-        backlog, lane, limit = self.backlog, self.lane, self.options.max_queue
-        now = time.monotonic()
-        while len(lane) < limit and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            frames = sock.recv_multipart()
-            if len(frames) == 3 and frames[2][1:6] == b"\xa4type" and frames[2][6:12].startswith(_SESSION_TAGS):
-                lane.append((now, frames))
-            elif len(backlog) < limit:
-                backlog.append((now, frames))
-            elif len(frames) == 3 and len(frames[1]) == 8:
-                sock.send_multipart(self._error(frames[0], frames[1], unpack_id(frames[1]), ErrorCode.OVERLOADED,
-                                                f"{limit} requests wait in this worker's queue"), copy=False)
+    def _lane(self, sock, work, stop: list) -> None:
+        """The thread that owns the client socket: it serves session requests (steps above all) itself, at
+        once, and hands stateless work to the main thread (at most max_queue of it; more is answered
+        OVERLOADED at once). A render or a compile in the main thread therefore never holds a step back
+        longer than the interpreter's switch interval."""
+        limit = self.options.max_queue
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(work, zmq.POLLIN)
+        next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+        while not stop[0]:
+            ready = dict(poller.poll(LANE_POLL_S * 1000))
+            if ready.get(work):
+                while work.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    reply = work.recv_multipart(copy=False)
+                    self.queued -= 1
+                    if len(reply) > 1:
+                        sock.send_multipart(reply, copy=False)
+                    elif reply[0].bytes:                     # a session request the main thread sent back
+                        self._serve_now(sock, msgspec.msgpack.decode(reply[0].bytes))
+            if ready.get(sock):
+                now = time.monotonic()
+                while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    frames = sock.recv_multipart()
+                    if len(frames) == 3 and frames[2][1:6] == b"\xa4type" and frames[2][6:12].startswith(_SESSION_TAGS):
+                        self._serve_now(sock, frames)
+                    elif self.queued < limit:
+                        self.queued += 1
+                        work.send_multipart([*frames, _ARRIVED.pack(now)], copy=False)
+                    elif len(frames) == 3 and len(frames[1]) == 8:
+                        sock.send_multipart(self._error(frames[0], frames[1], unpack_id(frames[1]), ErrorCode.OVERLOADED,
+                                                        f"{limit} requests wait in this worker's queue"), copy=False)
+            now = time.monotonic()
+            if now >= next_housekeeping:
+                next_housekeeping = now + HOUSEKEEPING_S
+                self.streams.evict_idle()
+
+    def _serve_now(self, sock, frames: list[bytes]) -> None:
+        reply = self.handle(frames, time.monotonic())
+        if reply is not None:
+            sock.send_multipart(reply, copy=False)
 
     # ------------------------------------------------------------ one request
-    def handle(self, frames: list[bytes], arrived: float) -> list[bytes] | None:
-        """One request's frames -> the reply frames (None when there is no one to reply to)."""
+    def handle(self, frames: list[bytes], arrived: float, lane: bool = True) -> list[bytes] | None:
+        """One request's frames -> the reply frames (None when there is no one to reply to). Off the lane
+        (the main thread), a session request is not served but sent back to the lane (a client whose
+        msgpack puts "type" later in the map than msgspec does)."""
         self.requests += 1
         if len(frames) < 2:
             return None                                      # not even an identity and one frame
@@ -217,6 +261,8 @@ class Worker:
             return self._error(identity, header, request_id, ErrorCode.MALFORMED, f"cannot decode body: {exc}")
         kind = type(msg)
         stateless = self.stateless.get(kind)
+        if stateless is None and not lane:
+            return [msgspec.msgpack.encode(frames)]
         if stateless is not None and time.monotonic() - arrived > self.options.max_queue_wait_s:
             return self._error(identity, header, request_id, ErrorCode.OVERLOADED,
                                f"waited over {self.options.max_queue_wait_s} s in this worker's queue")
@@ -280,7 +326,7 @@ class Worker:
         import resource
         return StatsReply(worker_id=self.worker_id, pid=os.getpid(), uptime_s=time.monotonic() - self.started,
                           requests=self.requests, errors=self.errors, streams_open=self.streams.count,
-                          streams_opened=self.streams.opened, queue_depth=len(self.backlog) + len(self.lane),
+                          streams_opened=self.streams.opened, queue_depth=self.queued,
                           max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                           gc_frozen=gc.get_freeze_count())
 
