@@ -22,7 +22,9 @@ what it lost, so callers see each delta exactly once (see link.py).
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections import deque
@@ -47,12 +49,13 @@ MAX_FORGOTTEN = 16384
 class TokenizerPool:
     def __init__(self, endpoints: list[str], *, keys: ClientKeys | None = None, request_timeout: float = 30.0,
                  connect_timeout: float = 60.0, max_inflight: int = 256, max_attempts: int = 3,
-                 launcher: Launcher | None = None, run_dir: str | None = None):
+                 hang_timeout: float = 10.0, launcher: Launcher | None = None, run_dir: str | None = None):
         self.context = zmq.Context(io_threads=1)
         self.keys = keys
         self.session = uuid.uuid4().hex
         self._link_options = dict(keys=keys, request_timeout=request_timeout, connect_timeout=connect_timeout,
-                                  max_inflight=max_inflight, max_attempts=max_attempts)
+                                  max_inflight=max_inflight, max_attempts=max_attempts, hang_timeout=hang_timeout,
+                                  on_hung=self._replace_hung)
         self.streams: dict[str, Stream] = {}    # the one table of streams, open and lately finished
         self.links: list[WorkerLink] = [self._new_link(endpoint, i) for i, endpoint in enumerate(endpoints)]
         self.launcher = launcher
@@ -68,10 +71,12 @@ class TokenizerPool:
     @classmethod
     async def spawn(cls, model_dir: str | Path | None = None, workers: int = 2, *, request_timeout: float = 30.0,
                     startup_timeout: float = 60.0, max_inflight: int = 256, max_attempts: int = 3,
-                    **worker_options) -> "TokenizerPool":
+                    hang_timeout: float = 10.0, **worker_options) -> "TokenizerPool":
         """Start `workers` local worker processes on private ipc:// sockets and connect to them.
         `worker_options` are WorkerOptions fields (tool_parser, reasoning_parser, memory_limit_mb, ...).
-        A request whose worker died under it is sent again, `max_attempts` times in all."""
+        A request whose worker died under it is sent again, `max_attempts` times in all; a worker that
+        answers nothing (not even a liveness probe) for `hang_timeout` while work waits is killed and
+        replaced the same way."""
         run_dir = tempfile.mkdtemp(prefix="tokworker-")         # mode 0700: only this user can reach the sockets
         endpoints = worker_endpoints(f"ipc://{run_dir}/worker", workers)    # the daemon's naming: discoverable
         worker_options.setdefault("log_level", "WARNING")
@@ -79,7 +84,8 @@ class TokenizerPool:
                                  pool_size=workers, **worker_options) for i, endpoint in enumerate(endpoints)]
         launcher = Launcher(options).start()
         pool = cls(endpoints, request_timeout=request_timeout, connect_timeout=startup_timeout,
-                   max_inflight=max_inflight, max_attempts=max_attempts, launcher=launcher, run_dir=run_dir)
+                   max_inflight=max_inflight, max_attempts=max_attempts, hang_timeout=hang_timeout,
+                   launcher=launcher, run_dir=run_dir)
         try:
             starting = asyncio.ensure_future(pool._start())
             while not starting.done():
@@ -131,6 +137,15 @@ class TokenizerPool:
         for link in self.links:
             link.expected_fingerprint = infos[0].model_fingerprint
         self.max_streams = sum(link.info.limits.max_streams for link in self.links if link.info)
+
+    def _replace_hung(self, link: WorkerLink) -> bool:
+        """A worker of ours that stopped answering is killed; the launcher starts another and the link
+        recovers as after any death. Workers of a daemon are not ours to kill (False)."""
+        pid = link.info.pid if link.info is not None else None
+        if self.launcher is None or pid is None or pid not in self.launcher.pids:
+            return False
+        os.kill(pid, signal.SIGKILL)
+        return True
 
     @property
     def info(self):

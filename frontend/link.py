@@ -25,8 +25,8 @@ import msgspec
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, decode_reply,
-                               encode_message, pack_id, unpack_id)
+from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, Stats,
+                                         decode_reply, encode_message, pack_id, unpack_id)
 from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost, error_for
 
 log = logging.getLogger("tokworker.frontend")
@@ -45,7 +45,8 @@ class _Disconnected(Exception):
 
 _EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
 _NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
-_SWEEP_S = 0.05          # how often a link with requests in flight looks for ones past their deadline
+_SWEEP_S = 0.05
+_STATS = encode_message(Stats())          # how often a link with requests in flight looks for ones past their deadline
 
 
 class Pending:
@@ -112,10 +113,25 @@ class Call(Pending):
             self.future.set_exception(error)
 
 
+class _Probe(Pending):
+    """A stats request that only shows the worker is alive (any reply does that); never sent twice."""
+
+    __slots__ = ()
+
+    def reply(self, reply) -> None:
+        pass
+
+    def fail(self, error: PoolError) -> None:
+        pass
+
+    def abandoned(self) -> bool:
+        return True
+
+
 class WorkerLink:
     def __init__(self, context: zmq.Context, endpoint: str, session: str, streams: dict, *, keys=None,
                  request_timeout=30.0, connect_timeout=60.0, max_inflight=256, max_attempts=3,
-                 max_message_bytes=64 << 20):
+                 max_message_bytes=64 << 20, hang_timeout=10.0, on_hung=None):
         self.context = context
         self.endpoint = endpoint
         self.session = session
@@ -125,6 +141,9 @@ class WorkerLink:
         self.max_inflight = max_inflight
         self.max_attempts = max_attempts
         self.max_message_bytes = max_message_bytes
+        self.hang_timeout = hang_timeout        # no reply at all for this long while requests wait: hung
+        self.on_hung = on_hung                  # what to do then (the pool kills a worker it spawned)
+        self.replied = 0.0                      # when the worker last answered anything
         self.loop = asyncio.get_running_loop()
         self.pending: dict[int, Pending] = {}
         self.table = streams                    # the pool's one stream table (id -> Stream), read on recovery
@@ -137,6 +156,7 @@ class WorkerLink:
         self.expected_fingerprint: str | None = None
         self.epoch = 0
         self.recoveries = 0
+        self.hangs = 0
         self._ids = itertools.count(1)
         self._sock = self._monitor = None
         self._send = self._recv = self._get = None
@@ -181,6 +201,8 @@ class WorkerLink:
             self.stateless += 1
         rid = next(self._ids)
         pipelined = bool(self.pending)
+        if not pipelined:
+            self.replied = self.loop.time()     # the hang clock starts when work starts waiting
         self.pending[rid] = pending
         if self._sweeping is None:
             self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
@@ -202,6 +224,8 @@ class WorkerLink:
         """Fail what is past its deadline (one timer per link, not one per request)."""
         self._sweeping = None
         now = self.loop.time()
+        if self.pending and self.ready and now - self.replied > self.hang_timeout / 2:
+            self._probe(now)
         expired = [p for p in self.pending.values() if p.deadline <= now]
         for pending in expired:
             if self.pending.get(pending.rid) is pending:
@@ -212,6 +236,25 @@ class WorkerLink:
         if self.pending and not self.closed:
             self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
             self._kick()             # a send may have taken the descriptor's signal for a reply: read it now
+
+    def _probe(self, now: float) -> None:
+        """Quiet while work waits: a long render may be all it is, so ask the worker's lane (which answers
+        between a render's bytecodes) for its stats; still nothing after hang_timeout: the worker is hung."""
+        if now - self.replied > self.hang_timeout:
+            self._hung(now)
+        elif not any(type(p) is _Probe for p in self.pending.values()):
+            self.send(_Probe(_STATS, True))
+
+    def _hung(self, now: float) -> None:
+        """Work waits and the worker has answered nothing for hang_timeout (stopped, stuck in C, live-locked):
+        have it replaced; the disconnect that follows recovers the link as after kill -9 (replay, re-send)."""
+        log.error("worker at %s answered nothing for %.1f s with %d requests waiting; replacing it",
+                  self.endpoint, now - self.replied, len(self.pending))
+        self.replied = now
+        self.hangs += 1
+        if self.on_hung is not None and self.on_hung(self):
+            return
+        self._start_recovery()                               # not ours to kill: at least fence the connection
 
     def _finish(self, pending: Pending, error: PoolError | None = None, reply=None) -> None:
         """Take `pending` out of flight and give it its answer."""
@@ -229,6 +272,7 @@ class WorkerLink:
             while sock is self._sock and get(_EVENTS) & _POLLIN:
                 head = recv(_NOBLOCK)                    # a worker's reply is always [id, body]
                 self._deliver(head, recv(_NOBLOCK) if get(_RCVMORE) else b"")
+                self.replied = self.loop.time()
         except zmq.ZMQError:
             pass
 
