@@ -26,6 +26,8 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     max_batch: int = 4096                      # texts per encode/decode, streams per step
     max_text_chars: int = 8_000_000            # characters per encode request, all texts together
     max_streams: int = 16384                   # open streams per worker, all sessions together
+    max_sessions: int = 65536                  # sessions and connections remembered beyond those with open
+                                               # streams (which are never forgotten while their streams live)
     stream_idle_s: float = 3600.0              # a stream untouched this long is dropped
     max_constraints: int = 256                 # compiled constraints kept (least recently used go first)
     max_constraint_states: int = 1024          # their compiled states, all together (a state where most of a

@@ -49,7 +49,7 @@ log = logging.getLogger("tokworker.worker")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
-MAX_SESSIONS = 65536
+MAX_NAME = 1024                    # characters in a session name or a stream id (both are kept in tables)
 # How a session request's msgpack body begins after its map header (msgspec writes the tag first): only a
 # hint for the lane, every body is decoded in full when handled.
 LANE_POLL_S = 0.1                  # how soon the lane thread sees a stop
@@ -297,6 +297,8 @@ class Worker:
         return self.streams.step(session, msg)
 
     def _open(self, identity: bytes, session: str, msg: OpenStream) -> OpenReply:
+        if len(msg.stream_id) > MAX_NAME:
+            raise CodedError(ErrorCode.INVALID, f"a stream id is at most {MAX_NAME} characters")
         self.streams.open(session, msg)
         return OpenReply(stream_id=msg.stream_id)
 
@@ -307,6 +309,8 @@ class Worker:
         if msg.version != PROTOCOL_VERSION:
             raise CodedError(ErrorCode.UNSUPPORTED_VERSION,
                               f"this worker speaks protocol {PROTOCOL_VERSION}, not {msg.version}")
+        if len(msg.session) > MAX_NAME:
+            raise CodedError(ErrorCode.INVALID, f"a session name is at most {MAX_NAME} characters")
         session = msg.session or identity.hex()
         current = self.owners.get(session)
         if current is not None and current[1] != identity and msg.epoch <= current[0]:
@@ -315,12 +319,31 @@ class Worker:
         self.owners.move_to_end(session)
         self.sessions[identity] = session
         self.sessions.move_to_end(identity)
-        for table in (self.owners, self.sessions):
-            while len(table) > MAX_SESSIONS:
-                table.popitem(last=False)
+        self._forget_sessions()
         if msg.reset:
             self.streams.drop_session(session)
         return self.hello_reply
+
+    def _forget_sessions(self) -> None:
+        """Keep the session tables within max_sessions, least recently greeted first out, but never a session
+        with open streams or its current connection: a storm of new connections must not orphan live
+        streams (they are at most max_streams, so this always ends)."""
+        live, owners, sessions, limit = self.streams.sessions, self.owners, self.sessions, self.options.max_sessions
+        while len(owners) > limit:
+            session = next(iter(owners))
+            if session in live:
+                owners.move_to_end(session)
+                limit += 1                               # counted as live, not against the limit
+            else:
+                del owners[session]
+        limit = self.options.max_sessions
+        while len(sessions) > limit:
+            identity, session = next(iter(sessions.items()))
+            if session in live and owners.get(session, (0, b""))[1] == identity:
+                sessions.move_to_end(identity)
+                limit += 1
+            else:
+                del sessions[identity]
 
     def _stats(self, identity: bytes, session: str, msg: Stats) -> StatsReply:
         import resource
