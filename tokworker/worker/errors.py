@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from tokworker.protocol.messages import CodedError, ErrorCode
+from tokworker.templates.errors import TemplateError, UntrustedTemplateError
 from tokworker.worker.limits import BudgetExceeded
 
 
 def error_of(exc: BaseException, budget_s: float = 0.0) -> tuple[str, str]:
     """The one mapping from what a request raised to the (code, message) its client gets. The engine says
     "bad input" with ValueError (every error class of its own is one); anything else is a bug of ours."""
-    from tokworker.templates.errors import TemplateError, UntrustedTemplateError
-
     if isinstance(exc, CodedError):
         return exc.code, exc.message
     if isinstance(exc, BudgetExceeded):

@@ -1,9 +1,7 @@
 """The worker process: one loaded tokenizer and a ROUTER socket, one reply for every request.
 
-Two threads: the lane owns the socket and serves session requests (hello, open, step, close, stats) itself,
-at once; stateless work (render, encode, decode, compile, guide) goes to the main thread, which runs it
-under the wall budget (SIGALRM reaches only the main thread). The interpreter hands its lock to the
-waiting lane every SWITCH_S, so a long render or a compile never holds an engine step back for longer.
+Two threads: the lane (lane.py) owns the socket and serves session requests itself; the main thread runs
+stateless work under the wall budget.
 
 Frames in: [client identity, request id (8 bytes), msgpack body]; frames out: the same identity and id
 with the reply body. Whatever arrives, the client gets exactly one reply: the result or an ErrorReply
@@ -24,7 +22,6 @@ import os
 import secrets
 import signal
 import socket as socketlib
-import struct
 import sys
 import threading
 import time
@@ -39,7 +36,9 @@ from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CodedErro
                                StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
 from tokworker.worker.constraints import ConstraintCache
 from tokworker.worker.errors import error_of
+from tokworker.worker.replies import encode_reply
 from tokworker.worker.handlers import Handlers
+from tokworker.worker.lane import ARRIVED, REPLY_QUEUE, SWITCH_S, Lane
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit, disable_core_dumps
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.security import check_bind, secure_server
@@ -50,13 +49,7 @@ log = logging.getLogger("tokworker.worker")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
 MAX_NAME = 1024                    # characters in a session name or a stream id (both are kept in tables)
-# How a session request's msgpack body begins after its map header (msgspec writes the tag first): only a
-# hint for the lane, every body is decoded in full when handled.
-LANE_POLL_S = 0.1                  # how soon the lane thread sees a stop
-SWITCH_S = 0.001                   # the interpreter hands the lock to a waiting thread this often: a step's
-                                   # longest wait behind a render
-_ARRIVED = struct.Struct("<d")
-_SESSION_TAGS = (b"\xa4step", b"\xa4open", b"\xa5close", b"\xa5hello", b"\xa5stats")
+SMALL_STEP = 16 << 10             # bytes of a step message below which its reply is not counted (the hot path)
 HOUSEKEEPING_S = 1.0
 
 
@@ -95,7 +88,7 @@ class Worker:
         self.handlers = Handlers(self.tokenizer, options)
         self.constraints = ConstraintCache(self.tokenizer, options, self.fingerprint)
         self.streams = StreamTable(self.tokenizer, options.max_streams, options.stream_idle_s,
-                                   options.tool_parser, options.reasoning_parser)
+                                   options.tool_parser, options.reasoning_parser, options.budget_s)
         self.worker_id = f"{socketlib.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.started = time.monotonic()
         self.requests = self.errors = 0
@@ -140,7 +133,7 @@ class Worker:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, options.max_message_bytes)
         sock.setsockopt(zmq.RCVHWM, options.max_queue)
-        sock.setsockopt(zmq.SNDHWM, options.max_queue * 4)
+        sock.setsockopt(zmq.SNDHWM, REPLY_QUEUE)
         authenticator = secure_server(context, sock, options.curve_keys) if options.curve_keys else None
         old_umask = os.umask(0o077)                         # the ipc socket file: owner only
         try:
@@ -157,14 +150,14 @@ class Worker:
         for pair in (work, lane_end):
             pair.setsockopt(zmq.SNDHWM, 0)
             pair.setsockopt(zmq.RCVHWM, 0)
-        lane = threading.Thread(target=self._lane, args=(sock, lane_end, stop), name="session-lane", daemon=True)
+        lane = threading.Thread(target=Lane(self, sock, lane_end, stop).run, name="session-lane", daemon=True)
         poller = zmq.Poller()
         poller.register(work, zmq.POLLIN)
         wake_read, wake_write = socketlib.socketpair()     # SIGTERM wakes the poll at once, not at its timeout
         wake_write.setblocking(False)
         signal.set_wakeup_fd(wake_write.fileno())
         poller.register(wake_read, zmq.POLLIN)
-        sys.setswitchinterval(SWITCH_S)
+        sys.setswitchinterval(SWITCH_S)                     # how long a step may wait behind a render
         lane.start()
         try:
             while not stop[0] and lane.is_alive():
@@ -174,8 +167,11 @@ class Worker:
                         break
                     continue
                 frames = work.recv_multipart()
-                arrived = _ARRIVED.unpack(frames.pop())[0]
-                reply = self.handle(frames, arrived, lane=False)
+                arrived = ARRIVED.unpack(frames.pop())[0]
+                try:
+                    reply = self.handle(frames, arrived, lane=False)
+                except MemoryError:                         # even the error reply could not be built
+                    reply = None
                 work.send_multipart(reply if reply is not None else [b""], copy=False)
         finally:
             stop[0] = True
@@ -191,48 +187,6 @@ class Worker:
                 authenticator.stop()
             context.term()
             log.info("worker %s stopped after %d requests", self.worker_id, self.requests)
-
-    def _lane(self, sock, work, stop: list) -> None:
-        """The thread that owns the client socket: it serves session requests (steps above all) itself, at
-        once, and hands stateless work to the main thread (at most max_queue of it; more is answered
-        OVERLOADED at once). A render or a compile in the main thread therefore never holds a step back
-        longer than the interpreter's switch interval."""
-        limit = self.options.max_queue
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(work, zmq.POLLIN)
-        next_housekeeping = time.monotonic() + HOUSEKEEPING_S
-        while not stop[0]:
-            ready = dict(poller.poll(LANE_POLL_S * 1000))
-            if ready.get(work):
-                while work.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    reply = work.recv_multipart(copy=False)
-                    self.queued -= 1
-                    if len(reply) > 1:
-                        sock.send_multipart(reply, copy=False)
-                    elif reply[0].bytes:                     # a session request the main thread sent back
-                        self._serve_now(sock, msgspec.msgpack.decode(reply[0].bytes))
-            if ready.get(sock):
-                now = time.monotonic()
-                while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    frames = sock.recv_multipart()
-                    if len(frames) == 3 and frames[2][1:6] == b"\xa4type" and frames[2][6:12].startswith(_SESSION_TAGS):
-                        self._serve_now(sock, frames)
-                    elif self.queued < limit:
-                        self.queued += 1
-                        work.send_multipart([*frames, _ARRIVED.pack(now)], copy=False)
-                    elif len(frames) == 3 and len(frames[1]) == 8:
-                        sock.send_multipart(self._error(frames[0], frames[1], unpack_id(frames[1]), ErrorCode.OVERLOADED,
-                                                        f"{limit} requests wait in this worker's queue"), copy=False)
-            now = time.monotonic()
-            if now >= next_housekeeping:
-                next_housekeeping = now + HOUSEKEEPING_S
-                self.streams.evict_idle()
-
-    def _serve_now(self, sock, frames: list[bytes]) -> None:
-        reply = self.handle(frames, time.monotonic())
-        if reply is not None:
-            sock.send_multipart(reply, copy=False)
 
     # ------------------------------------------------------------ one request
     def handle(self, frames: list[bytes], arrived: float, lane: bool = True) -> list[bytes] | None:
@@ -279,15 +233,14 @@ class Worker:
                     reply = stateless(msg)
             else:
                 reply = self.session_requests[kind](identity, session or identity.hex(), msg)
-            body = encode_message(reply)
+            # a step's reply is about its ids' text: counted only when the step was big enough to matter
+            body = encode_reply(reply, self.options.max_message_bytes,
+                                sized=kind is not Step or len(frames[2]) > SMALL_STEP)
         except (Exception, BudgetExceeded) as exc:
             code, message = error_of(exc, self.options.budget_s)
             if code == ErrorCode.INTERNAL:
                 log.exception("request %d (%s) failed", request_id, kind.__name__)
             return self._error(identity, header, request_id, code, message)
-        if len(body) > self.options.max_message_bytes:
-            return self._error(identity, header, request_id, ErrorCode.TOO_LARGE,
-                               f"the reply would be {len(body)} bytes, over the message limit")
         return [identity, header, body]
 
     # ------------------------------------------------------------ session requests: fast, no wall budget

@@ -27,6 +27,7 @@ from tokworker.worker.errors import error_of
 log = logging.getLogger("tokworker.worker")
 
 EMPTY = StreamUpdate()
+REPLAY_PIECE = 4096                         # ids pushed at once in a replay (the budget is checked between)
 
 
 class WorkerStream:
@@ -67,27 +68,33 @@ class WorkerStream:
         update.sse = sse
         return update
 
-    def replay(self, batches: list[list[int]]) -> bool:
+    def replay(self, batches: list[list[int]], deadline: float) -> bool:
         """Rebuild from ids whose output the client already has (through the writer too, so the role chunk
-        is not sent again); True if they finish the stream."""
+        is not sent again); True if they finish the stream. Pushed in pieces, with the clock read between
+        them: a replay runs on the lane, where no signal can interrupt it, so it keeps its own budget."""
         text, writer = self.text, self.writer
         for batch in batches:
-            update = text.push(batch)
-            if writer is not None:
-                writer.sse(update)
-            if update.finish_reason is not None:
-                return True
+            for start in range(0, len(batch), REPLAY_PIECE):
+                update = text.push(batch[start:start + REPLAY_PIECE] if len(batch) > REPLAY_PIECE else batch)
+                if writer is not None:
+                    writer.sse(update)
+                if update.finish_reason is not None:
+                    return True
+                if time.monotonic() > deadline:
+                    raise CodedError(ErrorCode.TIMEOUT, "the replay ran past this worker's budget; open the "
+                                                        "stream on a worker with a larger --budget")
         return False
 
 
 class StreamTable:
     def __init__(self, tokenizer, max_streams: int, idle_s: float, tool_parser: str | None = None,
-                 reasoning_parser: str | None = None):
+                 reasoning_parser: str | None = None, budget_s: float = 10.0):
         self.tokenizer = tokenizer
         self.max_streams = max_streams
         self.idle_s = idle_s
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
+        self.budget_s = budget_s                # wall time for an open's replay
         self.sessions: dict[str, dict[str, WorkerStream]] = {}
         self.count = 0
         self.opened = 0
@@ -103,9 +110,10 @@ class StreamTable:
         text = TextStream(self.tokenizer, self._with_defaults(msg.params), prompt_ids=msg.prompt_ids,
                           prompt_text=msg.prompt_text)
         writer = ChunkWriter.for_format(msg.chunks) if msg.chunks is not None else None
-        stream = WorkerStream(text, writer, time.monotonic())
+        now = time.monotonic()
+        stream = WorkerStream(text, writer, now)
         self._finished.pop((session, msg.stream_id), None)
-        if stream.replay(msg.replay):
+        if stream.replay(msg.replay, now + self.budget_s):
             self._remember_finished(session, msg.stream_id)
             return
         streams[msg.stream_id] = stream
