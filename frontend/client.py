@@ -285,13 +285,16 @@ class TokenizerPool:
         call = StepCall(future, late, len(groups))
         parts = []
         for link, (batch_ids, streams) in groups.items():
-            body = encode_request(Step(ids=batch_ids, finish=ending.get(link, [])))
+            finishing = ending.get(link, [])
+            body = encode_request(Step(ids=batch_ids, finish=finishing))
             link.check(size=len(body))               # every link takes its share, or none does
-            parts.append((link, StepPart(body, call, streams, batch_ids)))
+            parts.append((link, StepPart(body, call, streams, batch_ids, bool(finishing))))
         for link, part in parts:
             for stream, batch in zip(part.streams, part.ids.values()):    # the ids-carrying streams come first
                 stream.log.extend(batch)
             link.send(part)
+            if link.lagging:                         # replaced as hung: the others' share does not wait for it
+                part.detach()
         return future
 
     async def step(self, ids: dict[str, list[int]], finish=()) -> dict[str, StreamUpdate]:

@@ -71,6 +71,9 @@ class Pending:
     def abandon(self) -> None:
         pass
 
+    def detach(self) -> None:
+        """Its worker hangs: whoever waits with others should not wait for this one (a step's share)."""
+
     def reply(self, reply) -> None:
         raise NotImplementedError
 
@@ -157,6 +160,7 @@ class WorkerLink:
         self.epoch = 0
         self.recoveries = 0
         self.hangs = 0
+        self.lagging = False                    # replaced as hung and not yet back
         self._ids = itertools.count(1)
         self._sock = self._monitor = None
         self._send = self._recv = self._get = None
@@ -252,6 +256,9 @@ class WorkerLink:
                   self.endpoint, now - self.replied, len(self.pending))
         self.replied = now
         self.hangs += 1
+        self.lagging = True                                  # until resumed, steps do not wait for this worker
+        for pending in list(self.pending.values()):
+            pending.detach()
         if self.on_hung is not None and self.on_hung(self):
             return
         self._start_recovery()                               # not ours to kill: at least fence the connection
@@ -444,6 +451,7 @@ class WorkerLink:
         the rest."""
         waiting = self._take_pending()
         self.ready = True
+        self.lagging = False
         in_flight: dict[str, int] = {}
         for pending in waiting:
             for stream_id, ids in pending.step_ids().items():

@@ -81,6 +81,7 @@ class Stream:
         self._buffer: deque | None = deque() if buffer else None
         self._waiter: asyncio.Future | None = None
         self._unreported: StreamFailure | None = None
+        self.late: StreamUpdate | None = None   # output of a step its worker answered after the step had returned
         self._on_end = on_end
         link.open_streams += 1
 
@@ -115,9 +116,20 @@ class Stream:
             self._end("abort")
 
     def take_failure(self) -> StreamUpdate | None:
-        """The failure update once (for the step that reports it)."""
+        """What the engine has not been told, once: late output, then the failure (for the step that
+        reports it)."""
+        late, self.late = self.late, None
         failure, self._unreported = self._unreported, None
-        return failure
+        if late is None:
+            return failure
+        return late if failure is None else merge_updates((late, failure))
+
+    def take_late(self) -> StreamUpdate | None:
+        late, self.late = self.late, None
+        return late
+
+    def add_late(self, update: StreamUpdate) -> None:
+        self.late = update if self.late is None else merge_updates((self.late, update))
 
     def _end(self, reason: str) -> None:
         self.finished = True
@@ -197,11 +209,20 @@ class StepPart(Pending):
     """One link's share of an engine step: the streams (in the order of the message, finish-only ones
     last, which is the order of the reply's updates) and the ids sent for them."""
 
-    __slots__ = ("call", "streams", "ids")
+    __slots__ = ("call", "streams", "ids", "finishing", "detached")
 
-    def __init__(self, body: bytes, call: StepCall, streams: list[Stream], ids: dict):
+    def __init__(self, body: bytes, call: StepCall, streams: list[Stream], ids: dict, finishing: bool = False):
         super().__init__(body, True)
         self.call, self.streams, self.ids = call, streams, ids
+        self.finishing = finishing              # ends streams: the engine steps them no more, so it waits
+        self.detached = False
+
+    def detach(self) -> None:
+        """The worker hangs: the step returns without this share (its streams' updates empty for now); the
+        share's output, when the replaced worker answers, reaches the engine with its next step."""
+        if not self.detached and not self.finishing:
+            self.detached = True
+            self.call.done({stream.id: EMPTY for stream in self.streams})
 
     def step_ids(self) -> dict:
         return self.ids
@@ -216,8 +237,16 @@ class StepPart(Pending):
             self._uneven(updates, reply.errors)
         else:
             for stream, update in zip(streams, updates.values()):
-                if update.finish_reason is not None or stream.buffered:
+                if update.finish_reason is not None or stream.buffered or stream.late is not None:
                     stream.acknowledged(update)
+                    if stream.late is not None and not self.detached:
+                        updates[stream.id] = merge_updates((stream.take_late(), update))
+        if self.detached:                       # the step returned without us: the engine hears it next time
+            for stream in streams:
+                update = updates.get(stream.id)
+                if update is not None:
+                    stream.add_late(update)
+            return
         self.call.done(updates)
 
     def _uneven(self, updates: dict, errors: dict) -> None:
@@ -226,6 +255,8 @@ class StepPart(Pending):
             update = updates.get(stream.id)
             if update is not None:
                 stream.acknowledged(update)
+                if stream.late is not None and not self.detached:
+                    updates[stream.id] = merge_updates((stream.take_late(), update))
                 continue
             error = errors.get(stream.id)
             failure = stream.fail(error_for(error.code, error.message) if error is not None else

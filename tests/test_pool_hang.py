@@ -1,8 +1,9 @@
 """A hung worker is replaced: SIGSTOP one of two real workers in the middle of a run of steps. The pool
 sees no reply (not even to its liveness probe) within hang_timeout while work waits, kills the stopped
 process, the launcher starts another, the link replays its streams, and every stream still equals the
-in-process engine: nothing lost, nothing twice. A worker merely busy with a long render is left alone
-(its lane answers the probe)."""
+in-process engine: nothing lost, nothing twice. The healthy worker's streams get their updates step for
+step as in-process (the step does not wait for the replaced worker: its streams' output comes with a later
+step). A worker merely busy with a long render is left alone (its lane answers the probe)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def test_a_stopped_worker_is_killed_restarted_and_replayed():
     tokenizer = Tokenizer.from_dir(MODEL)
     ids = tokenizer.encode(TEXT)
     expected = TextStream(tokenizer, StreamParams())
-    whole = _text([*(expected.push([i]) for i in ids), expected.finish()])
+    per_step = [*(expected.push([i]) for i in ids), expected.finish()]
+    whole = _text(per_step)
 
     async def main():
         async with await TokenizerPool.spawn(MODEL, workers=2, hang_timeout=1.0) as pool:
@@ -38,6 +40,7 @@ def test_a_stopped_worker_is_killed_restarted_and_replayed():
                 await pool.open_stream(name, buffer=False)
             got = {name: [] for name in names}
             victim = pool.links[0].info.pid
+            assert {pool.links[0].open_streams, pool.links[1].open_streams} == {3}
             for k, token in enumerate(ids):
                 if k == len(ids) // 2:
                     os.kill(victim, signal.SIGSTOP)
@@ -46,6 +49,8 @@ def test_a_stopped_worker_is_killed_restarted_and_replayed():
             for name, update in (await pool.step({}, finish=names)).items():
                 got[name].append(update)
             assert all(_text(got[name]) == whole for name in names)
+            healthy = [name for name in names if pool.streams[name].link is pool.links[1]]
+            assert healthy and all(got[name] == per_step for name in healthy)
             assert pool.links[0].hangs == 1 and pool.links[1].hangs == 0
             assert pool.launcher.restarts == 1 and victim not in pool.launcher.pids
             with open(f"/proc/{victim}/stat") if os.path.exists(f"/proc/{victim}") else open(os.devnull) as stat:
