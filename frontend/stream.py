@@ -236,11 +236,14 @@ class StepPart(Pending):
         if reply.errors or len(updates) != len(streams):
             self._uneven(updates, reply.errors)
         else:
-            for stream, update in zip(streams, updates.values()):
+            for done, (stream, (stream_id, update)) in enumerate(zip(streams, updates.items())):
+                if stream_id != stream.id:                     # not in the step's order: look each one up
+                    self._uneven(updates, reply.errors, done)
+                    break
                 if update.finish_reason is not None or stream.buffered or stream.late is not None:
                     stream.acknowledged(update)
                     if stream.late is not None and not self.detached:
-                        updates[stream.id] = merge_updates((stream.take_late(), update))
+                        updates[stream_id] = merge_updates((stream.take_late(), update))
         if self.detached:                       # the step returned without us: the engine hears it next time
             for stream in streams:
                 update = updates.get(stream.id)
@@ -249,9 +252,9 @@ class StepPart(Pending):
             return
         self.call.done(updates)
 
-    def _uneven(self, updates: dict, errors: dict) -> None:
+    def _uneven(self, updates: dict, errors: dict, start: int = 0) -> None:
         """Streams the worker could not step fail, with its error; one it left out fails as our bug."""
-        for stream in self.streams:
+        for stream in self.streams[start:]:
             update = updates.get(stream.id)
             if update is not None:
                 stream.acknowledged(update)
