@@ -28,7 +28,7 @@ import msgspec
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.protocol.messages import ErrorCode, ErrorReply
 from tokworker.frontend.errors import PoolError, StreamFailed, error_for
-from tokworker.frontend.link import Pending
+from tokworker.frontend.pending import Pending
 
 MAX_BUFFERED = 64
 REPLAY_BATCH = 4096  # ids per batch when a log is replayed
