@@ -233,11 +233,11 @@ class TokenizerPool:
         if not links:
             raise WorkerLost(ErrorCode.WORKER_LOST, "no worker is reachable")
         link = min(links, key=lambda link: (link.open_streams, link.load))
-        link.check()
         params = params or StreamParams()
         prompt_ids = list(prompt_ids) if prompt_ids is not None else None
         body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
                                          prompt_text=prompt_text, chunks=chunks))
+        link.check(size=len(body))                   # refused before the stream exists anywhere
         stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks, self._retire)
 
         def opened(reply):
