@@ -2,6 +2,10 @@
 
 1. Step round trip. S open streams, one id each per step, `await pool.step(...)` in a loop: p50/p99 of the
    round trip and tokens/s, with 1..N workers.
+   "step awaited in turn": the API thread's CPU per stream-step, each step awaited before the next (what
+   an engine loop that waits for its text pays), beside TextStream.push of the same ids in-process.
+   "renders sent per step": the same 64-stream round trip while every step also sends 10 chats to render
+   (a burst flooding the pool), beside 0: steps have their own lane on the link and in the worker.
 2. A simulated engine loop in the API process. Each step does a fixed amount of pure-Python work (the
    scheduler/sampler stand-in) and emits one id for each of N concurrent streams. Their text is handled
    either in-process (TextStream.push in the loop, as a server without a pool does) or through the pool
@@ -96,6 +100,70 @@ async def _round_trips(workers: int, streams: int, steps: int, ids: list[int]) -
     return {"case": "step round trip", "workers": workers, "streams": streams, "steps": steps,
             "p50_ms": _ms(_percentile(times, 0.5)), "p99_ms": _ms(_percentile(times, 0.99)),
             "tokens_per_s": round(streams * steps / elapsed)}
+
+
+async def _awaited_steps(streams: int, steps: int, ids: list[int], tokenizer, workers: int) -> dict:
+    """Each step awaited before the next (an engine loop that needs the text before it goes on): the API
+    thread's CPU per stream-step through the pool, beside TextStream.push of the same ids in-process."""
+    from tokworker.frontend import TokenizerPool
+    from tokworker.stream.state import TextStream
+
+    names = [f"s{i}" for i in range(streams)]
+    batches = [{name: [ids[(k + i) % len(ids)]] for i, name in enumerate(names)} for k in range(steps)]
+    local = {name: TextStream(tokenizer, PARAMS) for name in names}
+    cpu_started = time.thread_time()
+    for batch in batches:
+        for name, new in batch.items():
+            local[name].push(new)
+    local_cpu = time.thread_time() - cpu_started
+    async with await TokenizerPool.spawn(MODEL, workers=workers) as pool:
+        for name in names:
+            await pool.open_stream(name, PARAMS, buffer=False)
+        for batch in batches[:20]:                                 # warm both ends
+            await pool.step({name: [5] for name in batch})
+        cpu_started = time.thread_time()
+        for batch in batches:
+            await pool.step(batch)
+        pool_cpu = time.thread_time() - cpu_started
+    per = steps * streams
+    return {"case": "step awaited in turn: API-thread CPU", "workers": workers, "streams": streams, "steps": steps,
+            "pool_us_per_step": round(pool_cpu / steps * 1e6, 2),
+            "pool_us_per_stream_step": round(pool_cpu / per * 1e6, 3),
+            "in_process_us_per_stream_step": round(local_cpu / per * 1e6, 3),
+            "pool_vs_in_process": round(pool_cpu / max(local_cpu, 1e-9), 2)}
+
+
+async def _steps_under_renders(workers: int, streams: int, steps: int, ids: list[int], burst: int) -> dict:
+    """Step round trips of `streams` streams, each step awaited, while every step also sends `burst` new
+    ~1,500-token chats to render (not awaited: a flood of requests arriving at the API): what renders cost
+    the engine's steps on the same pool. Renders the pool refused (Overloaded) are counted, not retried."""
+    from tokworker.frontend import Overloaded, TokenizerPool
+
+    chats = new_chats(64, seed=1)
+    refused = 0
+    async with await TokenizerPool.spawn(MODEL, workers=workers) as pool:
+        names = [f"s{i}" for i in range(streams)]
+        for name in names:
+            await pool.open_stream(name, PARAMS, buffer=False)
+        renders: list[asyncio.Future] = []
+        times = []
+        for k in range(steps):
+            for j in range(burst):
+                try:
+                    renders.append(asyncio.ensure_future(pool.render(chats[(k * burst + j) % len(chats)])))
+                except Overloaded:
+                    refused += 1
+            await asyncio.sleep(0)
+            batch = {name: [ids[(k + i) % len(ids)]] for i, name in enumerate(names)}
+            t0 = time.perf_counter()
+            await pool.step(batch)
+            times.append(time.perf_counter() - t0)
+        results = await asyncio.gather(*renders, return_exceptions=True)
+    refused += sum(isinstance(r, Overloaded) for r in results)
+    return {"case": f"step round trip, {burst} renders sent per step", "workers": workers, "streams": streams,
+            "steps": steps, "p50_ms": _ms(_percentile(times, 0.5)), "p99_ms": _ms(_percentile(times, 0.99)),
+            "p90_ms": _ms(_percentile(times, 0.9)), "max_ms": _ms(max(times)), "renders_sent": steps * burst, "renders_refused": refused,
+            "steps_failed": 0}
 
 
 async def _engine_loop(mode: str, streams: int, steps: int, work: int, ids: list[int], params: StreamParams,
@@ -265,6 +333,10 @@ async def _run(quick: bool) -> list[dict]:
     steps = 100 if quick else 300
     for workers in range(1, max(2, cpus) + 1):
         rows.append(await _round_trips(workers, 64, steps, ids))
+    for streams in (1, 64, 256):
+        rows.append(await _awaited_steps(streams, 2000 if streams == 1 else steps, ids, tokenizer, 1))
+    for burst in (0, 10):
+        rows.append(await _steps_under_renders(max(1, min(2, cpus)), 64, steps // 2, ids, burst))
     guide_dir = _guide_model(quick)
     guide_tokenizer = Tokenizer.from_dir(guide_dir)
     from tokworker.constrain import VocabTrie

@@ -22,49 +22,50 @@ what it lost, so callers see each delta exactly once (see link.py).
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import tempfile
 import uuid
-from collections import OrderedDict
+from collections import deque
 from pathlib import Path
 
 import zmq
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
-                               RenderReply, Stats, StatsReply, Step, StepReply)
+                               RenderReply, Stats, StatsReply, Step)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, encode_request, guide
-from tokworker.frontend.errors import (InvalidRequest, Overloaded, PoolError, ShuttingDown, StreamFailed, UnknownStream,
-                                      WorkerLost, error_for)
+from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, ShuttingDown, UnknownStream, WorkerLost
 from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink
-from tokworker.frontend.stream import FAILED, Stream
+from tokworker.frontend.stream import EMPTY, Stream, StepCall, StepPart
 from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
 from tokworker.protocol.endpoints import ClientKeys, MissingDirectory, check_ipc_peer, worker_endpoints
 
-EMPTY = StreamUpdate()
-MAX_FORGOTTEN = 65536
+MAX_FORGOTTEN = 16384
 
 
 class TokenizerPool:
     def __init__(self, endpoints: list[str], *, keys: ClientKeys | None = None, request_timeout: float = 30.0,
                  connect_timeout: float = 60.0, max_inflight: int = 256, max_attempts: int = 3,
-                 launcher: Launcher | None = None, run_dir: str | None = None):
+                 hang_timeout: float = 10.0, launcher: Launcher | None = None, run_dir: str | None = None):
         self.context = zmq.Context(io_threads=1)
         self.keys = keys
         self.session = uuid.uuid4().hex
         self._link_options = dict(keys=keys, request_timeout=request_timeout, connect_timeout=connect_timeout,
-                                  max_inflight=max_inflight, max_attempts=max_attempts)
+                                  max_inflight=max_inflight, max_attempts=max_attempts, hang_timeout=hang_timeout,
+                                  on_hung=self._replace_hung)
+        self.streams: dict[str, Stream] = {}    # the one table of streams, open and lately finished
         self.links: list[WorkerLink] = [self._new_link(endpoint, i) for i, endpoint in enumerate(endpoints)]
         self.launcher = launcher
         self.run_dir = run_dir
-        self._streams: dict[str, Stream] = {}
-        self._forgotten: OrderedDict[str, Stream] = OrderedDict()  # finished lately: later ids are ignored
+        self._ended: deque[Stream] = deque()     # finished streams still in the table, oldest first
         self.max_streams = 0
         self.closed = False
 
     def _new_link(self, endpoint: str, index: int) -> WorkerLink:
-        link = WorkerLink(self.context, endpoint, f"{self.session}-{index}", **self._link_options)
+        link = WorkerLink(self.context, endpoint, f"{self.session}-{index}", self.streams, **self._link_options)
         link.failover = self._failover
         return link
 
@@ -72,17 +73,20 @@ class TokenizerPool:
         """Where a link whose worker stayed unreachable for connect_timeout rebuilds its streams: the worker
         (of another daemon, when a whole daemon went away) with the fewest streams that is up."""
         others = [link for link in self.links if link.ready and not link.draining and link.endpoint != lost.endpoint]
-        return min(others, key=lambda link: len(link.streams)).endpoint if others else None
+        return min(others, key=lambda link: link.open_streams).endpoint if others else None
 
     # ------------------------------------------------------------ construction
     @classmethod
     async def spawn(cls, model_dir: str | Path | None = None, workers: int = 2, *, request_timeout: float = 30.0,
                     startup_timeout: float = 60.0, max_inflight: int = 256, max_attempts: int = 3,
-                    chat_template: str | None = None, **worker_options) -> "TokenizerPool":
+                    chat_template: str | None = None, hang_timeout: float = 10.0,
+                    **worker_options) -> "TokenizerPool":
         """Start `workers` local worker processes on private ipc:// sockets and connect to them.
         `chat_template` replaces the model's template: a template file, its text, or "chatml".
         `worker_options` are WorkerOptions fields (tool_parser, reasoning_parser, memory_limit_mb, ...).
-        A request whose worker died under it is sent again, `max_attempts` times in all."""
+        A request whose worker died under it is sent again, `max_attempts` times in all; a worker that
+        answers nothing (not even a liveness probe) for `hang_timeout` while work waits is killed and
+        replaced the same way."""
         run_dir = tempfile.mkdtemp(prefix="tokworker-")         # mode 0700: only this user can reach the sockets
         endpoints = worker_endpoints(f"ipc://{run_dir}/worker", workers)    # the daemon's naming: discoverable
         worker_options.setdefault("log_level", "WARNING")
@@ -91,15 +95,16 @@ class TokenizerPool:
                    for i, endpoint in enumerate(endpoints)]
         launcher = Launcher(options).start()
         pool = cls(endpoints, request_timeout=request_timeout, connect_timeout=startup_timeout,
-                   max_inflight=max_inflight, max_attempts=max_attempts, launcher=launcher, run_dir=run_dir)
+                   max_inflight=max_inflight, max_attempts=max_attempts, hang_timeout=hang_timeout,
+                   launcher=launcher, run_dir=run_dir)
         try:
             starting = asyncio.ensure_future(pool._start())
             while not starting.done():
                 await asyncio.wait([starting], timeout=0.1)
                 if launcher.crash_looping and not starting.done():
                     starting.cancel()
-                    raise PoolError("worker_failed", f"workers for {model_dir or DEFAULT_MODEL_DIR} cannot "
-                                                     f"start: {launcher.failure}")
+                    raise PoolError(ErrorCode.WORKER_FAILED, f"workers for {model_dir or DEFAULT_MODEL_DIR} cannot "
+                                                             f"start: {launcher.failure}")
             starting.result()
         except BaseException:
             await pool.close()
@@ -141,10 +146,19 @@ class TokenizerPool:
         infos = await asyncio.gather(*(link.start() for link in links))
         fingerprints = {info.model_fingerprint for info in infos} | ({expected} if expected else set())
         if len(fingerprints) != 1:
-            raise PoolError("model_mismatch", f"workers serve different tokenizers: {sorted(fingerprints)}")
+            raise PoolError(ErrorCode.MODEL_MISMATCH, f"workers serve different tokenizers: {sorted(fingerprints)}")
         for link in self.links:
             link.expected_fingerprint = infos[0].model_fingerprint
         self.max_streams = sum(link.info.limits.max_streams for link in self.links if link.info)
+
+    def _replace_hung(self, link: WorkerLink) -> bool:
+        """A worker of ours that stopped answering is killed; the launcher starts another and the link
+        recovers as after any death. Workers of a daemon are not ours to kill (False)."""
+        pid = link.info.pid if link.info is not None else None
+        if self.launcher is None or pid is None or pid not in self.launcher.pids:
+            return False
+        os.kill(pid, signal.SIGKILL)
+        return True
 
     @property
     def info(self):
@@ -172,8 +186,7 @@ class TokenizerPool:
         return min(self._for_new_work(), key=lambda link: link.load)
 
     async def _call(self, msg, timeout: float | None):
-        if self.closed:
-            raise PoolError("closed", "this pool is closed")
+        self._check_open()
         body = encode_request(msg)
         while True:
             link = self._least_loaded()                      # raises when every worker is draining
@@ -210,8 +223,7 @@ class TokenizerPool:
                       eos_token_ids: list[int] | None = None, timeout: float | None = None) -> Constraint:
         """A regex / JSON schema / forced tool call -> a Constraint kept on the least loaded worker, for
         guide() to answer per-step masks from (see frontend/constraints.py)."""
-        if self.closed:
-            raise PoolError("closed", "this pool is closed")
+        self._check_open()
         request = encode_request(Compile(pattern=pattern, json_schema=json_schema, tools=tools, tool_name=tool_name,
                                   format=format, eos_token_ids=eos_token_ids))
         return await compile_on(self._least_loaded(), request, timeout)
@@ -220,8 +232,7 @@ class TokenizerPool:
                     timeout: float | None = None) -> dict[str, GuideStep | PoolError]:
         """One engine step of constrained decoding: {name: (constraint, state, ids sampled since)} -> {name:
         GuideStep(state, mask, accepting)}, or that query's PoolError. One message per worker."""
-        if self.closed:
-            raise PoolError("closed", "this pool is closed")
+        self._check_open()
         return await guide(self, queries, timeout)
 
     async def stats(self) -> list[StatsReply]:
@@ -238,14 +249,16 @@ class TokenizerPool:
             raise InvalidRequest(ErrorCode.INVALID, f"chunks is a ChunkFormat, not {type(chunks).__name__}")
         if not isinstance(stream_id, str):
             raise InvalidRequest(ErrorCode.INVALID, f"stream ids are str, not {type(stream_id).__name__}")
-        if stream_id in self._streams:
+        self._check_open()
+        existing = self.streams.get(stream_id)
+        if existing is not None and not existing.finished:
             raise InvalidRequest(ErrorCode.STREAM_EXISTS, f"stream {stream_id!r} is already open")
-        if len(self._streams) >= self.max_streams:
-            raise Overloaded(ErrorCode.OVERLOADED, f"{len(self._streams)} streams open, the pool's limit")
+        if self.open_streams >= self.max_streams:
+            raise Overloaded(ErrorCode.OVERLOADED, f"{self.open_streams} streams open, the pool's limit")
         params = params or StreamParams()
         prompt_ids = list(prompt_ids) if prompt_ids is not None else None
         while True:
-            link = min(self._for_new_work(), key=lambda link: (len(link.streams), link.load))
+            link = min(self._for_new_work(), key=lambda link: (link.open_streams, link.load))
             try:
                 return await self._open_on(link, stream_id, params, prompt_ids, prompt_text, buffer, chunks)
             except ShuttingDown:
@@ -253,145 +266,105 @@ class TokenizerPool:
 
     async def _open_on(self, link: WorkerLink, stream_id: str, params: StreamParams, prompt_ids, prompt_text,
                        buffer: bool, chunks) -> Stream:
-        stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks)
         body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
                                          prompt_text=prompt_text, chunks=chunks))
+        link.check(size=len(body))                   # refused before the stream exists anywhere
+        stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks, self._retire)
 
         def opened(reply):
-            if self._streams.get(stream_id) is stream and not stream.finished:
-                link.streams[stream_id] = stream
+            stream.opened = True
             return stream
 
-        def failed(error):
-            if self._streams.get(stream_id) is stream:
-                del self._streams[stream_id]
-            stream.fail(error)
+        self.streams[stream_id] = stream
+        return await link.request(body, on_reply=opened, on_error=stream.fail, stateful=True)
 
-        future = link.request(body, on_reply=opened, on_error=failed, stateful=True)
-        self._forgotten.pop(stream_id, None)
-        self._streams[stream_id] = stream
-        return await future
+    @property
+    def open_streams(self) -> int:
+        return sum(link.open_streams for link in self.links)
 
     def submit_step(self, ids: dict[str, list[int]], finish=()) -> asyncio.Future:
         """Send one engine step now (one message per worker) and return a future of {stream id: update}.
         An engine loop can keep several steps in flight; each stream's updates still arrive in order."""
-        results: dict[str, StreamUpdate] = {}
-        groups: dict[WorkerLink, dict] = {}
-        scored: dict[WorkerLink, dict] = {}       # streams stepped as (ids, logprobs)
-        streams = self._streams
+        self._check_open()
+        late: dict[str, StreamUpdate] | None = None
+        groups: dict[WorkerLink, tuple[dict, list]] = {}
+        scored: dict[WorkerLink, dict] = {}          # streams stepped as (ids, logprobs)
+        table = self.streams
         for stream_id, batch in ids.items():
-            stream = streams.get(stream_id)
+            stream = table.get(stream_id)
             if stream is None or stream.finished:
-                self._late(stream_id, results)
+                late = self._late(stream_id, late)
                 continue
             group = groups.get(stream.link)
             if group is None:
-                group = groups[stream.link] = {}
+                group = groups[stream.link] = ({}, [])
             if type(batch) is tuple:
                 batch, logprobs = batch
                 scored.setdefault(stream.link, {})[stream_id] = logprobs
-            group[stream_id] = batch
+            group[0][stream_id] = batch
+            group[1].append(stream)
         ending: dict[WorkerLink, list] = {}
         for stream_id in finish:
-            stream = streams.get(stream_id)
+            stream = table.get(stream_id)
             if stream is None or stream.finished:
-                self._late(stream_id, results)
+                late = self._late(stream_id, late)
                 continue
             ending.setdefault(stream.link, []).append(stream_id)
-            groups.setdefault(stream.link, {})
-        futures = []
-        for link, batch_ids in groups.items():
-            finished = ending.get(link, [])
-            body = encode_request(Step(ids=batch_ids, finish=finished, logprobs=scored.get(link, {})))
-            futures.append(link.request(body, stateful=True, on_reply=self._step_applier(link, batch_ids, finished),
-                                        on_error=self._step_failer(link, batch_ids, finished)))
-        return _merged(futures, results)
+            group = groups.setdefault(stream.link, ({}, []))
+            if stream_id not in group[0]:
+                group[1].append(stream)
+        future = asyncio.get_running_loop().create_future()
+        if not groups:
+            future.set_result(late or {})
+            return future
+        call = StepCall(future, late, len(groups))
+        parts = []
+        for link, (batch_ids, streams) in groups.items():
+            finishing = ending.get(link, [])
+            body = encode_request(Step(ids=batch_ids, finish=finishing, logprobs=scored.get(link, {})))
+            link.check(size=len(body))               # every link takes its share, or none does
+            parts.append((link, StepPart(body, call, streams, batch_ids, bool(finishing))))
+        for link, part in parts:
+            for stream, batch in zip(part.streams, part.ids.values()):    # the ids-carrying streams come first
+                stream.log.extend(batch)
+            link.send(part)
+            if link.lagging:                         # replaced as hung: the others' share does not wait for it
+                part.detach()
+        return future
 
     async def step(self, ids: dict[str, list[int]], finish=()) -> dict[str, StreamUpdate]:
         """One engine step: the new ids of each stream, or (ids, logprobs) for a stream opened with
         StreamParams.logprobs (one `(logprob, [(top id, top logprob), ...])` per id), and the streams the
-        engine ended -> their updates. A stream that already finished gets an empty update (or, once, the
-        error update if it failed)."""
+        engine ended -> their updates.
+        A stream that already finished gets an empty update, or once, if it failed, its StreamFailure (code
+        and message; for a chunked stream an OpenAI error event in `sse`)."""
         return await self.submit_step(ids, finish)
 
-    def _late(self, stream_id: str, results: dict) -> None:
+    def _late(self, stream_id: str, late: dict | None) -> dict:
         """Ids for a stream that has ended (the engine had not seen the abort yet), or that never was."""
-        stream = self._streams.get(stream_id) or self._forgotten.get(stream_id)
+        stream = self.streams.get(stream_id)
         if stream is None:
             raise UnknownStream(ErrorCode.UNKNOWN_STREAM, f"no stream {stream_id!r}")
-        results[stream_id] = stream.take_failure() or EMPTY
-        self._forget(stream)
+        late = {} if late is None else late
+        late[stream_id] = stream.take_failure() or EMPTY
+        return late
 
-    def _step_applier(self, link: WorkerLink, batch_ids: dict, finished: list):
-        def apply(reply: StepReply) -> dict[str, StreamUpdate]:
-            """The hot path of every step: log each stream's acknowledged ids (its replay record) and
-            hand the reply's dict back as the result."""
-            streams = self._streams
-            updates = reply.updates
-            for stream_id, update in updates.items():
-                stream = streams.get(stream_id)
-                if stream is None or stream.link is not link:
-                    continue                                 # closed while the step was in flight
-                batch = batch_ids.get(stream_id)
-                if batch is not None:
-                    stream.log.extend(batch)
-                if update.finish_reason is not None or stream.buffered:
-                    stream.acknowledged(update)
-                    if stream.finished:
-                        self._forget(stream)
-            if reply.errors or len(updates) != len(batch_ids) + sum(1 for s in finished if s not in batch_ids):
-                self._step_errors(link, batch_ids, finished, reply)
-            return updates
-        return apply
-
-    def _step_errors(self, link: WorkerLink, batch_ids: dict, finished: list, reply: StepReply) -> None:
-        """Streams the worker could not step fail (their error update goes into the result)."""
-        streams, updates = self._streams, reply.updates
-        for stream_id, error in reply.errors.items():
-            stream = streams.get(stream_id)
-            if stream is None or stream.link is not link:
-                continue                                     # finished or closed before this step arrived
-            stream.fail(error_for(error.code, error.message))
-            stream.take_failure()
-            self._forget(stream)
-            updates[stream_id] = FAILED
-        for stream_id in (*batch_ids, *finished):
-            stream = streams.get(stream_id)
-            if stream_id not in updates and stream is not None and stream.link is link:
-                stream.fail(PoolError(ErrorCode.INTERNAL, "the worker's step reply left it out"))
-                self._forget(stream)
-                updates[stream_id] = FAILED
-
-    def _step_failer(self, link: WorkerLink, batch_ids: dict, finished: list):
-        """A step that failed as a whole (timeout, worker lost, rejected): its streams' state is unknown to
-        their callers, so they end with the error rather than continue with a gap."""
-        def fail(error: PoolError) -> None:
-            for stream_id in (*batch_ids, *finished):
-                stream = self._streams.get(stream_id)
-                if stream is not None and stream.link is link:
-                    stream.fail(StreamFailed(error.code, f"a step of this stream failed: {error.message}"))
-                    link.streams.pop(stream_id, None)
-        return fail
-
-    def _forget(self, stream: Stream) -> None:
-        """A finished stream leaves the tables; a bounded memory keeps late ids for it from being errors."""
-        if self._streams.get(stream.id) is stream:
-            del self._streams[stream.id]
-        stream.link.streams.pop(stream.id, None)
-        self._forgotten[stream.id] = stream
-        self._forgotten.move_to_end(stream.id)
-        if len(self._forgotten) > MAX_FORGOTTEN:
-            self._forgotten.popitem(last=False)
+    def _retire(self, stream: Stream) -> None:
+        """A finished stream stays in the table a while (late ids for it are no error), bounded in count."""
+        ended = self._ended
+        ended.append(stream)
+        while len(ended) > MAX_FORGOTTEN:
+            old = ended.popleft()
+            if self.streams.get(old.id) is old:
+                del self.streams[old.id]
 
     async def close_stream(self, *stream_ids: str) -> None:
         """Drop streams (aborted requests): no more output; their iterators end."""
         groups: dict[WorkerLink, list[str]] = {}
         for stream_id in stream_ids:
-            stream = self._streams.pop(stream_id, None)
-            self._forgotten.pop(stream_id, None)
-            if stream is None:
+            stream = self.streams.pop(stream_id, None)     # closed by the caller: later ids are an error
+            if stream is None or stream.finished:
                 continue
-            stream.link.streams.pop(stream_id, None)
             stream.close()
             groups.setdefault(stream.link, []).append(stream_id)
         futures = [link.request(encode_request(CloseStreams(stream_ids=ids)), stateful=True)
@@ -401,6 +374,10 @@ class TokenizerPool:
             if isinstance(result, InvalidRequest):
                 raise result
 
+    def _check_open(self) -> None:
+        if self.closed:
+            raise PoolError(ErrorCode.CLOSED, "this pool is closed")
+
     # ------------------------------------------------------------ shutdown
     async def close(self) -> None:
         if self.closed:
@@ -408,9 +385,9 @@ class TokenizerPool:
         self.closed = True
         for link in self.links:
             await link.close()
-        for stream in list(self._streams.values()):
-            stream.fail(PoolError("closed", "the pool was closed"))
-        self._streams.clear()
+        for stream in list(self.streams.values()):
+            stream.fail(PoolError(ErrorCode.CLOSED, "the pool was closed"))
+        self.streams.clear()
         self.context.destroy(linger=0)        # closes any socket left open too: term() would wait for it
         if self.launcher is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.launcher.stop)
@@ -429,35 +406,3 @@ async def _checked_peer(endpoint: str, timeout: float) -> None:
                 raise
         await asyncio.sleep(0.05)
 
-
-def _merged(futures: list[asyncio.Future], results: dict) -> asyncio.Future:
-    """One future for several per-worker step futures: the union of their dicts (plus `results`)."""
-    loop = asyncio.get_running_loop()
-    if len(futures) == 1 and not results:
-        return futures[0]
-    merged = loop.create_future()
-    if not futures:
-        merged.set_result(results)
-        return merged
-    remaining = [len(futures)]
-
-    def done(future: asyncio.Future) -> None:
-        if merged.done():
-            if not future.cancelled():
-                future.exception()
-            return
-        if future.cancelled():
-            merged.cancel()
-            return
-        error = future.exception()
-        if error is not None:
-            merged.set_exception(error)
-            return
-        results.update(future.result())
-        remaining[0] -= 1
-        if remaining[0] == 0:
-            merged.set_result(results)
-
-    for future in futures:
-        future.add_done_callback(done)
-    return merged

@@ -141,7 +141,7 @@ async def _recompile(constraint: Constraint, timeout: float | None) -> PoolError
     except PoolError as error:
         return error
     if reply.constraint_id != constraint.id or reply.initial_state != constraint.initial_state:
-        return PoolError("constraint_changed", f"compiling {constraint.id} again gave {reply.constraint_id}: its "
+        return PoolError(ErrorCode.CONSTRAINT_CHANGED, f"compiling {constraint.id} again gave {reply.constraint_id}: its "
                                                "state numbers cannot be trusted; compile it anew")
     return None
 
@@ -151,5 +151,5 @@ async def _move(pool, constraint: Constraint, timeout: float | None) -> None:
     link = pool._least_loaded()
     moved = await compile_on(link, constraint.request, timeout)
     if moved.id != constraint.id or moved.initial_state != constraint.initial_state:
-        raise PoolError("constraint_changed", f"compiling {constraint.id} elsewhere gave {moved.id}")
+        raise PoolError(ErrorCode.CONSTRAINT_CHANGED, f"compiling {constraint.id} elsewhere gave {moved.id}")
     constraint.link = link

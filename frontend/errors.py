@@ -1,16 +1,13 @@
-"""The frontend's typed errors: one class per thing a caller would handle differently, each carrying the
-protocol's ErrorCode value in `.code`."""
+"""The frontend's typed errors: one class per thing a caller would handle differently, all CodedErrors
+carrying the protocol's ErrorCode value in `.code`."""
 
 from __future__ import annotations
 
-from tokworker.protocol.messages import ErrorCode
+from tokworker.protocol.messages import CodedError, ErrorCode
 
 
-class PoolError(Exception):
-    def __init__(self, code: str, message: str = ""):
-        super().__init__(f"{code}: {message}" if message else code)
-        self.code = code
-        self.message = message
+class PoolError(CodedError):
+    """What the pool raises: the worker's error as it was sent, or the frontend's own (closed, worker_lost...)."""
 
 
 class InvalidRequest(PoolError, ValueError):

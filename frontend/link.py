@@ -25,9 +25,10 @@ import msgspec
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, decode_reply,
-                               encode_message, pack_id, unpack_id)
+from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, Stats,
+                                         decode_reply, encode_message, pack_id, unpack_id)
 from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost, error_for
+from tokworker.frontend.pending import Call, Pending, Probe
 
 log = logging.getLogger("tokworker.frontend")
 
@@ -43,18 +44,16 @@ class _Disconnected(Exception):
     pass
 
 
-class _Pending:
-    __slots__ = ("body", "future", "on_reply", "on_error", "stateful", "attempts", "timer", "rid", "replay")
-
-    def __init__(self, body, future, on_reply, on_error, stateful, replay=False):
-        self.body, self.future, self.on_reply, self.on_error = body, future, on_reply, on_error
-        self.stateful, self.attempts, self.timer, self.rid = stateful, 0, None, 0
-        self.replay = replay                 # a rebuild of a stream: superseded by the next epoch's own
+_EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
+_NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
+_SWEEP_S = 0.05
+_STATS = encode_message(Stats())          # how often a link with requests in flight looks for ones past their deadline
 
 
 class WorkerLink:
-    def __init__(self, context: zmq.Context, endpoint: str, session: str, *, keys=None, request_timeout=30.0,
-                 connect_timeout=60.0, max_inflight=256, max_attempts=3, max_message_bytes=64 << 20):
+    def __init__(self, context: zmq.Context, endpoint: str, session: str, streams: dict, *, keys=None,
+                 request_timeout=30.0, connect_timeout=60.0, max_inflight=256, max_attempts=3,
+                 max_message_bytes=64 << 20, hang_timeout=10.0, on_hung=None):
         self.context = context
         self.endpoint = endpoint
         self.session = session
@@ -64,9 +63,14 @@ class WorkerLink:
         self.max_inflight = max_inflight
         self.max_attempts = max_attempts
         self.max_message_bytes = max_message_bytes
+        self.hang_timeout = hang_timeout        # no reply at all for this long while requests wait: hung
+        self.on_hung = on_hung                  # what to do then (the pool kills a worker it spawned)
+        self.replied = 0.0                      # when the worker last answered anything
         self.loop = asyncio.get_running_loop()
-        self.pending: dict[int, _Pending] = {}
-        self.streams: dict = {}                 # stream id -> Stream, for streams the worker acknowledged
+        self.pending: dict[int, Pending] = {}
+        self.table = streams                    # the pool's one stream table (id -> Stream), read on recovery
+        self.open_streams = 0                   # streams placed here and not finished (placement's measure)
+        self.stateless = 0                      # stateless requests in flight (bounded by max_inflight)
         self.ready = False                      # connected and handshaken: requests go out at once
         self.down = False                       # gave up after connect_timeout: requests fail at once
         self.draining = False                   # the worker answered SHUTTING_DOWN: no new work until it is back
@@ -76,8 +80,12 @@ class WorkerLink:
         self.expected_fingerprint: str | None = None
         self.epoch = 0
         self.recoveries = 0
+        self.hangs = 0
+        self.lagging = False                    # replaced as hung and not yet back
         self._ids = itertools.count(1)
         self._sock = self._monitor = None
+        self._send = self._recv = self._get = None
+        self._sweeping = None
         self._hello: asyncio.Future | None = None
         self._hello_id = -1
         self._auth_error: PoolError | None = None
@@ -92,70 +100,122 @@ class WorkerLink:
     def request(self, body: bytes, on_reply=None, on_error=None, stateful=False, timeout=None) -> asyncio.Future:
         """Send one encoded request; the future gets `on_reply(reply)` (or the reply) or a PoolError.
         `on_reply`/`on_error` run as soon as the reply is read, even if the caller stopped waiting."""
+        self.check(stateful, len(body))
+        call = Call(body, self.loop.create_future(), on_reply, on_error, stateful)
+        self.send(call, timeout)
+        return call.future
+
+    def check(self, stateful: bool = True, size: int = 0) -> None:
+        """Raise what send() would refuse with, before anything is sent (a step spanning several links asks
+        each first, so it is sent to all or to none). Stream requests are not bounded by the stateless
+        in-flight limit: a burst of renders must never refuse an engine step."""
         if self.closed:
-            raise PoolError("closed", "this pool is closed")
+            raise PoolError(ErrorCode.CLOSED, "this pool is closed")
         if self.down:
             raise WorkerLost(ErrorCode.WORKER_LOST, f"worker at {self.endpoint} is unreachable")
-        if len(self.pending) >= self.max_inflight:
-            raise Overloaded(ErrorCode.OVERLOADED, f"{len(self.pending)} requests in flight to {self.endpoint}")
-        if len(body) > self.max_message_bytes:
-            raise InvalidRequest(ErrorCode.TOO_LARGE, f"request of {len(body)} bytes; the worker accepts "
+        if not stateful and self.stateless >= self.max_inflight:
+            raise Overloaded(ErrorCode.OVERLOADED, f"{self.stateless} requests in flight to {self.endpoint}")
+        if size > self.max_message_bytes:
+            raise InvalidRequest(ErrorCode.TOO_LARGE, f"request of {size} bytes; the worker accepts "
                                                       f"{self.max_message_bytes}")
-        pending = _Pending(body, self.loop.create_future(), on_reply, on_error, stateful)
-        pending.timer = self.loop.call_later(timeout or self.request_timeout, self._expire, pending)
-        rid = pending.rid = next(self._ids)
+
+    def send(self, pending: Pending, timeout: float | None = None) -> None:
+        """Put `pending` in flight (check() first: this does not refuse)."""
+        pending.deadline = self.loop.time() + (timeout or self.request_timeout)
+        if not pending.stateful:
+            self.stateless += 1
+        rid = next(self._ids)
+        pipelined = bool(self.pending)
+        if not pipelined:
+            self.replied = self.loop.time()     # the hang clock starts when work starts waiting
         self.pending[rid] = pending
+        if self._sweeping is None:
+            self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
         if self.ready:
             self._transmit(rid, pending)
-            self._kick()
-        return pending.future
+            if pipelined:            # a reply may have come in while sending; with none awaited, the sweep looks
+                self._kick()
 
-    def _transmit(self, rid: int, pending: _Pending) -> None:
+    def _transmit(self, rid: int, pending: Pending) -> None:
         pending.rid = rid
         pending.attempts += 1
         try:
-            self._sock.send_multipart([pack_id(rid), pending.body], zmq.NOBLOCK)
+            self._send(pack_id(rid), _SNDMORE | _NOBLOCK)
+            self._send(pending.body, _NOBLOCK)
         except zmq.ZMQError as exc:
-            del self.pending[rid]
-            self._fail(pending, Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
+            self._finish(pending, Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
 
-    def _expire(self, pending: _Pending) -> None:
-        if self.pending.get(pending.rid) is not pending:
-            return                                           # answered (or failed) already
-        del self.pending[pending.rid]
-        self._fail(pending, RequestTimeout(ErrorCode.TIMEOUT, f"no reply from {self.endpoint} in time"))
-        if pending.stateful and self.ready:
-            log.warning("stream request to %s timed out; reconnecting to fence it off", self.endpoint)
-            self._start_recovery()
+    def _sweep(self) -> None:
+        """Fail what is past its deadline (one timer per link, not one per request)."""
+        self._sweeping = None
+        now = self.loop.time()
+        if self.pending and self.ready and now - self.replied > self.hang_timeout / 2:
+            self._probe(now)
+        expired = [p for p in self.pending.values() if p.deadline <= now]
+        for pending in expired:
+            if self.pending.get(pending.rid) is pending:
+                self._finish(pending, RequestTimeout(ErrorCode.TIMEOUT, f"no reply from {self.endpoint} in time"))
+                if pending.stateful and self.ready:
+                    log.warning("stream request to %s timed out; reconnecting to fence it off", self.endpoint)
+                    self._start_recovery()
+        if self.pending and not self.closed:
+            self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
+            self._kick()             # a send may have taken the descriptor's signal for a reply: read it now
 
-    def _fail(self, pending: _Pending, error: PoolError) -> None:
-        pending.timer.cancel()
-        if pending.on_error is not None:
-            pending.on_error(error)
-        if not pending.future.done():
-            pending.future.set_exception(error)
+    def _probe(self, now: float) -> None:
+        """Quiet while work waits: a long render may be all it is, so ask the worker's lane (which answers
+        between a render's bytecodes) for its stats; still nothing after hang_timeout: the worker is hung."""
+        if now - self.replied > self.hang_timeout:
+            self._hung(now)
+        elif not any(type(p) is Probe for p in self.pending.values()):
+            self.send(Probe(_STATS, True))
+
+    def _hung(self, now: float) -> None:
+        """Work waits and the worker has answered nothing for hang_timeout (stopped, stuck in C, live-locked):
+        have it replaced; the disconnect that follows recovers the link as after kill -9 (replay, re-send)."""
+        log.error("worker at %s answered nothing for %.1f s with %d requests waiting; replacing it",
+                  self.endpoint, now - self.replied, len(self.pending))
+        self.replied = now
+        self.hangs += 1
+        self.lagging = True                                  # until resumed, steps do not wait for this worker
+        for pending in list(self.pending.values()):
+            pending.detach()
+        if self.on_hung is not None and self.on_hung(self):
+            return
+        self._start_recovery()                               # not ours to kill: at least fence the connection
+
+    def _finish(self, pending: Pending, error: PoolError | None = None, reply=None) -> None:
+        """Take `pending` out of flight and give it its answer."""
+        if self.pending.pop(pending.rid, None) is pending and not pending.stateful:
+            self.stateless -= 1
+        if error is not None:
+            pending.fail(error)
+        else:
+            pending.reply(reply)
 
     # ------------------------------------------------------------ replies
     def _on_readable(self) -> None:
-        sock = self._sock
+        sock, get, recv = self._sock, self._get, self._recv
         try:
-            while sock is self._sock and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                self._deliver(sock.recv_multipart(zmq.NOBLOCK))
+            while sock is self._sock and get(_EVENTS) & _POLLIN:
+                head = recv(_NOBLOCK)                    # a worker's reply is always [id, body]
+                self._deliver(head, recv(_NOBLOCK) if get(_RCVMORE) else b"")
+                self.replied = self.loop.time()
         except zmq.ZMQError:
             pass
 
     def _kick(self) -> None:
         """ZeroMQ's descriptor only signals changes: after a send, look for replies that are already there."""
         sock = self._sock
-        if sock is not None and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        if sock is not None and self._get(_EVENTS) & _POLLIN:
             self.loop.call_soon(self._on_readable)
 
-    def _deliver(self, frames: list[bytes]) -> None:
-        if len(frames) != 2 or len(frames[0]) != 8:
+    def _deliver(self, head: bytes, body: bytes) -> None:
+        if len(head) != 8 or not body:
             return
-        rid = unpack_id(frames[0])
+        rid = unpack_id(head)
         try:
-            reply = decode_reply(frames[1])
+            reply = decode_reply(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             reply = ErrorReply(code=ErrorCode.MALFORMED, message=f"undecodable reply: {exc}", request_id=rid)
         if rid == self._hello_id:
@@ -166,19 +226,11 @@ class WorkerLink:
         pending = self.pending.pop(rid, None)
         if pending is None:
             return                                           # timed out earlier, or from before a reset
-        if type(reply) is ErrorReply:
-            if reply.code == ErrorCode.SHUTTING_DOWN:
-                self.draining = True
-            self._fail(pending, error_for(reply.code, reply.message))
-            return
-        pending.timer.cancel()
-        try:
-            result = pending.on_reply(reply) if pending.on_reply is not None else reply
-        except PoolError as exc:
-            self._fail(pending, exc)
-            return
-        if not pending.future.done():
-            pending.future.set_result(result)
+        if not pending.stateful:
+            self.stateless -= 1
+        if type(reply) is ErrorReply and reply.code == ErrorCode.SHUTTING_DOWN:
+            self.draining = True                             # new work goes to other workers until it is back
+        pending.reply(reply)
 
     # ------------------------------------------------------------ connection and recovery
     async def start(self) -> HelloReply:
@@ -250,7 +302,7 @@ class WorkerLink:
         if type(reply) is ErrorReply:
             return error_for(reply.code, reply.message)
         if self.expected_fingerprint and reply.model_fingerprint != self.expected_fingerprint:
-            return PoolError("model_mismatch", f"{self.endpoint} serves model {reply.model_fingerprint}, the pool "
+            return PoolError(ErrorCode.MODEL_MISMATCH, f"{self.endpoint} serves model {reply.model_fingerprint}, the pool "
                                                f"expects {self.expected_fingerprint}")
         return None
 
@@ -270,6 +322,8 @@ class WorkerLink:
         self._monitor = sock.get_monitor_socket(_WATCHED)
         sock.connect(self.endpoint)
         self._sock = sock
+        raw = super(zmq.Socket, sock)                       # pyzmq's Cython socket: no per-call option checks
+        self._send, self._recv, self._get = raw.send, raw.recv, raw.get
         self.loop.add_reader(sock.getsockopt(zmq.FD), self._on_readable)
         self.loop.add_reader(self._monitor.getsockopt(zmq.FD), self._on_monitor)
         self._hello = self.loop.create_future()
@@ -303,7 +357,7 @@ class WorkerLink:
         if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             self._handshake_drops += 1
         if event in _AUTH_EVENTS or self._handshake_drops >= _HANDSHAKE_DROPS:
-            error = PoolError("auth_failed", f"{self.endpoint} refused the connection's security handshake "
+            error = PoolError(ErrorCode.AUTH_FAILED, f"{self.endpoint} refused the connection's security handshake "
                                              "(CurveZMQ keys missing, wrong or not authorized)")
             if hello is not None and not hello.done():
                 hello.set_exception(error)
@@ -314,65 +368,64 @@ class WorkerLink:
                 log.warning("lost the connection to %s; reconnecting", self.endpoint)
                 self._start_recovery()
 
-    def _resume(self) -> None:
-        """After a handshake: replay acknowledged streams, then re-send what was unanswered, in order."""
+    def _take_pending(self) -> list[Pending]:
         waiting = list(self.pending.values())
         self.pending.clear()
+        self.stateless = 0
+        return waiting
+
+    def _resume(self) -> None:
+        """After a handshake: replay acknowledged streams, then re-send what was unanswered, in order. A
+        stream's log holds every id sent for it; those of unanswered steps are re-sent, so the replay is
+        the rest."""
+        waiting = self._take_pending()
         self.ready = True
-        for stream in list(self.streams.values()):
-            if stream.finished:
-                del self.streams[stream.id]
-                continue
-            body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
-                                             prompt_text=stream.prompt_text, replay=stream.replay_batches(), chunks=stream.chunks))
-            pending = _Pending(body, self.loop.create_future(), None, self._stream_failer(stream), True, replay=True)
-            pending.future.add_done_callback(_quiet)
-            pending.timer = self.loop.call_later(self.request_timeout, self._expire, pending)
-            rid = pending.rid = next(self._ids)
-            self.pending[rid] = pending
-            self._transmit(rid, pending)
+        self.lagging = False
+        in_flight: dict[str, int] = {}
         for pending in waiting:
-            if pending.replay or (pending.future.done() and not pending.stateful):
-                pending.timer.cancel()                       # replayed afresh above, or the caller gave up
-                if not pending.future.done():
-                    pending.future.cancel()
+            for stream_id, ids in pending.step_ids().items():
+                in_flight[stream_id] = in_flight.get(stream_id, 0) + len(ids)
+        for stream in [s for s in self.table.values() if s.link is self and s.opened and not s.finished]:
+            body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
+                                             prompt_text=stream.prompt_text, chunks=stream.chunks,
+                                             replay=stream.replay_batches(in_flight.get(stream.id, 0))))
+            replay = Call(body, self.loop.create_future(), None, stream.fail, True, replay=True)
+            replay.future.add_done_callback(_quiet)
+            self.send(replay)
+        for pending in waiting:
+            if pending.replay or pending.abandoned():
+                pending.abandon()                            # replayed afresh above, or the caller gave up
                 continue
             if pending.attempts >= self.max_attempts:
-                self._fail(pending, WorkerLost(ErrorCode.WORKER_LOST, f"sent {pending.attempts} times to "
-                                                                      f"{self.endpoint}; the worker died each time"))
+                pending.fail(WorkerLost(ErrorCode.WORKER_LOST, f"sent {pending.attempts} times to "
+                                                               f"{self.endpoint}; the worker died each time"))
                 continue
-            rid = pending.rid = next(self._ids)
+            rid = next(self._ids)
             self.pending[rid] = pending
+            if not pending.stateful:
+                self.stateless += 1
             self._transmit(rid, pending)
         self._kick()
-
-    def _stream_failer(self, stream):
-        def fail(error: PoolError) -> None:
-            self.streams.pop(stream.id, None)
-            stream.fail(error)
-        return fail
 
     def _give_up(self, error: PoolError) -> None:
         """The worker stayed unreachable: fail what waits on it, and keep trying in the background."""
         log.error("giving up on %s for now: %s", self.endpoint, error)
         self.down = True
-        waiting = list(self.pending.values())
-        self.pending.clear()
-        for pending in waiting:
-            self._fail(pending, WorkerLost(error.code, error.message))
-        for stream in list(self.streams.values()):
+        for pending in self._take_pending():
+            pending.fail(WorkerLost(error.code, error.message))
+        for stream in [s for s in self.table.values() if s.link is self and not s.finished]:
             stream.fail(WorkerLost(error.code, error.message))
-        self.streams.clear()
 
     async def close(self) -> None:
         self.closed = True
         self.ready = False
         if self._task is not None and not self._task.done():
             self._task.cancel()
-        waiting = list(self.pending.values())
-        self.pending.clear()
-        for pending in waiting:
-            self._fail(pending, PoolError("closed", "the pool was closed"))
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            self._sweeping = None
+        for pending in self._take_pending():
+            pending.fail(PoolError(ErrorCode.CLOSED, "the pool was closed"))
         self._close_socket()
 
 

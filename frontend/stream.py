@@ -1,11 +1,12 @@
-"""The API process's side of one stream: where it lives, what it has been fed, and its updates.
+"""The API process's side of one stream: where it lives, every id sent for it, and its updates.
 
-`log` holds every id the worker has acknowledged, in order. It is what makes a worker's death invisible:
-the pool replays the log onto the replacement worker (output discarded) and re-sends the batches that
-were in flight, so the client sees each delta exactly once. A stream's state after some ids does not
-depend on how they were grouped into steps (TextStream's tested invariant), so the log keeps ids, not
-steps: one flat array, 8 bytes an id and nothing for the cyclic collector to walk (a list per step per
-stream was most of the pool's garbage-collection time with hundreds of streams).
+The pool's table of Streams is its only record of streams (a finished one stays a while, small, so that
+late ids for it are not errors). `log` holds every id sent for the stream, in order. It is what makes a
+worker's death invisible: the link replays the log onto the replacement worker, less the ids of steps
+still unanswered (those it re-sends), so the client sees each delta exactly once. A stream's state after
+some ids does not depend on how they were grouped into steps (TextStream's tested invariant), so the log
+keeps ids, not steps: one flat array, 8 bytes an id and nothing for the cyclic collector to walk. A
+finished stream lets go of its log, prompt and params.
 
 Iterating a Stream (`async for update in stream`) yields its StreamUpdates as steps deliver them; updates
 that pile up while nobody reads are merged into one, so the buffer stays one entry per unread step at most
@@ -22,12 +23,32 @@ import asyncio
 from array import array
 from collections import deque
 
+import msgspec
+
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, joined_logprobs
-from tokworker.frontend.errors import PoolError, StreamFailed
+from tokworker.protocol.messages import ErrorCode, ErrorReply
+from tokworker.frontend.errors import PoolError, StreamFailed, error_for
+from tokworker.frontend.pending import Pending
 
 MAX_BUFFERED = 64
 REPLAY_BATCH = 4096  # ids per batch when a log is replayed
-FAILED = StreamUpdate(finish_reason="error", abort=True)
+EMPTY = StreamUpdate()
+
+
+class StreamFailure(StreamUpdate, kw_only=True):
+    """The update that ends a failed stream: finish_reason "error", abort, and the error's code and message
+    (a chunked stream's `sse` is an OpenAI-style error event). Made here, never sent by a worker."""
+
+    code: str
+    message: str = ""
+
+
+def failure_update(error: PoolError, chunked: bool) -> StreamFailure:
+    sse = b""
+    if chunked:
+        sse = b"data: " + msgspec.json.encode({"error": {"message": error.message or error.code, "type": error.code,
+                                                         "param": None, "code": error.code}}) + b"\n\n"
+    return StreamFailure(finish_reason="error", abort=True, sse=sse, code=error.code, message=error.message)
 
 
 def merge_updates(updates) -> StreamUpdate:
@@ -47,7 +68,7 @@ def merge_updates(updates) -> StreamUpdate:
 
 class Stream:
     def __init__(self, stream_id: str, link, params: StreamParams, prompt_ids, prompt_text, buffer: bool,
-                 chunks: ChunkFormat | None = None):
+                 chunks: ChunkFormat | None = None, on_end=None):
         self.id = stream_id
         self.link = link
         self.params = params
@@ -55,49 +76,72 @@ class Stream:
         self.prompt_text = prompt_text
         self.chunks = chunks
         self.log = array("q")
+        self.opened = False                     # the worker acknowledged the open: a recovery replays it
         self.finished = False
         self.finish_reason: str | None = None
         self.error: PoolError | None = None
         self.buffered = buffer
         self._buffer: deque | None = deque() if buffer else None
         self._waiter: asyncio.Future | None = None
-        self._unreported_failure = False
+        self._unreported: StreamFailure | None = None
+        self.late: StreamUpdate | None = None   # output of a step its worker answered after the step had returned
+        self._on_end = on_end
+        link.open_streams += 1
 
-    def replay_batches(self) -> list[list[int]]:
-        """The log as OpenStream.replay batches."""
+    def replay_batches(self, in_flight: int = 0) -> list[list[int]]:
+        """The log, less its last `in_flight` ids (sent again with their steps), as OpenStream.replay batches."""
         log = self.log
-        return [log[i:i + REPLAY_BATCH].tolist() for i in range(0, len(log), REPLAY_BATCH)]
+        end = len(log) - in_flight
+        return [log[i:min(i + REPLAY_BATCH, end)].tolist() for i in range(0, end, REPLAY_BATCH)]
 
     # ------------------------------------------------------------ fed by the pool
     def acknowledged(self, update: StreamUpdate) -> None:
-        """The worker produced `update` (the pool has already logged the ids that made it)."""
+        """The worker produced `update` for this stream."""
+        if self.finished:
+            return                              # closed while the step was in flight
         if update.finish_reason is not None:
-            self.finished = True
-            self.finish_reason = update.finish_reason
+            self._end(update.finish_reason)
         self._deliver(update)
 
-    def fail(self, error: PoolError) -> None:
+    def fail(self, error: PoolError) -> StreamFailure | None:
+        """End with `error`; the failure update goes to the next step that names this stream (how the engine
+        learns), or is returned here to go into the current step's result."""
         if self.finished:
-            return
-        self.finished = True
-        self.finish_reason = "error"
+            return None
         self.error = error
-        self._unreported_failure = True
-        self._wake()
+        self._unreported = failure_update(error, self.chunks is not None)
+        self._end("error")
+        return self._unreported
 
     def close(self) -> None:
         """Closed by the caller: no more updates; an iterator ends after what is buffered."""
         if not self.finished:
-            self.finished = True
-            self.finish_reason = "abort"
-        self._wake()
+            self._end("abort")
 
     def take_failure(self) -> StreamUpdate | None:
-        """The error update once, for the next step that names this stream (how the engine learns)."""
-        if self._unreported_failure:
-            self._unreported_failure = False
-            return FAILED
-        return None
+        """What the engine has not been told, once: late output, then the failure (for the step that
+        reports it)."""
+        late, self.late = self.late, None
+        failure, self._unreported = self._unreported, None
+        if late is None:
+            return failure
+        return late if failure is None else merge_updates((late, failure))
+
+    def take_late(self) -> StreamUpdate | None:
+        late, self.late = self.late, None
+        return late
+
+    def add_late(self, update: StreamUpdate) -> None:
+        self.late = update if self.late is None else merge_updates((self.late, update))
+
+    def _end(self, reason: str) -> None:
+        self.finished = True
+        self.finish_reason = reason
+        self.link.open_streams -= 1
+        self.log = self.prompt_ids = self.prompt_text = self.params = None   # what a finished stream keeps: little
+        if self._on_end is not None:
+            self._on_end(self)
+        self._wake()
 
     def _deliver(self, update: StreamUpdate) -> None:
         buffer = self._buffer
@@ -138,3 +182,97 @@ class Stream:
         update = merge_updates(buffer)
         buffer.clear()
         return update
+
+
+class StepCall:
+    """One engine step across the links its streams live on: one future, resolved with every stream's
+    update once each link's share is answered."""
+
+    __slots__ = ("future", "results", "remaining")
+
+    def __init__(self, future: asyncio.Future, results: dict | None, parts: int):
+        self.future, self.results, self.remaining = future, results, parts
+
+    def done(self, updates: dict) -> None:
+        results = self.results
+        if results is None:
+            self.results = updates             # the usual step, on one link: the reply's own dict
+        else:
+            results.update(updates)
+        self.remaining -= 1
+        if not self.remaining and not self.future.done():
+            self.future.set_result(self.results)
+
+    def failed(self, error: PoolError) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class StepPart(Pending):
+    """One link's share of an engine step: the streams (in the order of the message, finish-only ones
+    last, which is the order of the reply's updates) and the ids sent for them."""
+
+    __slots__ = ("call", "streams", "ids", "finishing", "detached")
+
+    def __init__(self, body: bytes, call: StepCall, streams: list[Stream], ids: dict, finishing: bool = False):
+        super().__init__(body, True)
+        self.call, self.streams, self.ids = call, streams, ids
+        self.finishing = finishing              # ends streams: the engine steps them no more, so it waits
+        self.detached = False
+
+    def detach(self) -> None:
+        """The worker hangs: the step returns without this share (its streams' updates empty for now); the
+        share's output, when the replaced worker answers, reaches the engine with its next step."""
+        if not self.detached and not self.finishing:
+            self.detached = True
+            self.call.done({stream.id: EMPTY for stream in self.streams})
+
+    def step_ids(self) -> dict:
+        return self.ids
+
+    def reply(self, reply) -> None:
+        if type(reply) is ErrorReply:
+            self.fail(error_for(reply.code, reply.message))
+            return
+        updates = reply.updates
+        streams = self.streams
+        if reply.errors or len(updates) != len(streams):
+            self._uneven(updates, reply.errors)
+        else:
+            for done, (stream, (stream_id, update)) in enumerate(zip(streams, updates.items())):
+                if stream_id != stream.id:                     # not in the step's order: look each one up
+                    self._uneven(updates, reply.errors, done)
+                    break
+                if update.finish_reason is not None or stream.buffered or stream.late is not None:
+                    stream.acknowledged(update)
+                    if stream.late is not None and not self.detached:
+                        updates[stream_id] = merge_updates((stream.take_late(), update))
+        if self.detached:                       # the step returned without us: the engine hears it next time
+            for stream in streams:
+                update = updates.get(stream.id)
+                if update is not None:
+                    stream.add_late(update)
+            return
+        self.call.done(updates)
+
+    def _uneven(self, updates: dict, errors: dict, start: int = 0) -> None:
+        """Streams the worker could not step fail, with its error; one it left out fails as our bug."""
+        for stream in self.streams[start:]:
+            update = updates.get(stream.id)
+            if update is not None:
+                stream.acknowledged(update)
+                if stream.late is not None and not self.detached:
+                    updates[stream.id] = merge_updates((stream.take_late(), update))
+                continue
+            error = errors.get(stream.id)
+            failure = stream.fail(error_for(error.code, error.message) if error is not None else
+                                  PoolError(ErrorCode.INTERNAL, "the worker's step reply left this stream out"))
+            stream.take_failure()
+            updates[stream.id] = failure or EMPTY
+
+    def fail(self, error: PoolError) -> None:
+        """The step failed as a whole (timeout, worker lost, rejected): its streams' state is unknown to
+        their callers, so they end with the error rather than continue with a gap."""
+        for stream in self.streams:
+            stream.fail(StreamFailed(error.code, f"a step of this stream failed: {error.message}"))
+        self.call.failed(error)

@@ -35,16 +35,31 @@ class ErrorCode:
     UNKNOWN_STREAM = "unknown_stream"
     UNKNOWN_CONSTRAINT = "unknown_constraint"  # not (or no longer) compiled on this worker: compile it again
     STREAM_EXISTS = "stream_exists"
-    STREAM_FAILED = "stream_failed"        # the text engine raised while handling this stream
+    STREAM_FAILED = "stream_failed"        # a step that carried this stream failed as a whole
     OVERLOADED = "overloaded"              # bounded queue or table full: retry later, elsewhere
     TIMEOUT = "timeout"                    # over the request's time budget
     OUT_OF_MEMORY = "out_of_memory"
     UNAVAILABLE = "unavailable"            # a capability this worker does not have
     STALE = "stale"                        # sent on a connection that a newer handshake replaced
-    INTERNAL = "internal"
-    SHUTTING_DOWN = "shutting_down"        # the worker is draining: open streams go on, new work goes elsewhere
+    SHUTTING_DOWN = "shutting_down"        # the worker drains: no new streams or stateless work, retry elsewhere
+    INTERNAL = "internal"                  # a bug of ours, not the request's fault
     # Raised by the frontend itself, never sent by a worker:
     WORKER_LOST = "worker_lost"            # the worker died (or was unreachable) more times than retried
+    WORKER_FAILED = "worker_failed"        # spawned workers exit as soon as they start
+    AUTH_FAILED = "auth_failed"            # the worker refused the connection's security handshake
+    MODEL_MISMATCH = "model_mismatch"      # workers of one pool serve different tokenizers
+    CONSTRAINT_CHANGED = "constraint_changed"  # a recompiled constraint came back different
+    CLOSED = "closed"                      # the pool was closed
+
+
+class CodedError(Exception):
+    """The one base of tokworker's typed failures, on both sides of the wire: `code` is an ErrorCode value
+    (what a caller handles), `message` says why in words."""
+
+    def __init__(self, code: str, message: str = ""):
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
 
 
 class _Request(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, omit_defaults=True):

@@ -30,10 +30,9 @@ from array import array
 from collections import OrderedDict
 from itertools import chain
 
-from tokworker.protocol.messages import (Compile, CompileReply, Error, ErrorCode, Guide, GuideReply, GuideResult,
+from tokworker.protocol.messages import (CodedError, Compile, CompileReply, Error, ErrorCode, Guide, GuideReply, GuideResult,
                                nesting_depth)
 from tokworker.worker.options import WorkerOptions
-from tokworker.worker.streams import WorkerError
 
 _BITS = bytes.maketrans(b"\x00\x01", b"01")
 MAX_TRIES = 4
@@ -76,10 +75,7 @@ class ConstraintCache:
         entry = self.entries.get(constraint_id) if constraint_id is not None else None
         if entry is None:
             from tokworker.constrain import TokenAutomaton
-            try:
-                automaton = TokenAutomaton(pattern, self._trie(control), eos_ids=eos)
-            except ValueError as exc:
-                raise WorkerError(ErrorCode.INVALID, f"cannot compile this constraint: {exc}") from None
+            automaton = TokenAutomaton(pattern, self._trie(control), eos_ids=eos)
             constraint_id = self._digest(automaton, pattern, eos, control)
             entry = self.entries[constraint_id] = _Entry(automaton)
             self.ids[key] = constraint_id
@@ -91,10 +87,10 @@ class ConstraintCache:
     def _pattern(self, msg: Compile) -> str:
         given = [msg.pattern is not None, msg.json_schema is not None, msg.tools is not None]
         if sum(given) != 1:
-            raise WorkerError(ErrorCode.INVALID, "give exactly one of pattern, json_schema, tools")
+            raise CodedError(ErrorCode.INVALID, "give exactly one of pattern, json_schema, tools")
         for value, name in ((msg.json_schema, "json_schema"), (msg.tools, "tools")):
             if value is not None and nesting_depth(value, self.options.max_depth) > self.options.max_depth:
-                raise WorkerError(ErrorCode.TOO_LARGE, f"{name} nests deeper than {self.options.max_depth} levels")
+                raise CodedError(ErrorCode.TOO_LARGE, f"{name} nests deeper than {self.options.max_depth} levels")
         try:
             if msg.pattern is not None:
                 return msg.pattern
@@ -104,9 +100,7 @@ class ConstraintCache:
             from tokworker.constrain.tool_choice import tool_call_pattern
             return tool_call_pattern(msg.tools, msg.tool_name, format=msg.format)
         except ImportError as exc:
-            raise WorkerError(ErrorCode.UNAVAILABLE, f"constraints are not available: {exc}") from None
-        except (ValueError, TypeError, KeyError) as exc:
-            raise WorkerError(ErrorCode.INVALID, f"cannot compile this constraint: {exc}") from None
+            raise CodedError(ErrorCode.UNAVAILABLE, f"constraints are not available: {exc}") from None
 
     def _control_tokens(self, msg: Compile) -> tuple:
         """The special tokens a forced tool call may emit as themselves (Mistral's [TOOL_CALLS])."""
@@ -134,7 +128,7 @@ class ConstraintCache:
     # ------------------------------------------------------------ guide: the per-step query
     def guide(self, msg: Guide) -> GuideReply:
         if len(msg.queries) > self.options.max_batch:
-            raise WorkerError(ErrorCode.TOO_LARGE, f"guide over {self.options.max_batch} queries")
+            raise CodedError(ErrorCode.TOO_LARGE, f"guide over {self.options.max_batch} queries")
         results, errors = {}, {}
         masks: list[bytes] = []
         mask_index: dict[bytes, int] = {}       # by content: equal masks of different states or constraints too

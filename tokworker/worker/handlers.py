@@ -1,12 +1,12 @@
 """The stateless requests a worker serves: render, encode, decode (constraints are in constraints.py). Each
-takes a decoded message and returns its reply Struct, or raises WorkerError with the code the client should
-see."""
+takes a decoded message and returns its reply Struct, or raises: a CodedError with the code the client
+should see, or the engine's own error, which the server's one mapping (server.error_of) turns into a code."""
 
 from __future__ import annotations
 
-from tokworker.protocol.messages import Decode, DecodeReply, Encode, EncodeReply, ErrorCode, Render, RenderReply, nesting_depth
+from tokworker.protocol.messages import (CodedError, Decode, DecodeReply, Encode, EncodeReply, ErrorCode, Render,
+                                         RenderReply, nesting_depth)
 from tokworker.worker.options import WorkerOptions
-from tokworker.worker.streams import WorkerError
 
 
 class Handlers:
@@ -19,7 +19,6 @@ class Handlers:
         self._check_nesting(msg.messages, "messages")
         self._check_nesting(msg.tools, "tools")
         self._check_nesting(msg.template_kwargs, "template_kwargs")
-        from tokworker.templates import TemplateError, UntrustedTemplateError
         from tokworker.templates.apply import render_chat_prompt
 
         reserved = {"tools", "tokenize", "chat_template", "add_generation_prompt", "continue_final_message",
@@ -27,21 +26,13 @@ class Handlers:
                     "openai_messages"}
         clash = reserved.intersection(msg.template_kwargs)
         if clash:
-            raise WorkerError(ErrorCode.INVALID, f"template_kwargs may not set {sorted(clash)}")
+            raise CodedError(ErrorCode.INVALID, f"template_kwargs may not set {sorted(clash)}")
         options = dict(msg.template_kwargs, tools=msg.tools, chat_template=msg.chat_template,
                        add_generation_prompt=msg.add_generation_prompt,
                        continue_final_message=msg.continue_final_message,
                        allow_untrusted_template=self.options.allow_request_templates,
                        openai_messages=True)      # requests carry OpenAI-shaped messages: normalized as vLLM does
-        try:
-            text, ids = render_chat_prompt(self.tokenizer, msg.messages, **options)
-        except UntrustedTemplateError as exc:
-            raise WorkerError(ErrorCode.FORBIDDEN, f"{exc} (the operator can enable --allow-request-templates)") \
-                from None
-        except TemplateError as exc:
-            raise WorkerError(ErrorCode.TEMPLATE, f"{type(exc).__name__}: {exc}") from None
-        except (ValueError, TypeError, KeyError) as exc:
-            raise WorkerError(ErrorCode.INVALID, f"cannot render these messages: {exc}") from None
+        text, ids = render_chat_prompt(self.tokenizer, msg.messages, **options)
         return RenderReply(ids=list(ids), text=text if msg.return_text else None)
 
     # ------------------------------------------------------------ encode / decode
@@ -49,28 +40,21 @@ class Handlers:
         self._check_batch(len(msg.texts))
         total = sum(map(len, msg.texts))
         if total > self.options.max_text_chars:
-            raise WorkerError(ErrorCode.TOO_LARGE, f"{total} characters to encode; the limit is "
+            raise CodedError(ErrorCode.TOO_LARGE, f"{total} characters to encode; the limit is "
                                                    f"{self.options.max_text_chars}")
-        try:
-            ids = self.tokenizer.encode_batch(msg.texts, add_special_tokens=msg.add_special_tokens,
-                                              split_special_tokens=msg.split_special_tokens)
-        except (ValueError, TypeError) as exc:
-            raise WorkerError(ErrorCode.INVALID, str(exc)) from None
-        return EncodeReply(ids=ids)
+        return EncodeReply(ids=self.tokenizer.encode_batch(msg.texts, add_special_tokens=msg.add_special_tokens,
+                                                           split_special_tokens=msg.split_special_tokens))
 
     def decode(self, msg: Decode) -> DecodeReply:
         self._check_batch(len(msg.ids))
         decode, skip = self.tokenizer.decode, msg.skip_special_tokens
-        try:
-            return DecodeReply(texts=[decode(ids, skip_special_tokens=skip) for ids in msg.ids])
-        except (ValueError, TypeError) as exc:
-            raise WorkerError(ErrorCode.INVALID, str(exc)) from None
+        return DecodeReply(texts=[decode(ids, skip_special_tokens=skip) for ids in msg.ids])
 
     # ------------------------------------------------------------ limits
     def _check_batch(self, size: int) -> None:
         if size > self.options.max_batch:
-            raise WorkerError(ErrorCode.TOO_LARGE, f"batch of {size}; the limit is {self.options.max_batch}")
+            raise CodedError(ErrorCode.TOO_LARGE, f"batch of {size}; the limit is {self.options.max_batch}")
 
     def _check_nesting(self, value, name: str) -> None:
         if value is not None and nesting_depth(value, self.options.max_depth) > self.options.max_depth:
-            raise WorkerError(ErrorCode.TOO_LARGE, f"{name} nests deeper than {self.options.max_depth} levels")
+            raise CodedError(ErrorCode.TOO_LARGE, f"{name} nests deeper than {self.options.max_depth} levels")

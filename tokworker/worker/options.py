@@ -41,6 +41,9 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     max_batch: Annotated[int, _setting("texts per encode/decode, streams per step", ge=1)] = 4096
     max_text_chars: Annotated[int, _setting("characters per encode request, all texts together", ge=1)] = 8_000_000
     max_streams: Annotated[int, _setting("open streams per worker, all clients together", ge=1)] = 16384
+    max_sessions: Annotated[int, _setting(
+        "sessions and connections remembered beyond those with open streams (never forgotten while their "
+        "streams live)", ge=1)] = 65536
     stream_idle_s: Annotated[float, _setting("seconds a stream may go untouched before it is dropped", gt=0)] = 3600.0
     max_constraints: Annotated[int, _setting(
         "compiled constraints kept per worker (least recently used go first)", ge=1)] = 256

@@ -1,4 +1,7 @@
-"""The worker process: one loaded tokenizer and a ROUTER socket, one request at a time, one reply each.
+"""The worker process: one loaded tokenizer and a ROUTER socket, one reply for every request.
+
+Two threads: the lane (lane.py) owns the socket and serves session requests itself; the main thread runs
+stateless work under the wall budget.
 
 Frames in: [client identity, request id (8 bytes), msgpack body]; frames out: the same identity and id
 with the reply body. Whatever arrives, the client gets exactly one reply: the result or an ErrorReply
@@ -19,31 +22,38 @@ import os
 import secrets
 import signal
 import socket as socketlib
+import sys
+import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from pathlib import Path
 
 import msgspec
 import zmq
 
-from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, Decode, Encode, ErrorCode,
+from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CodedError, CloseStreams, Compile, Decode, Encode, ErrorCode,
                                ErrorReply, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
                                StatsReply, Status, StatusReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
 from tokworker.worker.constraints import ConstraintCache
+from tokworker.worker.defaults import default_parsers
 from tokworker.worker.errorlog import RequestErrors
+from tokworker.worker.errors import error_of
+from tokworker.worker.replies import encode_reply
 from tokworker.worker.handlers import Handlers
+from tokworker.worker.lane import ARRIVED, REPLY_QUEUE, SWITCH_S, Lane
 from tokworker.worker.launcher import notify_ready
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit, disable_core_dumps
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.security import check_bind, secure_server
-from tokworker.worker.streams import StreamTable, WorkerError
+from tokworker.worker.streams import StreamTable
 
 log = logging.getLogger("tokworker.worker")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
-MAX_SESSIONS = 65536
 DRAIN_REFUSED = frozenset((OpenStream, Render, Encode, Decode, Compile))   # new work; steps and closes go on
+MAX_NAME = 1024                    # characters in a session name or a stream id (both are kept in tables)
+SMALL_STEP = 16 << 10             # bytes of a step message below which its reply is not counted (the hot path)
 HOUSEKEEPING_S = 1.0
 
 
@@ -87,12 +97,14 @@ class Worker:
         self.fingerprint = model_fingerprint(options.model_dir)
         self.handlers = Handlers(self.tokenizer, options)
         self.constraints = ConstraintCache(self.tokenizer, options, self.fingerprint)
-        self.streams = StreamTable(self.tokenizer, options.max_streams, options.stream_idle_s,
-                                   options.tool_parser, options.reasoning_parser)
+        tool, reasoning = default_parsers(options.tool_parser, options.reasoning_parser, self.tokenizer.chat_template,
+                                          log)
+        self.streams = StreamTable(self.tokenizer, options.max_streams, options.stream_idle_s, tool, reasoning,
+                                   options.budget_s)
         self.worker_id = f"{socketlib.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.started = time.monotonic()
         self.requests = self.errors = 0
-        self.backlog: deque = deque()
+        self.queued = 0                     # stateless requests handed to the main thread, not yet answered
         self.owners: OrderedDict[str, tuple[int, bytes]] = OrderedDict()   # session -> (epoch, identity)
         self.sessions: OrderedDict[bytes, str] = OrderedDict()             # identity -> session
         self.budget = WallBudget()
@@ -111,7 +123,7 @@ class Worker:
             limits=Limits(max_message_bytes=options.max_message_bytes, max_depth=options.max_depth,
                           max_batch=options.max_batch, max_text_chars=options.max_text_chars,
                           max_streams=options.max_streams),
-            tool_parser=options.tool_parser, reasoning_parser=options.reasoning_parser)
+            tool_parser=tool, reasoning_parser=reasoning)
         freeze_heap()
 
     def _capabilities(self) -> list[str]:
@@ -135,7 +147,7 @@ class Worker:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, options.max_message_bytes)
         sock.setsockopt(zmq.RCVHWM, options.max_queue)
-        sock.setsockopt(zmq.SNDHWM, options.max_queue * 4)
+        sock.setsockopt(zmq.SNDHWM, REPLY_QUEUE)
         authenticator = secure_server(context, sock, options.curve_keys) if options.curve_keys else None
         old_umask = os.umask(0o077)                         # the ipc socket file: owner only
         try:
@@ -146,41 +158,52 @@ class Worker:
                  options.model_dir, options.bind)
         notify_ready()
         parent = os.getppid()
+        work = context.socket(zmq.PAIR)                     # stateless work to this thread and its replies back
+        work.bind("inproc://stateless")
+        lane_end = context.socket(zmq.PAIR)
+        lane_end.connect("inproc://stateless")
+        for pair in (work, lane_end):
+            pair.setsockopt(zmq.SNDHWM, 0)
+            pair.setsockopt(zmq.RCVHWM, 0)
+        lane = threading.Thread(target=Lane(self, sock, lane_end, stop).run, name="session-lane", daemon=True)
         poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
+        poller.register(work, zmq.POLLIN)
         wake_read, wake_write = socketlib.socketpair()     # SIGTERM wakes the poll at once, not at its timeout
         wake_write.setblocking(False)
         signal.set_wakeup_fd(wake_write.fileno())
         poller.register(wake_read, zmq.POLLIN)
         wake_fd = wake_read.fileno()                       # what the poller reports for a plain socket
-        next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+        sys.setswitchinterval(SWITCH_S)                     # how long a step may wait behind a render
+        lane.start()
         try:
-            while not stop[0]:
-                if not self.backlog:
-                    if wake_fd in dict(poller.poll(HOUSEKEEPING_S * 1000)):
-                        wake_read.recv(64)                  # the signal's byte: a drain must not busy-poll
-                self._read_ahead(sock)
-                if self.backlog:
-                    arrived, frames = self.backlog.popleft()
-                    reply = self.handle(frames, arrived)
-                    if reply is not None:
-                        sock.send_multipart(reply, copy=False)
-                now = time.monotonic()
-                if self.draining_until is not None and not self.backlog and (
-                        self.streams.count == 0 or now >= self.draining_until):
+            while not stop[0] and lane.is_alive():
+                ready = dict(poller.poll(HOUSEKEEPING_S * 1000))
+                if wake_fd in ready:
+                    wake_read.recv(64)                      # the signal's byte: a drain must not busy-poll
+                if self.draining_until is not None and not self.queued and (
+                        self.streams.count == 0 or time.monotonic() >= self.draining_until):
                     log.info("drained: %d stream(s) still open; worker exits", self.streams.count)
                     break
-                if now >= next_housekeeping:
-                    next_housekeeping = now + HOUSEKEEPING_S
-                    self.streams.evict_idle()
+                if not ready.get(work):
                     if os.getppid() != parent:
                         log.warning("parent process went away; worker exits")
                         break
+                    continue
+                frames = work.recv_multipart()
+                arrived = ARRIVED.unpack(frames.pop())[0]
+                try:
+                    reply = self.handle(frames, arrived, lane=False)
+                except MemoryError:                         # even the error reply could not be built
+                    reply = None
+                work.send_multipart(reply if reply is not None else [b""], copy=False)
         finally:
+            stop[0] = True
+            lane.join()
             signal.set_wakeup_fd(-1)
             wake_read.close()
             wake_write.close()
-            sock.close(linger=0)
+            for closing in (work, lane_end, sock):
+                closing.close(linger=0)
             if options.bind.startswith("ipc://"):
                 Path(options.bind[len("ipc://"):]).unlink(missing_ok=True)
             if authenticator is not None:
@@ -195,16 +218,11 @@ class Worker:
             self.draining_until = time.monotonic() + self.options.drain_timeout_s
             log.info("draining %d open stream(s) for up to %.1f s", self.streams.count, self.options.drain_timeout_s)
 
-    def _read_ahead(self, sock) -> None:
-        """Move what has arrived into the bounded backlog, stamped with its arrival time."""
-        backlog, limit = self.backlog, self.options.max_queue
-        now = time.monotonic()
-        while len(backlog) < limit and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            backlog.append((now, sock.recv_multipart()))
-
     # ------------------------------------------------------------ one request
-    def handle(self, frames: list[bytes], arrived: float) -> list[bytes] | None:
-        """One request's frames -> the reply frames (None when there is no one to reply to)."""
+    def handle(self, frames: list[bytes], arrived: float, lane: bool = True) -> list[bytes] | None:
+        """One request's frames -> the reply frames (None when there is no one to reply to). Off the lane
+        (the main thread), a session request is not served but sent back to the lane (a client whose
+        msgpack puts "type" later in the map than msgspec does)."""
         self.requests += 1
         if len(frames) < 2:
             return None                                      # not even an identity and one frame
@@ -230,6 +248,8 @@ class Worker:
             return self._error(identity, header, request_id, ErrorCode.SHUTTING_DOWN,
                                "this worker is shutting down: send new work to another")
         stateless = self.stateless.get(kind)
+        if stateless is None and not lane:
+            return [msgspec.msgpack.encode(frames)]
         if stateless is not None and time.monotonic() - arrived > self.options.max_queue_wait_s:
             return self._error(identity, header, request_id, ErrorCode.OVERLOADED,
                                f"waited over {self.options.max_queue_wait_s} s in this worker's queue")
@@ -246,31 +266,25 @@ class Worker:
                     reply = stateless(msg)
             else:
                 reply = self.session_requests[kind](identity, session or identity.hex(), msg)
-            body = encode_message(reply)
-        except WorkerError as exc:
-            return self._error(identity, header, request_id, exc.code, exc.message)
-        except BudgetExceeded:
-            return self._error(identity, header, request_id, ErrorCode.TIMEOUT,
-                               f"over this worker's budget of {self.options.budget_s} s")
-        except MemoryError:
-            return self._error(identity, header, request_id, ErrorCode.OUT_OF_MEMORY, "out of memory")
-        except RecursionError:
-            return self._error(identity, header, request_id, ErrorCode.TOO_LARGE, "input nests too deeply")
-        except Exception as exc:
-            log.exception("request %d (%s) failed", request_id, kind.__name__)
-            return self._error(identity, header, request_id, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
-        if len(body) > self.options.max_message_bytes:
-            return self._error(identity, header, request_id, ErrorCode.TOO_LARGE,
-                               f"the reply would be {len(body)} bytes, over the message limit")
+            # a step's reply is about its ids' text: counted only when the step was big enough to matter
+            body = encode_reply(reply, self.options.max_message_bytes,
+                                sized=kind is not Step or len(frames[2]) > SMALL_STEP)
+        except (Exception, BudgetExceeded) as exc:
+            code, message = error_of(exc, self.options.budget_s)
+            if code == ErrorCode.INTERNAL:
+                log.exception("request %d (%s) failed", request_id, kind.__name__)
+            return self._error(identity, header, request_id, code, message)
         return [identity, header, body]
 
     # ------------------------------------------------------------ session requests: fast, no wall budget
     def _step(self, identity: bytes, session: str, msg: Step) -> StepReply:
         if len(msg.ids) + len(msg.finish) > self.options.max_batch:
-            raise WorkerError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
+            raise CodedError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
         return self.streams.step(session, msg)
 
     def _open(self, identity: bytes, session: str, msg: OpenStream) -> OpenReply:
+        if len(msg.stream_id) > MAX_NAME:
+            raise CodedError(ErrorCode.INVALID, f"a stream id is at most {MAX_NAME} characters")
         self.streams.open(session, msg)
         return OpenReply(stream_id=msg.stream_id)
 
@@ -279,28 +293,49 @@ class Worker:
 
     def _hello(self, identity: bytes, session: str, msg: Hello) -> HelloReply:
         if msg.version != PROTOCOL_VERSION:
-            raise WorkerError(ErrorCode.UNSUPPORTED_VERSION,
+            raise CodedError(ErrorCode.UNSUPPORTED_VERSION,
                               f"this worker speaks protocol {PROTOCOL_VERSION}, not {msg.version}")
+        if len(msg.session) > MAX_NAME:
+            raise CodedError(ErrorCode.INVALID, f"a session name is at most {MAX_NAME} characters")
         session = msg.session or identity.hex()
         current = self.owners.get(session)
         if current is not None and current[1] != identity and msg.epoch <= current[0]:
-            raise WorkerError(ErrorCode.STALE, f"session {session!r} is at epoch {current[0]} already")
+            raise CodedError(ErrorCode.STALE, f"session {session!r} is at epoch {current[0]} already")
         self.owners[session] = (msg.epoch, identity)
         self.owners.move_to_end(session)
         self.sessions[identity] = session
         self.sessions.move_to_end(identity)
-        for table in (self.owners, self.sessions):
-            while len(table) > MAX_SESSIONS:
-                table.popitem(last=False)
+        self._forget_sessions()
         if msg.reset:
             self.streams.drop_session(session)
         return self.hello_reply
+
+    def _forget_sessions(self) -> None:
+        """Keep the session tables within max_sessions, least recently greeted first out, but never a session
+        with open streams or its current connection: a storm of new connections must not orphan live
+        streams (they are at most max_streams, so this always ends)."""
+        live, owners, sessions, limit = self.streams.sessions, self.owners, self.sessions, self.options.max_sessions
+        while len(owners) > limit:
+            session = next(iter(owners))
+            if session in live:
+                owners.move_to_end(session)
+                limit += 1                               # counted as live, not against the limit
+            else:
+                del owners[session]
+        limit = self.options.max_sessions
+        while len(sessions) > limit:
+            identity, session = next(iter(sessions.items()))
+            if session in live and owners.get(session, (0, b""))[1] == identity:
+                sessions.move_to_end(identity)
+                limit += 1
+            else:
+                del sessions[identity]
 
     def _stats(self, identity: bytes, session: str, msg: Stats) -> StatsReply:
         import resource
         return StatsReply(worker_id=self.worker_id, pid=os.getpid(), uptime_s=time.monotonic() - self.started,
                           requests=self.requests, errors=self.errors, streams_open=self.streams.count,
-                          streams_opened=self.streams.opened, queue_depth=len(self.backlog),
+                          streams_opened=self.streams.opened, queue_depth=self.queued,
                           max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                           gc_frozen=gc.get_freeze_count())
 
@@ -311,7 +346,7 @@ class Worker:
                            uptime_s=time.monotonic() - self.started,
                            draining=self.draining_until is not None, requests=self.requests, errors=self.errors,
                            streams_open=self.streams.count, streams_opened=self.streams.opened,
-                           queue_depth=len(self.backlog),
+                           queue_depth=self.queued,
                            max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                            errors_by_code=dict(self.request_errors.by_code))
 

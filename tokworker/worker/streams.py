@@ -1,4 +1,4 @@
-"""The worker's table of open streams: one TextStream per (session, stream id), bounded in count and age.
+"""The worker's table of open streams: one WorkerStream per (session, stream id), bounded in count and age.
 
 A stream leaves the table when its update carries a finish_reason (stop string, eos, length), when the
 engine finishes it, when the client closes it, when its session resets, or when it sits idle too long.
@@ -12,37 +12,90 @@ decodes one bytes field per stream per step and writes it to the response untouc
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 
 import msgspec
 
 from tokworker.protocol.deltas import StreamParams, StreamUpdate, joined_logprobs
-from tokworker.protocol.messages import Error, ErrorCode, OpenStream, Step, StepReply
+from tokworker.protocol.messages import CodedError, Error, ErrorCode, OpenStream, Step, StepReply
 from tokworker.sse import params_for, writer_for
+from tokworker.stream.state import TextStream
+from tokworker.worker.errors import error_of
+
+log = logging.getLogger("tokworker.worker")
 
 EMPTY = StreamUpdate()
+REPLAY_PIECE = 4096                         # ids pushed at once in a replay (the budget is checked between)
 
 
-class WorkerError(Exception):
-    """A request failed in a way the client should hear about: carries an ErrorCode value."""
+class WorkerStream:
+    """One request's text state on the worker: its TextStream, its chunk writer (or None) and the time it
+    was last stepped (for idle eviction)."""
 
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    __slots__ = ("text", "writer", "last_used")
+
+    def __init__(self, text, writer, now: float):
+        self.text = text
+        self.writer = writer
+        self.last_used = now
+
+    def step(self, ids, finish: bool, now: float, logprobs=None) -> StreamUpdate:
+        """This step's ids (and, with `finish`, the engine's end of the stream) -> the one update to send.
+        logprobs: the engine's per-id logprobs, for a stream opened with StreamParams.logprobs."""
+        self.last_used = now
+        text = self.text
+        if not finish:
+            update = text.push(ids) if logprobs is None else text.push(ids, logprobs)
+        elif not ids:
+            update = text.finish()
+        else:                                   # ids and the engine's end in one step: rare
+            update = text.push(ids) if logprobs is None else text.push(ids, logprobs)
+            if update.finish_reason is None:
+                final = text.finish()
+                if update.deltas or update.logprobs:
+                    final = msgspec.structs.replace(final, deltas=update.deltas + final.deltas,
+                                                    logprobs=joined_logprobs((update, final)))
+                update = final
+        writer = self.writer
+        if writer is None:
+            return update
+        sse = writer.sse(update)
+        if not sse and not update.abort:
+            return EMPTY
+        # the final update keeps its usage: for n > 1 the API process writes the one usage chunk
+        return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason, abort=update.abort,
+                            sse=sse, usage=update.usage if update.finish_reason is not None else None)
+
+    def replay(self, batches: list[list[int]], deadline: float) -> bool:
+        """Rebuild from ids whose output the client already has (through the writer too, so the role chunk
+        is not sent again); True if they finish the stream. Pushed in pieces, with the clock read between
+        them: a replay runs on the lane, where no signal can interrupt it, so it keeps its own budget."""
+        text, writer = self.text, self.writer
+        for batch in batches:
+            for start in range(0, len(batch), REPLAY_PIECE):
+                update = text.push(batch[start:start + REPLAY_PIECE] if len(batch) > REPLAY_PIECE else batch)
+                if writer is not None:
+                    writer.sse(update)
+                if update.finish_reason is not None:
+                    return True
+                if time.monotonic() > deadline:
+                    raise CodedError(ErrorCode.TIMEOUT, "the replay ran past this worker's budget; open the "
+                                                        "stream on a worker with a larger --budget")
+        return False
 
 
 class StreamTable:
     def __init__(self, tokenizer, max_streams: int, idle_s: float, tool_parser: str | None = None,
-                 reasoning_parser: str | None = None):
+                 reasoning_parser: str | None = None, budget_s: float = 10.0):
         self.tokenizer = tokenizer
         self.max_streams = max_streams
         self.idle_s = idle_s
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
-        # session -> stream id -> [TextStream, last used, ChunkWriter or None]
-        self.sessions: dict[str, dict[str, list]] = {}
+        self.budget_s = budget_s                # wall time for an open's replay
+        self.sessions: dict[str, dict[str, WorkerStream]] = {}
         self.count = 0
         self.opened = 0
         self._finished: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -51,35 +104,21 @@ class StreamTable:
     def open(self, session: str, msg: OpenStream) -> None:
         streams = self.sessions.setdefault(session, {})
         if msg.stream_id in streams:
-            raise WorkerError(ErrorCode.STREAM_EXISTS, f"stream {msg.stream_id!r} is already open")
+            raise CodedError(ErrorCode.STREAM_EXISTS, f"stream {msg.stream_id!r} is already open")
         if self.count >= self.max_streams:
-            raise WorkerError(ErrorCode.OVERLOADED, f"this worker holds its limit of {self.max_streams} streams")
-        try:
-            from tokworker.stream.state import TextStream
-        except ImportError as exc:
-            raise WorkerError(ErrorCode.UNAVAILABLE, f"streams are not available: {exc}") from None
-        try:
-            params = self._with_defaults(msg.params)
-            if msg.chunks is not None:
-                params = params_for(msg.chunks, params)
-            stream = TextStream(self.tokenizer, params, prompt_ids=msg.prompt_ids, prompt_text=msg.prompt_text)
-            writer = (writer_for(msg.chunks, params, msg.prompt_ids, self.tokenizer)
-                      if msg.chunks is not None else None)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise WorkerError(ErrorCode.INVALID, f"cannot open stream: {exc}") from None
-        finished = False
-        for batch in msg.replay:                 # rebuild a stream from its ids; its client already has the text
-            update = stream.push(batch)
-            if writer is not None:
-                writer.sse(update)               # discarded too, but the writer now knows the role was sent
-            if update.finish_reason is not None:
-                finished = True
-                break
+            raise CodedError(ErrorCode.OVERLOADED, f"this worker holds its limit of {self.max_streams} streams")
+        params = self._with_defaults(msg.params)
+        if msg.chunks is not None:
+            params = params_for(msg.chunks, params)
+        text = TextStream(self.tokenizer, params, prompt_ids=msg.prompt_ids, prompt_text=msg.prompt_text)
+        writer = writer_for(msg.chunks, params, msg.prompt_ids, self.tokenizer) if msg.chunks is not None else None
+        now = time.monotonic()
+        stream = WorkerStream(text, writer, now)
         self._finished.pop((session, msg.stream_id), None)
-        if finished:
+        if stream.replay(msg.replay, now + self.budget_s):
             self._remember_finished(session, msg.stream_id)
             return
-        streams[msg.stream_id] = [stream, time.monotonic(), writer]
+        streams[msg.stream_id] = stream
         self.count += 1
         self.opened += 1
 
@@ -103,7 +142,7 @@ class StreamTable:
         evicted = 0
         for session in list(self.sessions):
             streams = self.sessions[session]
-            for stream_id in [s for s, entry in streams.items() if entry[1] < cutoff]:
+            for stream_id in [s for s, stream in streams.items() if stream.last_used < cutoff]:
                 del streams[stream_id]
                 evicted += 1
             if not streams:
@@ -113,58 +152,41 @@ class StreamTable:
 
     # ------------------------------------------------------------ the hot path
     def step(self, session: str, msg: Step) -> StepReply:
-        streams = self.sessions.get(session, {})
+        streams = self.sessions.get(session) or {}
         updates: dict[str, StreamUpdate] = {}
         errors: dict[str, Error] = {}
-        chunked: dict = {}                        # stream id -> writer: updates that leave as server-sent events
+        finish = msg.finish
+        ending = set(finish) if finish else ()
         logprobs = msg.logprobs
         now = time.monotonic()
         for stream_id, ids in msg.ids.items():
-            entry = streams.get(stream_id)
-            if entry is None:
+            stream = streams.get(stream_id)
+            if stream is None:
                 self._missing(session, stream_id, updates, errors)
                 continue
-            if entry[2] is not None:
-                chunked[stream_id] = entry[2]
             try:
-                update = entry[0].push(ids, logprobs.get(stream_id)) if logprobs else entry[0].push(ids)
+                update = stream.step(ids, stream_id in ending, now, logprobs.get(stream_id) if logprobs else None)
             except Exception as exc:  # a parser bug must cost one stream, not the worker
-                errors[stream_id] = Error(ErrorCode.STREAM_FAILED, f"{type(exc).__name__}: {exc}")
-                self._remove(session, streams, stream_id, remember=False)
+                self._failed(session, streams, stream_id, exc, errors)
                 continue
-            entry[1] = now
             updates[stream_id] = update
-            if update.finish_reason is not None:
+            if update.finish_reason is not None or stream_id in ending:
                 self._remove(session, streams, stream_id)
-        for stream_id in msg.finish:
-            entry = streams.get(stream_id)
-            if entry is None:
-                if stream_id not in updates and stream_id not in errors:
-                    self._missing(session, stream_id, updates, errors)
+        for stream_id in finish:
+            if stream_id in updates or stream_id in errors:
                 continue
-            if entry[2] is not None:
-                chunked[stream_id] = entry[2]
+            stream = streams.get(stream_id)
+            if stream is None:
+                self._missing(session, stream_id, updates, errors)
+                continue
             try:
-                final = entry[0].finish()
+                updates[stream_id] = stream.step((), True, now)
             except Exception as exc:
-                errors[stream_id] = Error(ErrorCode.STREAM_FAILED, f"{type(exc).__name__}: {exc}")
-                updates.pop(stream_id, None)
-                self._remove(session, streams, stream_id, remember=False)
+                self._failed(session, streams, stream_id, exc, errors)
                 continue
-            earlier = updates.get(stream_id)
-            updates[stream_id] = final if earlier is None else _joined(earlier, final)
             self._remove(session, streams, stream_id)
         if not streams and session in self.sessions:
             del self.sessions[session]
-        for stream_id, writer in chunked.items():     # after finish: its text joins the same step's chunks
-            update = updates.get(stream_id)
-            if update is not None:
-                sse = writer.sse(update)
-                # the final update keeps its usage: for n > 1 the API process writes the one usage chunk
-                updates[stream_id] = StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
-                                                  abort=update.abort, sse=sse,
-                                                  usage=update.usage if update.finish_reason is not None else None
-                                                  ) if sse or update.abort else EMPTY
         return StepReply(updates=updates, errors=errors)
 
     # ------------------------------------------------------------ helpers
@@ -173,6 +195,13 @@ class StreamTable:
             updates[stream_id] = EMPTY
         else:
             errors[stream_id] = Error(ErrorCode.UNKNOWN_STREAM, f"no open stream {stream_id!r}")
+
+    def _failed(self, session, streams, stream_id, exc: Exception, errors) -> None:
+        code, message = error_of(exc)
+        if code == ErrorCode.INTERNAL:
+            log.exception("stream %r failed", stream_id)
+        errors[stream_id] = Error(code, message)
+        self._remove(session, streams, stream_id, remember=False)
 
     def _remove(self, session, streams, stream_id, remember=True):
         del streams[stream_id]
@@ -194,10 +223,3 @@ class StreamTable:
         if tool == params.tool_parser and reasoning == params.reasoning_parser:
             return params
         return msgspec.structs.replace(params, tool_parser=tool, reasoning_parser=reasoning)
-
-
-
-def _joined(earlier: StreamUpdate, final: StreamUpdate) -> StreamUpdate:
-    """A step's push and the engine's finish of the same stream as one update."""
-    return msgspec.structs.replace(final, deltas=earlier.deltas + final.deltas,
-                                   logprobs=joined_logprobs((earlier, final)))

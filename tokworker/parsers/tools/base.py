@@ -28,6 +28,7 @@ from .jsonscan import JsonScanner
 
 # An opening (marker + call header) longer than this is not a call: stop holding it back.
 HEADER_LIMIT = 1024
+FEED_PIECE = 4096
 _WHITESPACE = " \t\n\r"
 # Call ids: a random prefix per process (drawn again in a forked child) and a counter, so ids are unique
 # across streams and requests without a system call per call. Each format issues ids its model's template
@@ -114,8 +115,8 @@ class ToolParser:
             if self._scan_args(text):
                 self._run(False)
             return self._take()
-        if text:
-            self._buf += text
+        for start in range(0, len(text), FEED_PIECE):  # a huge text in pieces: consuming copies the buffer,
+            self._buf += text[start:start + FEED_PIECE]  # so it must stay short (parsing is split-invariant)
             while self._mode(False):
                 pass
         return self._take()
