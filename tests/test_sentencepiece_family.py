@@ -1,4 +1,4 @@
-"""SentencePiece models converted to tokenizer.json (tests/sentencepiece_convert.py), checked against both
+"""SentencePiece models converted to tokenizer.json (bench/sentencepiece_convert.py), checked against both
 references: `tokenizers` running the same tokenizer.json, and `sentencepiece` running the .model itself.
 
 Families: Mistral v3 and v1 (legacy Llama-style BPE with byte fallback), a SentencePiece BPE with byte

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tokworker import Tokenizer
 from tests.realdata import vocabulary
-from tests.sentencepiece_convert import convert
+from bench.sentencepiece_convert import convert
 from tests.tokenizer_corpus import CORPUS
 
 mistral_common = pytest.importorskip("mistral_common")
