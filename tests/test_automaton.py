@@ -19,7 +19,7 @@ from itertools import product
 
 import pytest
 import regex as regex_module
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.realdata import vocabulary

@@ -4,7 +4,6 @@ before any process starts, listing what is known."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket

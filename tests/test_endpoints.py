@@ -8,7 +8,6 @@ import os
 import pwd
 import socket
 import time
-from pathlib import Path
 
 import pytest
 import uvloop

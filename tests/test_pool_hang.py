@@ -7,7 +7,6 @@ step). A worker merely busy with a long render is left alone (its lane answers t
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 

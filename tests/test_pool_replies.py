@@ -6,7 +6,6 @@ dead worker."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 

@@ -74,7 +74,7 @@ def test_template_matches_transformers(file, oracle):
         kwargs = _template_kwargs(entry, kwargs)
         try:
             expected = oracle(entry, copy.deepcopy(messages), **copy.deepcopy(kwargs))
-        except Exception as error:  # transformers refused this input: so must we
+        except Exception:  # transformers refused this input: so must we
             with pytest.raises(TemplateError):
                 _ours(entry, messages, kwargs)
             raised += 1

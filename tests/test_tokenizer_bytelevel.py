@@ -14,7 +14,6 @@ tokenizers = pytest.importorskip("tokenizers")
 from tests import tokenizer_refs as shared  # noqa: E402
 from tests.realdata import vocabulary  # noqa: E402
 from tests.tokenizer_corpus import CORPUS  # noqa: E402
-from tokworker.tokenizer import Tokenizer  # noqa: E402
 
 VOCABS = ["qwen3_dir", "deepseek"]
 

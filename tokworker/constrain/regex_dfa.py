@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from functools import lru_cache
 
-from tokworker.constrain.regex_syntax import ALT, CAT, REP, SET, RegexError, parse
+from tokworker.constrain.regex_syntax import ALT, CAT, SET, RegexError, parse
 
 MAX_NFA_STATES = 200_000
 MAX_DFA_STATES = 50_000
