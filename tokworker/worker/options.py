@@ -28,9 +28,11 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     log_level: str = "INFO"
     # Behaviour.
     tool_parser: Annotated[str | None, _setting(
-        "default tool-call parser for streams that name none (vLLM's names)")] = None
+        "default tool-call parser for streams that name none (vLLM's names; default: what the model's chat "
+        "template implies, \"none\" for none)")] = None
     reasoning_parser: Annotated[str | None, _setting(
-        "default reasoning parser for streams that name none (vLLM's names)")] = None
+        "default reasoning parser for streams that name none (vLLM's names; default: what the model's chat "
+        "template implies, \"none\" for none)")] = None
     allow_request_templates: Annotated[bool, _setting(
         "run chat templates sent in requests (untrusted code, in a bounded sandbox)")] = False
     chat_template: Annotated[str | None, _setting(
@@ -97,10 +99,11 @@ def validate_options(options: WorkerOptions) -> None:
         raise ValueError(f"worker index {options.index} is outside a pool of {options.pool_size}")
     if not Path(options.model_dir).exists():
         raise ValueError(f"model directory {options.model_dir} does not exist")
-    # The parsers' own constructors are the registries: their errors list every known name.
-    if options.tool_parser is not None:
+    # The parsers' own constructors are the registries: their errors list every known name. "none" turns a
+    # default off, the one the model's template implies included.
+    if options.tool_parser not in (None, "none"):
         get_tool_parser(options.tool_parser)
-    if options.reasoning_parser is not None:
+    if options.reasoning_parser not in (None, "none"):
         get_reasoning_parser(options.reasoning_parser)
 
 

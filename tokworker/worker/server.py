@@ -97,10 +97,11 @@ class Worker:
         self.fingerprint = model_fingerprint(options.model_dir)
         self.handlers = Handlers(self.tokenizer, options)
         self.constraints = ConstraintCache(self.tokenizer, options, self.fingerprint)
-        tool, reasoning = default_parsers(options.tool_parser, options.reasoning_parser, self.tokenizer.chat_template,
-                                          log)
-        self.streams = StreamTable(self.tokenizer, options.max_streams, options.stream_idle_s, tool, reasoning,
-                                   options.budget_s)
+        implied_tool, implied_reasoning = default_parsers(options.tool_parser, options.reasoning_parser,
+                                                          self.tokenizer.chat_template, log)
+        self.streams = StreamTable(self.tokenizer, options.max_streams, options.stream_idle_s,
+                                   options.tool_parser or implied_tool, options.reasoning_parser, options.budget_s,
+                                   implied_reasoning)
         self.worker_id = f"{socketlib.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.started = time.monotonic()
         self.requests = self.errors = 0
@@ -123,7 +124,8 @@ class Worker:
             limits=Limits(max_message_bytes=options.max_message_bytes, max_depth=options.max_depth,
                           max_batch=options.max_batch, max_text_chars=options.max_text_chars,
                           max_streams=options.max_streams),
-            tool_parser=tool, reasoning_parser=reasoning)
+            tool_parser=options.tool_parser or implied_tool,
+            reasoning_parser=options.reasoning_parser or implied_reasoning)
         freeze_heap()
 
     def _capabilities(self) -> list[str]:

@@ -88,12 +88,13 @@ class WorkerStream:
 
 class StreamTable:
     def __init__(self, tokenizer, max_streams: int, idle_s: float, tool_parser: str | None = None,
-                 reasoning_parser: str | None = None, budget_s: float = 10.0):
+                 reasoning_parser: str | None = None, budget_s: float = 10.0, implied_reasoning: str | None = None):
         self.tokenizer = tokenizer
         self.max_streams = max_streams
         self.idle_s = idle_s
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
+        self.implied_reasoning = implied_reasoning   # the model's template's, for streams opened with a prompt
         self.budget_s = budget_s                # wall time for an open's replay
         self.sessions: dict[str, dict[str, WorkerStream]] = {}
         self.count = 0
@@ -107,7 +108,7 @@ class StreamTable:
             raise CodedError(ErrorCode.STREAM_EXISTS, f"stream {msg.stream_id!r} is already open")
         if self.count >= self.max_streams:
             raise CodedError(ErrorCode.OVERLOADED, f"this worker holds its limit of {self.max_streams} streams")
-        params = self._with_defaults(msg.params)
+        params = self._with_defaults(msg.params, msg.prompt_ids is not None or msg.prompt_text is not None)
         if msg.chunks is not None:
             params = params_for(msg.chunks, params)
         text = TextStream(self.tokenizer, params, prompt_ids=msg.prompt_ids, prompt_text=msg.prompt_text)
@@ -214,10 +215,13 @@ class StreamTable:
         if len(self._finished) > self.max_streams:
             self._finished.popitem(last=False)
 
-    def _with_defaults(self, params: StreamParams) -> StreamParams:
-        """Fill the worker's default parsers into params that name none; the name "none" turns one off."""
+    def _with_defaults(self, params: StreamParams, prompted: bool) -> StreamParams:
+        """Fill the worker's default parsers into params that name none; the name "none" turns one off. The
+        reasoning parser a template implies applies only to a stream opened with its prompt: where generation
+        starts (inside a think block or not) is read from it, and without it plain text could be taken for
+        reasoning."""
         tool = params.tool_parser or (self.tool_parser if params.tools else None)
-        reasoning = params.reasoning_parser or self.reasoning_parser
+        reasoning = params.reasoning_parser or self.reasoning_parser or (self.implied_reasoning if prompted else None)
         tool = None if tool == "none" else tool
         reasoning = None if reasoning == "none" else reasoning
         if tool == params.tool_parser and reasoning == params.reasoning_parser:
