@@ -41,7 +41,14 @@ class Endpoint:
 
 
 def parse_endpoint(text: str) -> Endpoint:
-    """`tcp://host:port` or `ipc:///abs/path` -> an Endpoint; a ValueError naming the problem otherwise."""
+    """`tcp://host:port` or `ipc:///abs/path` -> an Endpoint; a ValueError naming the problem otherwise.
+
+    >>> str(parse_endpoint("tcp://10.0.0.2:7000"))
+    'tcp://10.0.0.2:7000'
+    >>> parse_endpoint("127.0.0.1:7000")
+    Traceback (most recent call last):
+    ValueError: endpoint '127.0.0.1:7000' has no scheme: write tcp://127.0.0.1:7000 or ipc:///absolute/path
+    """
     if not isinstance(text, str):
         raise ValueError(f"an endpoint is a str like tcp://host:port, not {type(text).__name__}")
     scheme, sep, rest = text.partition("://")

@@ -80,7 +80,13 @@ def _first(rules, template: str) -> str | None:
 
 def parsers_for_template(template: str) -> tuple[str | None, str | None]:
     """(tool parser, reasoning parser) the chat template implies, by vLLM's names; None for a part the
-    template shows no format for."""
+    template shows no format for.
+
+    >>> parsers_for_template("{% if enable_thinking %}<think>{% endif %}<|im_start|>assistant\\n<tool_call>")
+    ('hermes', 'qwen3')
+    >>> parsers_for_template("{{ bos_token }}{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}")
+    (None, None)
+    """
     if not isinstance(template, str):
         raise TypeError(f"a chat template is a str, not {type(template).__name__}")
     return _first(_TOOL_RULES, template), _first(_REASONING_RULES, template)

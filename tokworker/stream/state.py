@@ -57,7 +57,23 @@ class TextStream:
     """`push(ids) -> StreamUpdate` per engine step; `finish() -> StreamUpdate` when the engine ended the
     request by itself (everything held is flushed). After the stream has ended both return an empty
     update: ids the engine produced before it saw the abort are ignored. Updates are read-only: every empty
-    one is the same object."""
+    one is the same object.
+
+    >>> from pathlib import Path
+    >>> import tokworker
+    >>> from tokworker.tokenizer import Tokenizer
+    >>> tok = Tokenizer.from_dir(Path(tokworker.__file__).parent / "data" / "default")
+    >>> update = TextStream(tok, StreamParams(stop=["!"])).push(tok.encode("Hi there! more"))
+    >>> [d.content for d in update.deltas], update.finish_reason, update.stop_reason
+    (['Hi there'], 'stop', '!')
+    >>> stream = TextStream(tok, StreamParams(reasoning_parser="qwen3", tool_parser="hermes"),
+    ...                     prompt_text="<|im_start|>assistant\\n")
+    >>> stream.push(tok.encode("<think>Use f.</think>Sure.")).deltas
+    [Delta(content=None, reasoning_content='Use f.', tool_calls=None), Delta(content='Sure.', reasoning_content=None, tool_calls=None)]
+    >>> call = stream.push(tok.encode('<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>')).deltas[0]
+    >>> call.tool_calls[0].function
+    FunctionDelta(name='f', arguments='{"x": 1}')
+    """
 
     def __init__(self, tokenizer, params: StreamParams, prompt_ids=None, prompt_text=None):
         self._reasoning = self._tools = None

@@ -26,7 +26,16 @@ _SUPPORTED_VERSIONS = ("1.0",)
 
 
 class Tokenizer:
-    """Encode text to ids and decode ids to text, identically to Hugging Face `tokenizers`."""
+    """Encode text to ids and decode ids to text, identically to Hugging Face `tokenizers`.
+
+    >>> from pathlib import Path
+    >>> import tokworker
+    >>> tok = Tokenizer.from_dir(Path(tokworker.__file__).parent / "data" / "default")   # the bundled one
+    >>> tok.encode("Hello world")
+    [2599, 364, 1211, 1395]
+    >>> tok.decode([2599, 364, 1211, 1395])
+    'Hello world'
+    """
 
     def __init__(self, model, *, normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None,
                  added_tokens: list[dict] | None = None, config: TokenizerConfig | None = None,

@@ -42,7 +42,18 @@ _CLASSES: dict[str, type[ToolParser]] = {}  # bounded by _PARSERS: one class per
 
 
 def get_tool_parser(name: str, tools: list[dict] | None = None) -> ToolParser:
-    """A fresh parser for one stream. tools: the request's OpenAI tools (schemas type text values)."""
+    """A fresh parser for one stream. tools: the request's OpenAI tools (schemas type text values).
+
+    >>> parser = get_tool_parser("hermes")
+    >>> parser.feed("Sure.<tool_")          # a possible marker is held back
+    [Delta(content='Sure.', reasoning_content=None, tool_calls=None)]
+    >>> delta, = parser.feed('call>{"name": "f", "arguments": {"x": 1}}</tool_call>')
+    >>> delta.tool_calls[0].function
+    FunctionDelta(name='f', arguments='{"x": 1}')
+    >>> content, calls = get_tool_parser("hermes").parse('Hi<tool_call>{"name": "f", "arguments": {}}</tool_call>')
+    >>> content, calls[0]["function"]
+    ('Hi', {'name': 'f', 'arguments': '{}'})
+    """
     parser_class = _CLASSES.get(name) if isinstance(name, str) else None
     if parser_class is None:
         try:

@@ -1,0 +1,16 @@
+"""The public surface's docstrings show exact outputs; this runs them (Tokenizer, TextStream, the parsers,
+the endpoint rules)."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker.parsers.tools",
+           "tokworker.parsers.template_parsers", "tokworker.protocol.endpoints"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
