@@ -119,24 +119,8 @@ class Stats(_Request, tag="stats"):
 
 
 class StatsReply(_Reply, tag="stats"):
-    worker_id: str
-    pid: int
-    uptime_s: float
-    requests: int
-    errors: int
-    streams_open: int
-    streams_opened: int
-    queue_depth: int
-    max_rss_kb: int
-    gc_frozen: int = 0                     # objects in the collector's permanent generation (see worker)
-
-
-class Status(_Request, tag="status"):
-    """Health and counters for an operator (`tokworker status`, Prometheus metrics). Answered while the
-    worker drains too."""
-
-
-class StatusReply(_Reply, tag="status"):
+    """A worker's health and counters: what the pool's stats(), `tokworker status` and its Prometheus dump
+    read (answered by the lane, so while the worker renders or drains too)."""
     worker_id: str
     index: int
     pool_size: int
@@ -150,6 +134,7 @@ class StatusReply(_Reply, tag="status"):
     streams_opened: int
     queue_depth: int
     max_rss_kb: int
+    gc_frozen: int = 0                     # objects in the collector's permanent generation (see worker)
     errors_by_code: dict[str, int] = {}    # error replies since start, by ErrorCode value
 
 
@@ -303,8 +288,8 @@ class ErrorReply(_Reply, tag="error"):
     request_id: int = 0
 
 
-Request = Union[Hello, Stats, Status, Render, Encode, Decode, Compile, Guide, OpenStream, Step, CloseStreams]
-Reply = Union[HelloReply, StatsReply, StatusReply, RenderReply, EncodeReply, DecodeReply, CompileReply, GuideReply,
+Request = Union[Hello, Stats, Render, Encode, Decode, Compile, Guide, OpenStream, Step, CloseStreams]
+Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, CompileReply, GuideReply,
               OpenReply, StepReply, CloseReply, ErrorReply]
 
 encode_message = msgspec.msgpack.Encoder().encode

@@ -1,4 +1,4 @@
-"""`tokworker status`: ask every worker of a running daemon for its health and counters (the Status
+"""`tokworker status`: ask every worker of a running daemon for its health and counters (the Stats
 request, over the same endpoint and CURVE keys as any client), and print them as a table, JSON lines or
 Prometheus' text format. Exit status 0 when every worker serves, 1 when one is unreachable or draining."""
 
@@ -10,9 +10,9 @@ import msgspec
 
 from tokworker.frontend import PoolError, TokenizerPool
 from tokworker.protocol.endpoints import ClientKeys, worker_endpoints
-from tokworker.protocol.messages import Status, encode_message
+from tokworker.protocol.messages import Stats, encode_message
 
-# (metric, Prometheus type, help, StatusReply field or a function of it)
+# (metric, Prometheus type, help, StatsReply field or a function of it)
 METRICS = [
     ("tokworker_up", "gauge", "1 when the worker answered", lambda s: 1 if s.get("up") else 0),
     ("tokworker_draining", "gauge", "1 while the worker drains after SIGTERM", lambda s: int(s.get("draining", 0))),
@@ -33,7 +33,7 @@ async def _one(endpoint: str, keys, timeout: float) -> dict:
     except (PoolError, OSError) as exc:
         return {"endpoint": endpoint, "up": False, "error": str(exc)}
     try:
-        reply = await pool.links[0].request(encode_message(Status()))
+        reply = await pool.links[0].request(encode_message(Stats()))
         return {"endpoint": endpoint, "up": True, **msgspec.structs.asdict(reply)}
     except PoolError as exc:
         return {"endpoint": endpoint, "up": False, "error": str(exc)}

@@ -35,7 +35,7 @@ QUEUED_BYTES = 64 << 20            # stateless requests handed to the main threa
 ARRIVED = struct.Struct("<d")
 # How a session request's msgpack body begins after its map header (msgspec writes the tag first): only a
 # hint for the lane, every body is decoded in full when handled.
-_SESSION_TAGS = (b"\xa4step", b"\xa4open", b"\xa5close", b"\xa5hello", b"\xa5stats", b"\xa6status")
+_SESSION_TAGS = (b"\xa4step", b"\xa4open", b"\xa5close", b"\xa5hello", b"\xa5stats")
 
 
 def is_session_request(frames) -> bool:

@@ -33,7 +33,7 @@ import zmq
 
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CodedError, CloseStreams, Compile, Decode, Encode, ErrorCode,
                                ErrorReply, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
-                               StatsReply, Status, StatusReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
+                               StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
 from tokworker.worker.constraints import ConstraintCache
 from tokworker.worker.defaults import default_parsers
 from tokworker.worker.errorlog import RequestErrors
@@ -115,7 +115,7 @@ class Worker:
                           Decode: self.handlers.decode, Compile: self.constraints.compile,
                           Guide: self.constraints.guide}
         self.session_requests = {Step: self._step, OpenStream: self._open, CloseStreams: self._close,
-                                 Hello: self._hello, Stats: self._stats, Status: self._status}
+                                 Hello: self._hello, Stats: self._stats}
         self.request_errors = RequestErrors(log)
         self.hello_reply = HelloReply(
             version=PROTOCOL_VERSION, worker_id=self.worker_id, index=options.index, pool_size=options.pool_size,
@@ -335,22 +335,12 @@ class Worker:
 
     def _stats(self, identity: bytes, session: str, msg: Stats) -> StatsReply:
         import resource
-        return StatsReply(worker_id=self.worker_id, pid=os.getpid(), uptime_s=time.monotonic() - self.started,
-                          requests=self.requests, errors=self.errors, streams_open=self.streams.count,
-                          streams_opened=self.streams.opened, queue_depth=self.queued,
+        return StatsReply(worker_id=self.worker_id, index=self.options.index, pool_size=self.options.pool_size,
+                          pid=os.getpid(), model_fingerprint=self.fingerprint, uptime_s=time.monotonic() - self.started,
+                          draining=self.draining_until is not None, requests=self.requests, errors=self.errors,
+                          streams_open=self.streams.count, streams_opened=self.streams.opened, queue_depth=self.queued,
                           max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                          gc_frozen=gc.get_freeze_count())
-
-    def _status(self, identity: bytes, session: str, msg: Status) -> StatusReply:
-        import resource
-        return StatusReply(worker_id=self.worker_id, index=self.options.index, pool_size=self.options.pool_size,
-                           pid=os.getpid(), model_fingerprint=self.fingerprint,
-                           uptime_s=time.monotonic() - self.started,
-                           draining=self.draining_until is not None, requests=self.requests, errors=self.errors,
-                           streams_open=self.streams.count, streams_opened=self.streams.opened,
-                           queue_depth=self.queued,
-                           max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                           errors_by_code=dict(self.request_errors.by_code))
+                          gc_frozen=gc.get_freeze_count(), errors_by_code=dict(self.request_errors.by_code))
 
     def _error(self, identity: bytes, header: bytes, request_id: int, code: str, message: str) -> list[bytes]:
         self.errors += 1
