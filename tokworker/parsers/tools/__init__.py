@@ -35,6 +35,7 @@ _PARSERS = {
     "functionary_v32": ("functionary", "FunctionaryV32ToolParser"),
     "apriel": ("apriel", "AprielToolParser"),
     "apertus": ("apertus", "ApertusToolParser"),
+    "deepseek_v32": ("deepseek_v32", "DeepSeekV32ToolParser"),
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))
