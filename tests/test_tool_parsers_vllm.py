@@ -42,12 +42,23 @@ def deepseek_v32(calls, before="", after=""):
     return before + "\n\n<｜DSML｜function_calls>\n" + body + "</｜DSML｜function_calls>" + after
 
 
+def glm47(calls, before="", after=""):
+    # GLM-4.7's template: content + '<tool_call>' NAME + per argument '<arg_key>' K '</arg_key><arg_value>' V
+    # '</arg_value>' (V: strings as they are, else tojson) + '</tool_call>', nothing in between
+    body = "".join("<tool_call>%s%s</tool_call>" % (n, "".join("<arg_key>%s</arg_key><arg_value>%s</arg_value>"
+                                                            % (k, as_json_text(v)) for k, (_, v) in p.items()))
+                   for n, p in calls)
+    return before + body + after
+
+
 DSML_END = ("</｜DSML｜parameter>", "<｜DSML｜parameter name=", "</｜DSML｜invoke>")
 no_edge_newlines = nasty_text.filter(lambda s: not s.startswith("\n") and not s.endswith("\n"))
 TEXT_FORMATS = [
     # name, renderer, strings a value may not hold, untyped values, markers plain text may not hold,
     # whether one newline at a value's edges is formatting
     ("deepseek_v32", deepseek_v32, DSML_END, nasty_text | st.integers(), ["<｜DSML｜"], False),
+    ("glm47", glm47, ("</arg_value>",), st.none() | st.integers() | st.lists(st.integers(), max_size=2), ["<tool_call>"],
+     False),
 ]
 TEXT_IDS = [f[0] for f in TEXT_FORMATS]
 
@@ -110,6 +121,22 @@ CASES = [
     ("deepseek_v32", '<｜DSML｜function_calls>\n<｜DSML｜invoke name="now">\n</｜DSML｜invoke>\n</｜DSML｜function_calls> Done.',
      [("now", "{}")], "Done."),
     ("deepseek_v32", "<｜DSML｜function_calls>\nno invoke here", [], "<｜DSML｜function_calls>\nno invoke here"),
+    # GLM-4.7: no-argument calls inline or with a newline, arguments on one line, a literal backslash-n the model
+    # wrote between key and value (formatting, as vLLM's glm47 reads it)
+    ("glm47", "Checking.<tool_call>get_current_date</tool_call><tool_call>get_current_date\n</tool_call>",
+     [("get_current_date", "{}"), ("get_current_date", "{}")], "Checking."),
+    ("glm47", "<tool_call>get_weather<arg_key>location</arg_key><arg_value>Beijing</arg_value><arg_key>days</arg_key>"
+              "\\n<arg_value>2</arg_value></tool_call>", [("get_weather", '{"location": "Beijing", "days": 2}')], None),
+    ("glm47", "  \n  <tool_call>get_weather\n<arg_key>location</arg_key>\n<arg_value>Shanghai</arg_value>\n</tool_call>",
+     [("get_weather", '{"location": "Shanghai"}')], None),
+    # qwen3_xml is vLLM's second reader of qwen3_coder's XML (vLLM's tests run both parsers on one shared set)
+    ("qwen3_xml", "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=location>\nParis, France\n"
+                  "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+     [("get_weather", '{"location": "Paris, France", "days": 3}')], "Let me look."),
+    # llama4_json: vLLM registers llama3_json's class under this name too
+    ("llama4_json", '{"name": "get_weather", "parameters": {"location": "Oslo"}}; {"name": "get_weather", "parameters": '
+                    '{"location": "Bergen"}}', [("get_weather", '{"location": "Oslo"}'), ("get_weather", '{"location": "Bergen"}')],
+     None),
 ]
 
 
@@ -121,8 +148,9 @@ def test_format_cases(name, text, calls, content):
 
 # ---- marker soup: no hang, no crash, streamed == whole for every parser here ----
 
-NEW_PARSERS = ["deepseek_v32"]
-SOUP = ["<｜DSML｜function_calls>", "</｜DSML｜function_calls>", '<｜DSML｜invoke name="f">', "</｜DSML｜invoke>",
+NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json"]
+SOUP = ["<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
+        "<parameter=a>", "</parameter>", "</function>", "<｜DSML｜function_calls>", "</｜DSML｜function_calls>", '<｜DSML｜invoke name="f">', "</｜DSML｜invoke>",
         '<｜DSML｜parameter name="a" string="true">', '<｜DSML｜parameter name="a" string="false">', "</｜DSML｜parameter>",
         "[", "]", "{", "}", '{"name": "f", "arguments": ', '{"a": [1, "x"]}', ", ", "(", ")", "f(", "a=1", "\n",
         "1", "x", " ", "<", "<|", '"', "\\", "é"]
@@ -153,8 +181,8 @@ def test_text_without_markers_is_content_intact(name, text, chunking):
     assert result == {"content": text or None, "reasoning_content": None, "calls": []}
 
 
-NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"]}
-PLAIN_OPENINGS: dict[str, str | tuple] = {}
+NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "qwen3_xml": ["<tool_call>", "<function="]}
+PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>")}  # a call only opens the output
 
 
 # ---- a long argument streamed one character at a time stays linear ----
@@ -162,6 +190,7 @@ PLAIN_OPENINGS: dict[str, str | tuple] = {}
 LONG_CALLS = {
     "deepseek_v32": lambda body: '<｜DSML｜function_calls>\n<｜DSML｜invoke name="write">\n<｜DSML｜parameter name="body" '
                                  'string="true">%s</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>' % body,
+    "glm47": lambda body: "<tool_call>write<arg_key>body</arg_key><arg_value>%s</arg_value></tool_call>" % body,
 }
 WRITE_TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {
     "body": {"type": "string"}}}}}]

@@ -36,6 +36,9 @@ _PARSERS = {
     "apriel": ("apriel", "AprielToolParser"),
     "apertus": ("apertus", "ApertusToolParser"),
     "deepseek_v32": ("deepseek_v32", "DeepSeekV32ToolParser"),
+    "glm47": ("glm47", "Glm47ToolParser"),
+    "qwen3_xml": ("qwen3_coder", "Qwen3CoderToolParser"),  # vLLM's other reader of the same XML
+    "llama4_json": ("llama3_json", "Llama3JsonToolParser"),  # vLLM registers one class for both
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))
