@@ -98,6 +98,93 @@ def test_text_valued_every_split_and_every_prefix(name, render, forbidden, untyp
         assert part["calls"][:complete] == full["calls"][:complete]
 
 
+# ---- JSON formats: renderers ----
+
+def _objects(calls, args_key="arguments", sep=", "):
+    return sep.join('{"name": "%s", "%s": %s}' % (n, args_key, dumps(a)) for n, a in calls)
+
+
+def xlam(calls, before="", after=""):
+    # xLAM's answer is the JSON list itself (vLLM's tests: the bare list, or in a ```json block after prose)
+    if before:
+        return before + "\n```json\n[" + _objects(calls) + "]\n```" + after
+    return "[" + _objects(calls) + "]" + after
+
+
+def phi4_mini_json(calls, before="", after=""):
+    # Phi-4-mini (vLLM's tool_chat_template_phi4_mini.jinja asks for it): 'functools[' + call objects + ']'
+    return before + "functools[" + _objects(calls) + "]" + after
+
+
+def hunyuan_a13b(calls, before="", after=""):
+    # Hunyuan-A13B (vLLM's tests): '<tool_calls>[' + call objects + ']</tool_calls>'
+    return before + "<tool_calls>[" + _objects(calls) + "]</tool_calls>" + after
+
+
+def jamba(calls, before="", after=""):
+    # Jamba 1.5/1.6 (vLLM's tests): '<tool_calls>[\n    ' + call objects + '\n]</tool_calls>'
+    return before + "<tool_calls>[\n    " + _objects(calls, sep=",\n    ") + "\n]</tool_calls>" + after
+
+
+def ernie45(calls, before="", after=""):
+    # ERNIE 4.5 (vLLM's tests): content + '\n\n<tool_call>\n' + call object + '\n</tool_call>\n' per call
+    return before + "".join("\n\n<tool_call>\n%s\n</tool_call>\n" % _objects([c]) for c in calls) + after
+
+
+def internlm(calls, before="", after=""):
+    # InternLM2.5 (its template): content + '<|action_start|><|plugin|>\n' + {"name", "parameters"} + '<|action_end|>'
+    return before + "".join("<|action_start|><|plugin|>\n%s<|action_end|>" % _objects([c], "parameters")
+                            for c in calls) + after
+
+
+def longcat(calls, before="", after=""):
+    # LongCat-Flash (vLLM's tests): '<longcat_tool_call>' + call object + '</longcat_tool_call>' per call
+    return before + "".join("<longcat_tool_call>%s</longcat_tool_call>" % _objects([c]) for c in calls) + after
+
+
+JSON_FORMATS = [
+    # name, renderer, markers text around the calls may not hold
+    ("xlam", xlam, ["```", "<tool_call>", "[TOOL_CALLS]"]),
+    ("phi4_mini_json", phi4_mini_json, ["functools["]),
+    ("hunyuan_a13b", hunyuan_a13b, ["<tool_calls>", "<think>"]),
+    ("jamba", jamba, ["<tool_calls>"]),
+    ("ernie45", ernie45, ["<tool_call>", "<response>", "</response>"]),
+    ("internlm", internlm, ["<|action_start|><|plugin|>"]),
+    ("longcat", longcat, ["<longcat_tool_call>"]),
+]
+JSON_IDS = [f[0] for f in JSON_FORMATS]
+
+
+@pytest.mark.parametrize("name,render,markers", JSON_FORMATS, ids=JSON_IDS)
+@SETTINGS
+@given(calls=calls_lists, before=nasty_text, after=nasty_text, chunking=cuts)
+def test_json_formats_round_trip(name, render, markers, calls, before, after, chunking):
+    assume(not any(m in before + after for m in markers))
+    if name == "xlam":
+        assume(before.strip() and not after.lstrip().startswith(("`", "<")))
+    text = render(calls, before, after)
+    result = assert_split_invariant(name, text, cuts=chunking)
+    assert result["calls"] == [(n, dumps(a)) for n, a in calls]
+    if name == "ernie45":  # the template's newline after the last call separates it from text that follows
+        after = "\n" + after
+    assert result["content"] == expected_content(before, after), text
+
+
+@pytest.mark.parametrize("name,render,markers", JSON_FORMATS, ids=JSON_IDS)
+@settings(max_examples=6, deadline=None)
+@given(calls=small_calls, before=nasty_text)
+def test_json_formats_every_split_and_every_prefix(name, render, markers, calls, before):
+    assume(not any(m in before for m in markers))
+    text = render(calls, before if name != "xlam" else "")
+    full = assert_split_invariant(name, text, every_split=True)
+    assert full["calls"] == [(n, dumps(a)) for n, a in calls]
+    for part in assert_every_prefix(name, text):
+        for (name_p, args_p), (name_f, args_f) in zip(part["calls"], full["calls"]):
+            assert name_p == name_f and args_f.startswith(args_p)
+        complete = max(len(part["calls"]) - 1, 0)
+        assert part["calls"][:complete] == full["calls"][:complete]
+
+
 # ---- cases: real model-output shapes (from vLLM's tests and issues), malformed openings, vLLM's bugs ----
 
 WEATHER_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
@@ -133,6 +220,49 @@ CASES = [
     ("qwen3_xml", "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=location>\nParis, France\n"
                   "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
      [("get_weather", '{"location": "Paris, France", "days": 3}')], "Let me look."),
+    # xlam: the list alone, in a code block after prose, in tool_call tags; a list in the middle of prose is content
+    ("xlam", '[{"name": "get_weather", "arguments": {"location": "Oslo", "days": 2}}]',
+     [("get_weather", '{"location": "Oslo", "days": 2}')], None),
+    ("xlam", 'Let me check.\n```json\n[{"name": "get_weather", "arguments": {"location": "Oslo"}}]\n```',
+     [("get_weather", '{"location": "Oslo"}')], "Let me check."),
+    ("xlam", '<tool_call>[{"name": "get_weather", "arguments": {"location": "Oslo"}}]</tool_call>',
+     [("get_weather", '{"location": "Oslo"}')], None),
+    ("xlam", 'The list [{"name": "x"}] is an example.', [], 'The list [{"name": "x"}] is an example.'),
+    # phi4_mini_json: vLLM's parser returns no content at all once it finds calls; the text is the model's answer
+    # to the user, so it stays content here
+    ("phi4_mini_json", 'I will look it up. functools[{"name": "get_weather", "parameters": {"location": "Oslo"}}]',
+     [("get_weather", '{"location": "Oslo"}')], "I will look it up."),
+    # hunyuan_a13b: nested arguments (vLLM's streaming regex is marked "not support nested json object"; its streamed
+    # and whole results then differ); a call list inside a think block is no call (as vLLM); the template's
+    # "助手：" prefix, which vLLM cuts from call-free answers, is the model's text and stays
+    ("hunyuan_a13b", '<tool_calls>[{"name": "get_weather", "arguments": {"location": {"city": "Beijing", "geo": [39.9, 116.4]}}}]'
+                     "</tool_calls>", [("get_weather", '{"location": {"city": "Beijing", "geo": [39.9, 116.4]}}')], None),
+    ("hunyuan_a13b", '<think>I could call <tool_calls>[{"name": "f", "arguments": {}}]</tool_calls></think>\n'
+                     '<tool_calls>[{"name": "get_weather", "arguments": {}}]</tool_calls>', [("get_weather", "{}")],
+     '<think>I could call <tool_calls>[{"name": "f", "arguments": {}}]</tool_calls></think>'),
+    ("hunyuan_a13b", "助手：你好", [], "助手：你好"),
+    # jamba: content around the list; the list written with newlines as the model writes it
+    ("jamba", 'Checking.\n<tool_calls>[\n    {"name": "get_weather", "arguments": {"location": "Dallas", "unit": "f"}},\n'
+              '    {"name": "get_weather", "arguments": {"location": "Orlando", "unit": "f"}}\n]</tool_calls>',
+     [("get_weather", '{"location": "Dallas", "unit": "f"}'), ("get_weather", '{"location": "Orlando", "unit": "f"}')],
+     "Checking."),
+    # ernie45: the response tags of a call-free answer never reach content; calls after a think block's end
+    ("ernie45", "<response>It is sunny in Beijing.</response>", [], "It is sunny in Beijing."),
+    ("ernie45", '\n\n<tool_call>\n{"name": "get_weather", "arguments": {"location": "Beijing"}}\n</tool_call>\n'
+                '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Shanghai"}}\n</tool_call>\n',
+     [("get_weather", '{"location": "Beijing"}'), ("get_weather", '{"location": "Shanghai"}')], None),
+    # internlm: vLLM reads only an answer's first action block (its parser splits on it once); every block is a call
+    # here, as the template renders them; the code interpreter's block is content
+    ("internlm", 'Sure.<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"location": "Shanghai"}}'
+                 '<|action_end|><|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"location": "Xian"}}'
+                 "<|action_end|>", [("get_weather", '{"location": "Shanghai"}'), ("get_weather", '{"location": "Xian"}')],
+     "Sure."),
+    ("internlm", "<|action_start|><|interpreter|>\nprint(1)<|action_end|>", [],
+     "<|action_start|><|interpreter|>\nprint(1)<|action_end|>"),
+    ("longcat", 'Sure.\n<longcat_tool_call>\n{"name": "get_weather", "arguments": {"location": "Oslo"}}\n'
+                "</longcat_tool_call>", [("get_weather", '{"location": "Oslo"}')], "Sure."),
+    ("longcat", '<longcat_tool_call>{"name": "get_weather", "arguments": {"location": "Os', [("get_weather", '{"location": "Os')],
+     None),  # cut off: the call keeps what was streamed
     # llama4_json: vLLM registers llama3_json's class under this name too
     ("llama4_json", '{"name": "get_weather", "parameters": {"location": "Oslo"}}; {"name": "get_weather", "parameters": '
                     '{"location": "Bergen"}}', [("get_weather", '{"location": "Oslo"}'), ("get_weather", '{"location": "Bergen"}')],
@@ -148,9 +278,12 @@ def test_format_cases(name, text, calls, content):
 
 # ---- marker soup: no hang, no crash, streamed == whole for every parser here ----
 
-NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json"]
+NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json", "xlam", "phi4_mini_json", "hunyuan_a13b", "jamba",
+               "ernie45", "internlm", "longcat"]
 SOUP = ["<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
-        "<parameter=a>", "</parameter>", "</function>", "<｜DSML｜function_calls>", "</｜DSML｜function_calls>", '<｜DSML｜invoke name="f">', "</｜DSML｜invoke>",
+        "<parameter=a>", "</parameter>", "</function>", "```json\n", "```", "[TOOL_CALLS]", "functools[",
+        "<tool_calls>", "</tool_calls>", "<think>", "</think>", "<response>", "</response>", "<|action_start|><|plugin|>",
+        "<|action_end|>", "<longcat_tool_call>", "</longcat_tool_call>", "<｜DSML｜function_calls>", "</｜DSML｜function_calls>", '<｜DSML｜invoke name="f">', "</｜DSML｜invoke>",
         '<｜DSML｜parameter name="a" string="true">', '<｜DSML｜parameter name="a" string="false">', "</｜DSML｜parameter>",
         "[", "]", "{", "}", '{"name": "f", "arguments": ', '{"a": [1, "x"]}', ", ", "(", ")", "f(", "a=1", "\n",
         "1", "x", " ", "<", "<|", '"', "\\", "é"]
@@ -181,8 +314,11 @@ def test_text_without_markers_is_content_intact(name, text, chunking):
     assert result == {"content": text or None, "reasoning_content": None, "calls": []}
 
 
-NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "qwen3_xml": ["<tool_call>", "<function="]}
-PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>")}  # a call only opens the output
+NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "qwen3_xml": ["<tool_call>", "<function="],
+                   "xlam": ["```", "<tool_call>", "[TOOL_CALLS]"], "phi4_mini_json": ["functools["],
+                   "hunyuan_a13b": ["<tool_calls>"], "jamba": ["<tool_calls>"], "ernie45": ["<tool_call>", "<response>", "</response>"],
+                   "internlm": ["<|action_start|><|plugin|>"], "longcat": ["<longcat_tool_call>"]}
+PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "["}  # a call only opens the output
 
 
 # ---- a long argument streamed one character at a time stays linear ----
@@ -190,6 +326,11 @@ PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>")
 LONG_CALLS = {
     "deepseek_v32": lambda body: '<｜DSML｜function_calls>\n<｜DSML｜invoke name="write">\n<｜DSML｜parameter name="body" '
                                  'string="true">%s</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>' % body,
+    "xlam": lambda body: '[{"name": "write", "arguments": {"body": %s}}]' % dumps(body),
+    "hunyuan_a13b": lambda body: '<tool_calls>[{"name": "write", "arguments": {"body": %s}}]</tool_calls>' % dumps(body),
+    "ernie45": lambda body: '<tool_call>\n{"name": "write", "arguments": {"body": %s}}\n</tool_call>' % dumps(body),
+    "internlm": lambda body: '<|action_start|><|plugin|>\n{"name": "write", "parameters": {"body": %s}}<|action_end|>' % dumps(body),
+    "longcat": lambda body: '<longcat_tool_call>{"name": "write", "arguments": {"body": %s}}</longcat_tool_call>' % dumps(body),
     "glm47": lambda body: "<tool_call>write<arg_key>body</arg_key><arg_value>%s</arg_value></tool_call>" % body,
 }
 WRITE_TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {

@@ -39,6 +39,13 @@ _PARSERS = {
     "glm47": ("glm47", "Glm47ToolParser"),
     "qwen3_xml": ("qwen3_coder", "Qwen3CoderToolParser"),  # vLLM's other reader of the same XML
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),  # vLLM registers one class for both
+    "phi4_mini_json": ("phi4_mini", "Phi4MiniJsonToolParser"),
+    "hunyuan_a13b": ("hunyuan", "HunyuanA13BToolParser"),
+    "ernie45": ("ernie45", "Ernie45ToolParser"),
+    "internlm": ("internlm", "InternLMToolParser"),
+    "jamba": ("apriel", "AprielToolParser"),  # AI21 Jamba writes Apriel's <tool_calls>[...]</tool_calls>
+    "longcat": ("longcat", "LongcatToolParser"),
+    "xlam": ("xlam", "XlamToolParser"),
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))

@@ -1,0 +1,36 @@
+"""One JSON call object between an opening and a closing tag: internlm, longcat, ernie45 (hermes's shape).
+
+    OPEN {"name": "get_weather", "arguments": {"city": "Paris"}} CLOSE
+
+A format declares the two tags (literal text); the object streams as jsoncalls.py reads it, several
+blocks may follow one another with content around them, and a closing tag missing at the end of the
+stream is no error.
+"""
+
+from __future__ import annotations
+
+import regex
+
+from .base import ToolParser
+from .jsoncalls import CALL_OBJECT, JsonCallObjects, call_head
+
+
+class TaggedJsonToolParser(JsonCallObjects, ToolParser):
+    open_tag = ""
+    close_tag = ""
+
+    def __init_subclass__(cls, **kwargs):
+        if cls.open_tag and not cls.starts:
+            cls.starts = (cls.open_tag,)
+        super().__init_subclass__(**kwargs)
+        if cls.open_tag:
+            prefix = regex.escape(cls.open_tag) + r"\s*"
+            cls._head = call_head(prefix)
+            cls._whole = regex.compile(prefix + CALL_OBJECT)
+            cls._close = regex.compile(r"\s*" + regex.escape(cls.close_tag))
+
+    def _opening(self, final: bool) -> bool:
+        return self._call_object(final, self._head, self._whole, len(self.open_tag), self._closing_mode)
+
+    def _closing_mode(self, final: bool) -> bool:
+        return self._expect_closing(self._close, final)
