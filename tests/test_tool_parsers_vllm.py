@@ -51,12 +51,24 @@ def glm47(calls, before="", after=""):
     return before + body + after
 
 
+def step3(calls, before="", after=""):
+    # Step-3's template: content + '<｜tool_calls_begin｜>' + per call '<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke
+    # name="' NAME '">' + per argument '<steptml:parameter name="' K '">' V '</steptml:parameter>' (V: strings as they
+    # are, else tojson) + '</steptml:invoke><｜tool_call_end｜>', then '<｜tool_calls_end｜>'
+    body = "".join('<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="%s">%s</steptml:invoke><｜tool_call_end｜>'
+                   % (n, "".join('<steptml:parameter name="%s">%s</steptml:parameter>' % (k, as_json_text(v))
+                                 for k, (_, v) in p.items())) for n, p in calls)
+    return before + "<｜tool_calls_begin｜>" + body + "<｜tool_calls_end｜>" + after
+
+
 DSML_END = ("</｜DSML｜parameter>", "<｜DSML｜parameter name=", "</｜DSML｜invoke>")
 no_edge_newlines = nasty_text.filter(lambda s: not s.startswith("\n") and not s.endswith("\n"))
 TEXT_FORMATS = [
     # name, renderer, strings a value may not hold, untyped values, markers plain text may not hold,
     # whether one newline at a value's edges is formatting
     ("deepseek_v32", deepseek_v32, DSML_END, nasty_text | st.integers(), ["<｜DSML｜"], False),
+    ("step3", step3, ("</steptml:parameter>", "<steptml:parameter name=", "</steptml:invoke>"), no_edge_newlines,
+     ["<｜tool_call"], True),
     ("glm47", glm47, ("</arg_value>",), st.none() | st.integers() | st.lists(st.integers(), max_size=2), ["<tool_call>"],
      False),
 ]
@@ -220,6 +232,21 @@ CASES = [
     ("qwen3_xml", "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=location>\nParis, France\n"
                   "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
      [("get_weather", '{"location": "Paris, France", "days": 3}')], "Let me look."),
+    # step3: the shapes of vLLM's tests, which leave out "function<｜tool_sep｜>" (vLLM's whole-text parser then finds
+    # no call: its tests mark that xfail) and put <｜tool_sep｜> between parallel calls (xfail too); typed values
+    ("step3", "Let me check the weather for you.\n\n<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name="
+              '"get_weather"><steptml:parameter name="location">Tokyo</steptml:parameter><steptml:parameter name="days">'
+              "2</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_sep｜><｜tool_call_begin｜><steptml:invoke "
+              'name="get_time"><steptml:parameter name="timezone">Asia/Tokyo</steptml:parameter></steptml:invoke>'
+              "<｜tool_call_end｜><｜tool_calls_end｜>\n\nI'll get that information.",
+     [("get_weather", '{"location": "Tokyo", "days": 2}'), ("get_time", '{"timezone": "Asia/Tokyo"}')],
+     "Let me check the weather for you.\n\nI'll get that information."),
+    ("step3", '<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="f"><steptml:parameter '
+              'name="q">He said "hello" & 1 < 2</steptml:parameter><steptml:parameter name="path">C:\\Users\\a.txt'
+              '</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>',
+     [("f", '{"q": "He said \\"hello\\" & 1 < 2", "path": "C:\\\\Users\\\\a.txt"}')], None),  # vLLM: no "<" in a value
+    ("step3", '<｜tool_call_begin｜><steptml:invoke name="refresh"></steptml:invoke><｜tool_call_end｜>', [("refresh", "{}")], None),
+    ("step3", '<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name="func">', [("func", "{}")], None),
     # xlam: the list alone, in a code block after prose, in tool_call tags; a list in the middle of prose is content
     ("xlam", '[{"name": "get_weather", "arguments": {"location": "Oslo", "days": 2}}]',
      [("get_weather", '{"location": "Oslo", "days": 2}')], None),
@@ -279,8 +306,9 @@ def test_format_cases(name, text, calls, content):
 # ---- marker soup: no hang, no crash, streamed == whole for every parser here ----
 
 NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json", "xlam", "phi4_mini_json", "hunyuan_a13b", "jamba",
-               "ernie45", "internlm", "longcat"]
-SOUP = ["<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
+               "ernie45", "internlm", "longcat", "step3"]
+SOUP = ["<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function<｜tool_sep｜>", '<steptml:invoke name="f">',
+        '<steptml:parameter name="a">', "</steptml:parameter>", "</steptml:invoke>", "<｜tool_call_end｜>", "<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
         "<parameter=a>", "</parameter>", "</function>", "```json\n", "```", "[TOOL_CALLS]", "functools[",
         "<tool_calls>", "</tool_calls>", "<think>", "</think>", "<response>", "</response>", "<|action_start|><|plugin|>",
         "<|action_end|>", "<longcat_tool_call>", "</longcat_tool_call>", "<｜DSML｜function_calls>", "</｜DSML｜function_calls>", '<｜DSML｜invoke name="f">', "</｜DSML｜invoke>",
@@ -317,7 +345,8 @@ def test_text_without_markers_is_content_intact(name, text, chunking):
 NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "qwen3_xml": ["<tool_call>", "<function="],
                    "xlam": ["```", "<tool_call>", "[TOOL_CALLS]"], "phi4_mini_json": ["functools["],
                    "hunyuan_a13b": ["<tool_calls>"], "jamba": ["<tool_calls>"], "ernie45": ["<tool_call>", "<response>", "</response>"],
-                   "internlm": ["<|action_start|><|plugin|>"], "longcat": ["<longcat_tool_call>"]}
+                   "internlm": ["<|action_start|><|plugin|>"], "longcat": ["<longcat_tool_call>"],
+                   "step3": ["<｜tool_call"]}
 PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "["}  # a call only opens the output
 
 
@@ -331,6 +360,9 @@ LONG_CALLS = {
     "ernie45": lambda body: '<tool_call>\n{"name": "write", "arguments": {"body": %s}}\n</tool_call>' % dumps(body),
     "internlm": lambda body: '<|action_start|><|plugin|>\n{"name": "write", "parameters": {"body": %s}}<|action_end|>' % dumps(body),
     "longcat": lambda body: '<longcat_tool_call>{"name": "write", "arguments": {"body": %s}}</longcat_tool_call>' % dumps(body),
+    "step3": lambda body: '<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="write">'
+                          '<steptml:parameter name="body">%s</steptml:parameter></steptml:invoke><｜tool_call_end｜>'
+                          "<｜tool_calls_end｜>" % body,
     "glm47": lambda body: "<tool_call>write<arg_key>body</arg_key><arg_value>%s</arg_value></tool_call>" % body,
 }
 WRITE_TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {

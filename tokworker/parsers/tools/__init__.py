@@ -46,6 +46,7 @@ _PARSERS = {
     "jamba": ("apriel", "AprielToolParser"),  # AI21 Jamba writes Apriel's <tool_calls>[...]</tool_calls>
     "longcat": ("longcat", "LongcatToolParser"),
     "xlam": ("xlam", "XlamToolParser"),
+    "step3": ("step3", "Step3ToolParser"),
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))

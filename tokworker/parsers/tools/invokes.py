@@ -20,6 +20,7 @@ class InvokeSectionToolParser(TextValuedArgs, ToolParser):
     section_open = ""  # regex source: the section's opening marker (the first of `starts`)
     invoke_open = ""  # regex source: one call's opening, with the function's name as group "fname"
     section_close = ""  # regex source: the section's closing marker
+    invoke_close = ""  # regex source: a per-call closing marker after call_end, consumed when it is there
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -27,6 +28,7 @@ class InvokeSectionToolParser(TextValuedArgs, ToolParser):
             cls._first_invoke = regex.compile(cls.section_open + r"\s*" + cls.invoke_open)
             cls._next_invoke = regex.compile(r"\s*" + cls.invoke_open)
             cls._section_end = regex.compile(r"\s*" + cls.section_close)
+            cls._invoke_end = regex.compile(r"\s*" + cls.invoke_close) if cls.invoke_close else None
 
     def _opening(self, final: bool) -> bool:
         return self._invoke(self._first_invoke, final, len(self._start_re.match(self._buf)[0]))
@@ -43,7 +45,16 @@ class InvokeSectionToolParser(TextValuedArgs, ToolParser):
         return True
 
     def _mode_after_call(self, end):
-        return self._section_mode
+        return self._invoke_end_mode if self._invoke_end else self._section_mode
+
+    def _invoke_end_mode(self, final: bool) -> bool:
+        m = self._match(self._invoke_end, final)
+        if m is None:
+            return False
+        if m:
+            self._consume(m.end())
+        self._mode = self._section_mode
+        return True
 
     def _section_mode(self, final: bool) -> bool:
         """After an invoke: another one, or the section's end; anything else is content."""
