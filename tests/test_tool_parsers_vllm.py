@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from tests.test_tool_text_values import tools_for, typed_calls
 from tests.tool_formats import (EXAMPLES, assert_every_prefix, assert_split_invariant, calls_lists, cuts, dumps,
-                                expected_content, nasty_text, small_calls, stream, summary, time_limit)
+                                expected_content, json_scalars, json_values, names, nasty_text, small_calls, stream,
+                                summary, time_limit)
 from tokworker.parsers.tools import TOOL_PARSERS, get_tool_parser
 
 SETTINGS = settings(max_examples=max(EXAMPLES // 3, 10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -197,6 +198,60 @@ def test_json_formats_every_split_and_every_prefix(name, render, markers, calls,
         assert part["calls"][:complete] == full["calls"][:complete]
 
 
+# ---- pythonic formats: renderers ----
+
+def _pythonic_calls(calls, sep=", "):
+    return sep.join("%s(%s)" % (n, ", ".join("%s=%r" % (k, v) for k, v in a.items())) for n, a in calls)
+
+
+def lfm2(calls, before="", after=""):
+    # LFM2's template (vLLM's tests): content + '<|tool_call_start|>[' + calls + ']<|tool_call_end|>' + content
+    return before + "<|tool_call_start|>[" + _pythonic_calls(calls) + "]<|tool_call_end|>" + after
+
+
+def olmo3(calls, before="", after=""):
+    # OLMo 3's template: '<function_calls>' + one call per line + '</function_calls>'
+    return before + "<function_calls>" + _pythonic_calls(calls, "\n") + "</function_calls>" + after
+
+
+def llama4_pythonic(calls, before="", after=""):
+    # Llama 4's pythonic template (vLLM's tests): '<|python_start|>[' + calls + ']<|python_end|>' at the start
+    return "<|python_start|>[" + _pythonic_calls(calls) + "]<|python_end|>" + after
+
+
+PYTHONIC_FORMATS = [
+    ("lfm2", lfm2, ["<|tool_call_start|>", "<|tool_call_end|>"]),
+    ("olmo3", olmo3, ["<function_calls>"]),
+    ("llama4_pythonic", llama4_pythonic, ["<|python_end|>"]),
+]
+python_calls = st.lists(st.tuples(names, st.dictionaries(names, json_values, max_size=3)), min_size=1, max_size=3)
+
+
+@pytest.mark.parametrize("name,render,markers", PYTHONIC_FORMATS, ids=[f[0] for f in PYTHONIC_FORMATS])
+@SETTINGS
+@given(calls=python_calls, before=nasty_text, after=nasty_text, chunking=cuts)
+def test_pythonic_formats_round_trip(name, render, markers, calls, before, after, chunking):
+    assume(not any(m in before + after for m in markers))
+    if name == "llama4_pythonic":
+        before = ""
+    text = render(calls, before, after)
+    result = assert_split_invariant(name, text, cuts=chunking)
+    assert result["calls"] == [(n, dumps(a)) for n, a in calls]
+    assert result["content"] == expected_content(before, after), text
+
+
+@pytest.mark.parametrize("name,render,markers", PYTHONIC_FORMATS, ids=[f[0] for f in PYTHONIC_FORMATS])
+@settings(max_examples=6, deadline=None)
+@given(calls=st.lists(st.tuples(names, st.dictionaries(names, json_scalars, max_size=2)), min_size=1, max_size=2))
+def test_pythonic_formats_every_split_and_every_prefix(name, render, markers, calls):
+    text = render(calls, "Sure." if name != "llama4_pythonic" else "")
+    full = assert_split_invariant(name, text, every_split=True)
+    assert full["calls"] == [(n, dumps(a)) for n, a in calls]
+    for part in assert_every_prefix(name, text):
+        complete = max(len(part["calls"]) - 1, 0)
+        assert part["calls"][:complete] == full["calls"][:complete]
+
+
 # ---- cases: real model-output shapes (from vLLM's tests and issues), malformed openings, vLLM's bugs ----
 
 WEATHER_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
@@ -247,6 +302,24 @@ CASES = [
      [("f", '{"q": "He said \\"hello\\" & 1 < 2", "path": "C:\\\\Users\\\\a.txt"}')], None),  # vLLM: no "<" in a value
     ("step3", '<｜tool_call_begin｜><steptml:invoke name="refresh"></steptml:invoke><｜tool_call_end｜>', [("refresh", "{}")], None),
     ("step3", '<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name="func">', [("func", "{}")], None),
+    # lfm2: calls with content on both sides; the echo LFM2 sometimes writes after the call ends with a second
+    # <|tool_call_end|>, dropped (vLLM drops the echoed call text too; we cannot tell it from prose, so it stays)
+    ("lfm2", 'Let me check.<|tool_call_start|>[get_weather(location="Paris"), get_weather(location="Rome", days=2)]'
+             "<|tool_call_end|>Both are sunny.",
+     [("get_weather", '{"location": "Paris"}'), ("get_weather", '{"location": "Rome", "days": 2}')],
+     "Let me check.Both are sunny."),
+    ("lfm2", '<|tool_call_start|>[get_weather(location="Paris")]<|tool_call_end|>[get_weather(location="Paris")]'
+             "<|tool_call_end|>", [("get_weather", '{"location": "Paris"}')], '[get_weather(location="Paris")]'),
+    ("lfm2", "<|tool_call_start|>[get_weather(location='Par", [("get_weather", "{}")], "location='Par"),  # cut off
+    # olmo3: a call per line, JSON spellings of values (vLLM's tests); text around the tags, which vLLM drops, is kept
+    ("olmo3", '<function_calls>get_weather(location="San Francisco, CA", unit=null, verbose=true)\n'
+              'get_weather(location="NYC", days=[1, 2])</function_calls>',
+     [("get_weather", '{"location": "San Francisco, CA", "unit": null, "verbose": true}'),
+      ("get_weather", '{"location": "NYC", "days": [1, 2]}')], None),
+    ("olmo3", "I'll look.\n<function_calls>\nnow()\n</function_calls>", [("now", "{}")], "I'll look."),
+    ("olmo3", "<function_calls>not a call</function_calls>", [], "<function_calls>not a call</function_calls>"),
+    ("llama4_pythonic", '<|python_start|>[get_weather(location="Oslo"), now()]<|python_end|>',
+     [("get_weather", '{"location": "Oslo"}'), ("now", "{}")], None),
     # xlam: the list alone, in a code block after prose, in tool_call tags; a list in the middle of prose is content
     ("xlam", '[{"name": "get_weather", "arguments": {"location": "Oslo", "days": 2}}]',
      [("get_weather", '{"location": "Oslo", "days": 2}')], None),
@@ -306,8 +379,9 @@ def test_format_cases(name, text, calls, content):
 # ---- marker soup: no hang, no crash, streamed == whole for every parser here ----
 
 NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json", "xlam", "phi4_mini_json", "hunyuan_a13b", "jamba",
-               "ernie45", "internlm", "longcat", "step3"]
-SOUP = ["<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function<｜tool_sep｜>", '<steptml:invoke name="f">',
+               "ernie45", "internlm", "longcat", "step3", "lfm2", "olmo3", "llama4_pythonic"]
+SOUP = ["<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
+        "<|python_end|>", "f(a=1)", "g()", "\n", "<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function<｜tool_sep｜>", '<steptml:invoke name="f">',
         '<steptml:parameter name="a">', "</steptml:parameter>", "</steptml:invoke>", "<｜tool_call_end｜>", "<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
         "<parameter=a>", "</parameter>", "</function>", "```json\n", "```", "[TOOL_CALLS]", "functools[",
         "<tool_calls>", "</tool_calls>", "<think>", "</think>", "<response>", "</response>", "<|action_start|><|plugin|>",
@@ -346,8 +420,9 @@ NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "q
                    "xlam": ["```", "<tool_call>", "[TOOL_CALLS]"], "phi4_mini_json": ["functools["],
                    "hunyuan_a13b": ["<tool_calls>"], "jamba": ["<tool_calls>"], "ernie45": ["<tool_call>", "<response>", "</response>"],
                    "internlm": ["<|action_start|><|plugin|>"], "longcat": ["<longcat_tool_call>"],
-                   "step3": ["<｜tool_call"]}
-PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "["}  # a call only opens the output
+                   "step3": ["<｜tool_call"], "lfm2": ["<|tool_call_start|>", "<|tool_call_end|>"],
+                   "olmo3": ["<function_calls>"]}
+PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "[", "llama4_pythonic": ("[", "<|python_start|>")}  # a call only opens the output
 
 
 # ---- a long argument streamed one character at a time stays linear ----
@@ -363,6 +438,8 @@ LONG_CALLS = {
     "step3": lambda body: '<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="write">'
                           '<steptml:parameter name="body">%s</steptml:parameter></steptml:invoke><｜tool_call_end｜>'
                           "<｜tool_calls_end｜>" % body,
+    "lfm2": lambda body: "<|tool_call_start|>[write(body=%r)]<|tool_call_end|>" % body,
+    "olmo3": lambda body: "<function_calls>\nwrite(body=%r)\n</function_calls>" % body,
     "glm47": lambda body: "<tool_call>write<arg_key>body</arg_key><arg_value>%s</arg_value></tool_call>" % body,
 }
 WRITE_TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {

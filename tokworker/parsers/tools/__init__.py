@@ -47,6 +47,9 @@ _PARSERS = {
     "longcat": ("longcat", "LongcatToolParser"),
     "xlam": ("xlam", "XlamToolParser"),
     "step3": ("step3", "Step3ToolParser"),
+    "olmo3": ("olmo3", "Olmo3ToolParser"),
+    "lfm2": ("lfm2", "Lfm2ToolParser"),
+    "llama4_pythonic": ("pythonic", "PythonicToolParser"),  # pythonic reads Llama 4's <|python_start|> wrapper
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))
