@@ -155,6 +155,12 @@ def longcat(calls, before="", after=""):
     return before + "".join("<longcat_tool_call>%s</longcat_tool_call>" % _objects([c]) for c in calls) + after
 
 
+def gigachat3(calls, before="", after=""):
+    # GigaChat 3 (vLLM's tests): content + '<|message_sep|>\n\nfunction call<|role_sep|>\n' + call object + '</s>';
+    # one call per answer
+    return before + "<|message_sep|>\n\nfunction call<|role_sep|>\n" + _objects(calls[:1]) + "</s>" + after
+
+
 JSON_FORMATS = [
     # name, renderer, markers text around the calls may not hold
     ("xlam", xlam, ["```", "<tool_call>", "[TOOL_CALLS]"]),
@@ -164,6 +170,7 @@ JSON_FORMATS = [
     ("ernie45", ernie45, ["<tool_call>", "<response>", "</response>"]),
     ("internlm", internlm, ["<|action_start|><|plugin|>"]),
     ("longcat", longcat, ["<longcat_tool_call>"]),
+    ("gigachat3", gigachat3, ["<|message_sep|>", "<|function_call|>", "</s>"]),
 ]
 JSON_IDS = [f[0] for f in JSON_FORMATS]
 
@@ -176,6 +183,8 @@ def test_json_formats_round_trip(name, render, markers, calls, before, after, ch
     if name == "xlam":
         assume(before.strip() and not after.lstrip().startswith(("`", "<")))
     text = render(calls, before, after)
+    if name == "gigachat3":
+        calls = calls[:1]
     result = assert_split_invariant(name, text, cuts=chunking)
     assert result["calls"] == [(n, dumps(a)) for n, a in calls]
     if name == "ernie45":  # the template's newline after the last call separates it from text that follows
@@ -190,7 +199,7 @@ def test_json_formats_every_split_and_every_prefix(name, render, markers, calls,
     assume(not any(m in before for m in markers))
     text = render(calls, before if name != "xlam" else "")
     full = assert_split_invariant(name, text, every_split=True)
-    assert full["calls"] == [(n, dumps(a)) for n, a in calls]
+    assert full["calls"] == [(n, dumps(a)) for n, a in (calls[:1] if name == "gigachat3" else calls)]
     for part in assert_every_prefix(name, text):
         for (name_p, args_p), (name_f, args_f) in zip(part["calls"], full["calls"]):
             assert name_p == name_f and args_f.startswith(args_p)
@@ -363,6 +372,14 @@ CASES = [
                 "</longcat_tool_call>", [("get_weather", '{"location": "Oslo"}')], "Sure."),
     ("longcat", '<longcat_tool_call>{"name": "get_weather", "arguments": {"location": "Os', [("get_weather", '{"location": "Os')],
      None),  # cut off: the call keeps what was streamed
+    # gigachat3: GigaChat 3's role header and 3.1's <|function_call|> (vLLM's tests); the end-of-text </s> is dropped;
+    # vLLM drops all text after a <|message_sep|> that opens no call, where we keep it (only the marker goes)
+    ("gigachat3", "I'll check that for you.<|message_sep|>\n\nfunction call<|role_sep|>\n{\"name\": \"manage_user_memory\", "
+                  '"arguments": {"action": "create", "content": {"short_answers": true, "english_ui": false}}}</s>',
+     [("manage_user_memory", '{"action": "create", "content": {"short_answers": true, "english_ui": false}}')],
+     "I'll check that for you."),
+    ("gigachat3", '<|function_call|>{"name": "manage_user_memory", "arguments": {}}', [("manage_user_memory", "{}")], None),
+    ("gigachat3", "Hello.<|message_sep|>\n\nHow can I help?", [], "Hello.\n\nHow can I help?"),
     # llama4_json: vLLM registers llama3_json's class under this name too
     ("llama4_json", '{"name": "get_weather", "parameters": {"location": "Oslo"}}; {"name": "get_weather", "parameters": '
                     '{"location": "Bergen"}}', [("get_weather", '{"location": "Oslo"}'), ("get_weather", '{"location": "Bergen"}')],
@@ -379,8 +396,9 @@ def test_format_cases(name, text, calls, content):
 # ---- marker soup: no hang, no crash, streamed == whole for every parser here ----
 
 NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json", "xlam", "phi4_mini_json", "hunyuan_a13b", "jamba",
-               "ernie45", "internlm", "longcat", "step3", "lfm2", "olmo3", "llama4_pythonic"]
-SOUP = ["<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
+               "ernie45", "internlm", "longcat", "step3", "lfm2", "olmo3", "llama4_pythonic",
+               "gigachat3"]
+SOUP = ["<|message_sep|>", "\n\nfunction call<|role_sep|>\n", "<|function_call|>", "</s>", "<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
         "<|python_end|>", "f(a=1)", "g()", "\n", "<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function<｜tool_sep｜>", '<steptml:invoke name="f">',
         '<steptml:parameter name="a">', "</steptml:parameter>", "</steptml:invoke>", "<｜tool_call_end｜>", "<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
         "<parameter=a>", "</parameter>", "</function>", "```json\n", "```", "[TOOL_CALLS]", "functools[",
@@ -421,7 +439,7 @@ NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "q
                    "hunyuan_a13b": ["<tool_calls>"], "jamba": ["<tool_calls>"], "ernie45": ["<tool_call>", "<response>", "</response>"],
                    "internlm": ["<|action_start|><|plugin|>"], "longcat": ["<longcat_tool_call>"],
                    "step3": ["<｜tool_call"], "lfm2": ["<|tool_call_start|>", "<|tool_call_end|>"],
-                   "olmo3": ["<function_calls>"]}
+                   "olmo3": ["<function_calls>"], "gigachat3": ["<|message_sep|>", "<|function_call|>"]}
 PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "[", "llama4_pythonic": ("[", "<|python_start|>")}  # a call only opens the output
 
 
@@ -440,6 +458,7 @@ LONG_CALLS = {
                           "<｜tool_calls_end｜>" % body,
     "lfm2": lambda body: "<|tool_call_start|>[write(body=%r)]<|tool_call_end|>" % body,
     "olmo3": lambda body: "<function_calls>\nwrite(body=%r)\n</function_calls>" % body,
+    "gigachat3": lambda body: '<|function_call|>{"name": "write", "arguments": {"body": %s}}</s>' % dumps(body),
     "glm47": lambda body: "<tool_call>write<arg_key>body</arg_key><arg_value>%s</arg_value></tool_call>" % body,
 }
 WRITE_TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {
