@@ -1,5 +1,5 @@
 """The rest of vLLM's tool-parser list (deepseek_v32, glm47, qwen3_xml, llama4_json, xlam, phi4_mini_json,
-hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic).
+hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax).
 
 Model text is rendered the way each model writes calls (the shapes in vLLM's parser tests and the models'
 templates; format literals next to each renderer); whole-text parse and streamed parse agree however it is
@@ -155,6 +155,11 @@ def longcat(calls, before="", after=""):
     return before + "".join("<longcat_tool_call>%s</longcat_tool_call>" % _objects([c]) for c in calls) + after
 
 
+def minimax(calls, before="", after=""):
+    # MiniMax-M1's template: content + '\n<tool_calls>\n' + one call object per line + '\n</tool_calls>'
+    return before + "\n<tool_calls>\n" + _objects(calls, sep="\n") + "\n</tool_calls>" + after
+
+
 def gigachat3(calls, before="", after=""):
     # GigaChat 3 (vLLM's tests): content + '<|message_sep|>\n\nfunction call<|role_sep|>\n' + call object + '</s>';
     # one call per answer
@@ -171,6 +176,7 @@ JSON_FORMATS = [
     ("internlm", internlm, ["<|action_start|><|plugin|>"]),
     ("longcat", longcat, ["<longcat_tool_call>"]),
     ("gigachat3", gigachat3, ["<|message_sep|>", "<|function_call|>", "</s>"]),
+    ("minimax", minimax, ["<tool_calls>", "<think>"]),
 ]
 JSON_IDS = [f[0] for f in JSON_FORMATS]
 
@@ -380,6 +386,13 @@ CASES = [
      "I'll check that for you."),
     ("gigachat3", '<|function_call|>{"name": "manage_user_memory", "arguments": {}}', [("manage_user_memory", "{}")], None),
     ("gigachat3", "Hello.<|message_sep|>\n\nHow can I help?", [], "Hello.\n\nHow can I help?"),
+    # minimax (M1): calls one per line; calls written while thinking are no calls (vLLM removes them from think
+    # blocks before it parses; here the think block, calls and all, is content for the reasoning parser's side)
+    ("minimax", '<think>I could use <tool_calls>\n{"name": "search", "arguments": {}}\n</tool_calls></think>\nSure.\n'
+                '<tool_calls>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n{"name": "get_weather", '
+                '"arguments": {"location": "Rome"}}\n</tool_calls>',
+     [("get_weather", '{"location": "Paris"}'), ("get_weather", '{"location": "Rome"}')],
+     '<think>I could use <tool_calls>\n{"name": "search", "arguments": {}}\n</tool_calls></think>\nSure.'),
     # llama4_json: vLLM registers llama3_json's class under this name too
     ("llama4_json", '{"name": "get_weather", "parameters": {"location": "Oslo"}}; {"name": "get_weather", "parameters": '
                     '{"location": "Bergen"}}', [("get_weather", '{"location": "Oslo"}'), ("get_weather", '{"location": "Bergen"}')],
@@ -397,7 +410,7 @@ def test_format_cases(name, text, calls, content):
 
 NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json", "xlam", "phi4_mini_json", "hunyuan_a13b", "jamba",
                "ernie45", "internlm", "longcat", "step3", "lfm2", "olmo3", "llama4_pythonic",
-               "gigachat3"]
+               "gigachat3", "minimax"]
 SOUP = ["<|message_sep|>", "\n\nfunction call<|role_sep|>\n", "<|function_call|>", "</s>", "<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
         "<|python_end|>", "f(a=1)", "g()", "\n", "<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function<｜tool_sep｜>", '<steptml:invoke name="f">',
         '<steptml:parameter name="a">', "</steptml:parameter>", "</steptml:invoke>", "<｜tool_call_end｜>", "<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
@@ -439,7 +452,8 @@ NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "q
                    "hunyuan_a13b": ["<tool_calls>"], "jamba": ["<tool_calls>"], "ernie45": ["<tool_call>", "<response>", "</response>"],
                    "internlm": ["<|action_start|><|plugin|>"], "longcat": ["<longcat_tool_call>"],
                    "step3": ["<｜tool_call"], "lfm2": ["<|tool_call_start|>", "<|tool_call_end|>"],
-                   "olmo3": ["<function_calls>"], "gigachat3": ["<|message_sep|>", "<|function_call|>"]}
+                   "olmo3": ["<function_calls>"], "gigachat3": ["<|message_sep|>", "<|function_call|>"],
+                   "minimax": ["<tool_calls>", "<think>"]}
 PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "[", "llama4_pythonic": ("[", "<|python_start|>")}  # a call only opens the output
 
 
@@ -459,6 +473,7 @@ LONG_CALLS = {
     "lfm2": lambda body: "<|tool_call_start|>[write(body=%r)]<|tool_call_end|>" % body,
     "olmo3": lambda body: "<function_calls>\nwrite(body=%r)\n</function_calls>" % body,
     "gigachat3": lambda body: '<|function_call|>{"name": "write", "arguments": {"body": %s}}</s>' % dumps(body),
+    "minimax": lambda body: '<tool_calls>\n{"name": "write", "arguments": {"body": %s}}\n</tool_calls>' % dumps(body),
     "glm47": lambda body: "<tool_call>write<arg_key>body</arg_key><arg_value>%s</arg_value></tool_call>" % body,
 }
 WRITE_TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {

@@ -49,6 +49,7 @@ _PARSERS = {
     "step3": ("step3", "Step3ToolParser"),
     "olmo3": ("olmo3", "Olmo3ToolParser"),
     "gigachat3": ("gigachat3", "GigaChat3ToolParser"),
+    "minimax": ("minimax", "MinimaxToolParser"),
     "lfm2": ("lfm2", "Lfm2ToolParser"),
     "llama4_pythonic": ("pythonic", "PythonicToolParser"),  # pythonic reads Llama 4's <|python_start|> wrapper
 }
