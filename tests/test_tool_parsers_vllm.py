@@ -1,5 +1,5 @@
 """The rest of vLLM's tool-parser list (deepseek_v32, glm47, qwen3_xml, llama4_json, xlam, phi4_mini_json,
-hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax).
+hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax, deepseek_v4, granite-20b-fc).
 
 Model text is rendered the way each model writes calls (the shapes in vLLM's parser tests and the models'
 templates; format literals next to each renderer); whole-text parse and streamed parse agree however it is
@@ -43,6 +43,11 @@ def deepseek_v32(calls, before="", after=""):
     return before + "\n\n<｜DSML｜function_calls>\n" + body + "</｜DSML｜function_calls>" + after
 
 
+def deepseek_v4(calls, before="", after=""):
+    # DeepSeek V4 (vLLM's parser): V3.2's invokes in <｜DSML｜tool_calls> instead of <｜DSML｜function_calls>
+    return deepseek_v32(calls, before, after).replace("｜DSML｜function_calls>", "｜DSML｜tool_calls>")
+
+
 def glm47(calls, before="", after=""):
     # GLM-4.7's template: content + '<tool_call>' NAME + per argument '<arg_key>' K '</arg_key><arg_value>' V
     # '</arg_value>' (V: strings as they are, else tojson) + '</tool_call>', nothing in between
@@ -68,6 +73,7 @@ TEXT_FORMATS = [
     # name, renderer, strings a value may not hold, untyped values, markers plain text may not hold,
     # whether one newline at a value's edges is formatting
     ("deepseek_v32", deepseek_v32, DSML_END, nasty_text | st.integers(), ["<｜DSML｜"], False),
+    ("deepseek_v4", deepseek_v4, DSML_END, nasty_text | st.integers(), ["<｜DSML｜"], False),
     ("step3", step3, ("</steptml:parameter>", "<steptml:parameter name=", "</steptml:invoke>"), no_edge_newlines,
      ["<｜tool_call"], True),
     ("glm47", glm47, ("</arg_value>",), st.none() | st.integers() | st.lists(st.integers(), max_size=2), ["<tool_call>"],
@@ -155,6 +161,11 @@ def longcat(calls, before="", after=""):
     return before + "".join("<longcat_tool_call>%s</longcat_tool_call>" % _objects([c]) for c in calls) + after
 
 
+def granite_20b_fc(calls, before="", after=""):
+    # Granite 20B FC (vLLM's tests): content + '\n<function_call> ' + call object, per call, one per line
+    return before + "".join("\n<function_call> " + _objects([c]) for c in calls) + after
+
+
 def minimax(calls, before="", after=""):
     # MiniMax-M1's template: content + '\n<tool_calls>\n' + one call object per line + '\n</tool_calls>'
     return before + "\n<tool_calls>\n" + _objects(calls, sep="\n") + "\n</tool_calls>" + after
@@ -177,6 +188,7 @@ JSON_FORMATS = [
     ("longcat", longcat, ["<longcat_tool_call>"]),
     ("gigachat3", gigachat3, ["<|message_sep|>", "<|function_call|>", "</s>"]),
     ("minimax", minimax, ["<tool_calls>", "<think>"]),
+    ("granite-20b-fc", granite_20b_fc, ["<function_call>"]),
 ]
 JSON_IDS = [f[0] for f in JSON_FORMATS]
 
@@ -386,6 +398,18 @@ CASES = [
      "I'll check that for you."),
     ("gigachat3", '<|function_call|>{"name": "manage_user_memory", "arguments": {}}', [("manage_user_memory", "{}")], None),
     ("gigachat3", "Hello.<|message_sep|>\n\nHow can I help?", [], "Hello.\n\nHow can I help?"),
+    # granite-20b-fc: vLLM's streaming reads a call only at the output's start (its tests mark text before it xfail)
+    ("granite-20b-fc", 'Let me check the weather for you.\n<function_call> {"name": "get_weather", "arguments": '
+                       '{"location": "Tokyo"}}\n<function_call> {"name": "get_time", "arguments": {"timezone": "Asia/Tokyo"}}',
+     [("get_weather", '{"location": "Tokyo"}'), ("get_time", '{"timezone": "Asia/Tokyo"}')],
+     "Let me check the weather for you."),
+    ("granite-20b-fc", '<function_call> {\n  "name": "f",\n  "arguments": {\n    "a": [1, 2],\n    "b": {}\n  }\n}',
+     [("f", '{\n    "a": [1, 2],\n    "b": {}\n  }')], None),  # the arguments as the model wrote them
+    ("granite-20b-fc", '<function_call> [{"name": "func", "arguments": {}}]', [],
+     '<function_call> [{"name": "func", "arguments": {}}]'),
+    ("deepseek_v4", 'Ok.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="location" '
+                    'string="true">杭州</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+     [("get_weather", '{"location": "杭州"}')], "Ok."),
     # minimax (M1): calls one per line; calls written while thinking are no calls (vLLM removes them from think
     # blocks before it parses; here the think block, calls and all, is content for the reasoning parser's side)
     ("minimax", '<think>I could use <tool_calls>\n{"name": "search", "arguments": {}}\n</tool_calls></think>\nSure.\n'
@@ -410,8 +434,8 @@ def test_format_cases(name, text, calls, content):
 
 NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json", "xlam", "phi4_mini_json", "hunyuan_a13b", "jamba",
                "ernie45", "internlm", "longcat", "step3", "lfm2", "olmo3", "llama4_pythonic",
-               "gigachat3", "minimax"]
-SOUP = ["<|message_sep|>", "\n\nfunction call<|role_sep|>\n", "<|function_call|>", "</s>", "<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
+               "gigachat3", "minimax", "deepseek_v4", "granite-20b-fc"]
+SOUP = ["<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<function_call> ", "<|message_sep|>", "\n\nfunction call<|role_sep|>\n", "<|function_call|>", "</s>", "<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
         "<|python_end|>", "f(a=1)", "g()", "\n", "<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function<｜tool_sep｜>", '<steptml:invoke name="f">',
         '<steptml:parameter name="a">', "</steptml:parameter>", "</steptml:invoke>", "<｜tool_call_end｜>", "<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
         "<parameter=a>", "</parameter>", "</function>", "```json\n", "```", "[TOOL_CALLS]", "functools[",
@@ -453,7 +477,8 @@ NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "q
                    "internlm": ["<|action_start|><|plugin|>"], "longcat": ["<longcat_tool_call>"],
                    "step3": ["<｜tool_call"], "lfm2": ["<|tool_call_start|>", "<|tool_call_end|>"],
                    "olmo3": ["<function_calls>"], "gigachat3": ["<|message_sep|>", "<|function_call|>"],
-                   "minimax": ["<tool_calls>", "<think>"]}
+                   "minimax": ["<tool_calls>", "<think>"], "deepseek_v4": ["<｜DSML｜"],
+                   "granite-20b-fc": ["<function_call>"]}
 PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "[", "llama4_pythonic": ("[", "<|python_start|>")}  # a call only opens the output
 
 
@@ -474,6 +499,7 @@ LONG_CALLS = {
     "olmo3": lambda body: "<function_calls>\nwrite(body=%r)\n</function_calls>" % body,
     "gigachat3": lambda body: '<|function_call|>{"name": "write", "arguments": {"body": %s}}</s>' % dumps(body),
     "minimax": lambda body: '<tool_calls>\n{"name": "write", "arguments": {"body": %s}}\n</tool_calls>' % dumps(body),
+    "granite-20b-fc": lambda body: '<function_call> {"name": "write", "arguments": {"body": %s}}' % dumps(body),
     "glm47": lambda body: "<tool_call>write<arg_key>body</arg_key><arg_value>%s</arg_value></tool_call>" % body,
 }
 WRITE_TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {

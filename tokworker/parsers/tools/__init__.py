@@ -31,11 +31,13 @@ _PARSERS = {
     "nemotron_json": ("nemotron_json", "NemotronJsonToolParser"),
     "firefunction_v2": ("firefunction", "FirefunctionV2ToolParser"),
     "granite": ("granite", "GraniteToolParser"),
+    "granite-20b-fc": ("granite_20b_fc", "Granite20bFcToolParser"),
     "functionary_v31": ("functionary", "FunctionaryV31ToolParser"),
     "functionary_v32": ("functionary", "FunctionaryV32ToolParser"),
     "apriel": ("apriel", "AprielToolParser"),
     "apertus": ("apertus", "ApertusToolParser"),
     "deepseek_v32": ("deepseek_v32", "DeepSeekV32ToolParser"),
+    "deepseek_v4": ("deepseek_v32", "DeepSeekV4ToolParser"),
     "glm47": ("glm47", "Glm47ToolParser"),
     "qwen3_xml": ("qwen3_coder", "Qwen3CoderToolParser"),  # vLLM's other reader of the same XML
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),  # vLLM registers one class for both

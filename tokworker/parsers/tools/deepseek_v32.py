@@ -1,4 +1,4 @@
-"""deepseek_v32: DeepSeek V3.2 (DSML markup: invokes with typed text parameters).
+"""deepseek_v32 (DeepSeek V3.2) and deepseek_v4 (DeepSeek V4): DSML markup, invokes with typed text parameters.
 
     <｜DSML｜function_calls>
     <｜DSML｜invoke name="get_weather">
@@ -7,7 +7,7 @@
     </｜DSML｜invoke>
     </｜DSML｜function_calls>
 
-string="true" says the value is text as it is (it streams as a JSON string); string="false" says it is
+V4 writes the same invokes in <｜DSML｜tool_calls> ... </｜DSML｜tool_calls>. string="true" says the value is text as it is (it streams as a JSON string); string="false" says it is
 JSON, typed by the tool's schema when it has one. A parameter without the attribute is typed as an
 untyped glm45 value is. A value is written as it is: no newline around it is formatting (as vLLM).
 """
@@ -42,3 +42,14 @@ class DeepSeekV32ToolParser(InvokeSectionToolParser):
         if param is not None and param["string"] == "true":
             return ("string",)
         return super()._param_types(key, param)
+
+
+V4_OPEN, V4_CLOSE = f"<{DSML}tool_calls>", f"</{DSML}tool_calls>"
+
+
+class DeepSeekV4ToolParser(DeepSeekV32ToolParser):
+    name = "deepseek_v4"
+    special_tokens = (V4_OPEN, V4_CLOSE)
+    starts = (V4_OPEN,)
+    section_open = regex.escape(V4_OPEN)
+    section_close = regex.escape(V4_CLOSE)

@@ -4,7 +4,7 @@
 
 A format declares the two tags (literal text), or regexes for them when they vary; the object streams as jsoncalls.py reads it, several
 blocks may follow one another with content around them, and a closing tag missing at the end of the
-stream is no error.
+stream is no error (a format may have none).
 """
 
 from __future__ import annotations
@@ -30,11 +30,16 @@ class TaggedJsonToolParser(JsonCallObjects, ToolParser):
             prefix = opening + r"\s*"
             cls._head = call_head(prefix)
             cls._whole = regex.compile(prefix + CALL_OBJECT)
-            cls._close = regex.compile(r"\s*" + (cls.close_pattern or regex.escape(cls.close_tag)))
+            closing = cls.close_pattern or regex.escape(cls.close_tag)
+            cls._close = regex.compile(r"\s*" + closing) if closing else None
 
     def _opening(self, final: bool) -> bool:
         marker = self._start_re.match(self._buf)[0]
         return self._call_object(final, self._head, self._whole, len(marker), self._closing_mode)
 
     def _closing_mode(self, final: bool) -> bool:
+        if self._close is None:  # no closing tag: what follows the object is content as it is
+            self._close_call()
+            self._mode = self._resume_mode()
+            return True
         return self._expect_closing(self._close, final)
