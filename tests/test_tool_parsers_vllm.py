@@ -1,5 +1,5 @@
 """The rest of vLLM's tool-parser list (deepseek_v32, glm47, qwen3_xml, llama4_json, xlam, phi4_mini_json,
-hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax, deepseek_v4, granite-20b-fc).
+hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax, deepseek_v4, granite-20b-fc, step3p5).
 
 Model text is rendered the way each model writes calls (the shapes in vLLM's parser tests and the models'
 templates; format literals next to each renderer); whole-text parse and streamed parse agree however it is
@@ -283,7 +283,9 @@ def test_pythonic_formats_every_split_and_every_prefix(name, render, markers, ca
 
 WEATHER_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
     "location": {"type": "string"}, "date": {"type": "string"}, "days": {"type": "integer"},
-    "unit": {"type": "string", "enum": ["c", "f"]}}}}}]
+    "unit": {"type": "string", "enum": ["c", "f"]}}}}},
+    {"type": "function", "function": {"name": "calculate_area", "parameters": {"type": "object", "properties": {
+        "shape": {"type": "string"}, "dimensions": {"type": "object"}, "precision": {"type": "integer"}}}}}]
 
 CASES = [
     # (format, text, calls, content)
@@ -417,6 +419,12 @@ CASES = [
                 '"arguments": {"location": "Rome"}}\n</tool_calls>',
      [("get_weather", '{"location": "Paris"}'), ("get_weather", '{"location": "Rome"}')],
      '<think>I could use <tool_calls>\n{"name": "search", "arguments": {}}\n</tool_calls></think>\nSure.'),
+    # step3p5: Step-3.5 writes qwen3_coder's XML (vLLM's tests: a multi-line object value, typed by the schema)
+    ("step3p5", "Let me calculate that.<tool_call>\n<function=calculate_area>\n<parameter=shape>\nrectangle\n</parameter>\n"
+                '<parameter=dimensions>\n{"width": 10, \n "height": 20}\n</parameter>\n<parameter=precision>\n2\n'
+                "</parameter>\n</function>\n</tool_call>",
+     [("calculate_area", '{"shape": "rectangle", "dimensions": {"width": 10, "height": 20}, "precision": 2}')],
+     "Let me calculate that."),
     # llama4_json: vLLM registers llama3_json's class under this name too
     ("llama4_json", '{"name": "get_weather", "parameters": {"location": "Oslo"}}; {"name": "get_weather", "parameters": '
                     '{"location": "Bergen"}}', [("get_weather", '{"location": "Oslo"}'), ("get_weather", '{"location": "Bergen"}')],
@@ -434,7 +442,7 @@ def test_format_cases(name, text, calls, content):
 
 NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json", "xlam", "phi4_mini_json", "hunyuan_a13b", "jamba",
                "ernie45", "internlm", "longcat", "step3", "lfm2", "olmo3", "llama4_pythonic",
-               "gigachat3", "minimax", "deepseek_v4", "granite-20b-fc"]
+               "gigachat3", "minimax", "deepseek_v4", "granite-20b-fc", "step3p5"]
 SOUP = ["<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<function_call> ", "<|message_sep|>", "\n\nfunction call<|role_sep|>\n", "<|function_call|>", "</s>", "<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
         "<|python_end|>", "f(a=1)", "g()", "\n", "<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function<｜tool_sep｜>", '<steptml:invoke name="f">',
         '<steptml:parameter name="a">', "</steptml:parameter>", "</steptml:invoke>", "<｜tool_call_end｜>", "<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
@@ -478,7 +486,7 @@ NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "q
                    "step3": ["<｜tool_call"], "lfm2": ["<|tool_call_start|>", "<|tool_call_end|>"],
                    "olmo3": ["<function_calls>"], "gigachat3": ["<|message_sep|>", "<|function_call|>"],
                    "minimax": ["<tool_calls>", "<think>"], "deepseek_v4": ["<｜DSML｜"],
-                   "granite-20b-fc": ["<function_call>"]}
+                   "granite-20b-fc": ["<function_call>"], "step3p5": ["<tool_call>", "<function="]}
 PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "[", "llama4_pythonic": ("[", "<|python_start|>")}  # a call only opens the output
 
 

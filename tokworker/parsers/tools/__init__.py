@@ -49,6 +49,7 @@ _PARSERS = {
     "longcat": ("longcat", "LongcatToolParser"),
     "xlam": ("xlam", "XlamToolParser"),
     "step3": ("step3", "Step3ToolParser"),
+    "step3p5": ("qwen3_coder", "Qwen3CoderToolParser"),  # Step-3.5 writes qwen3_coder's XML
     "olmo3": ("olmo3", "Olmo3ToolParser"),
     "gigachat3": ("gigachat3", "GigaChat3ToolParser"),
     "minimax": ("minimax", "MinimaxToolParser"),
