@@ -1,5 +1,5 @@
 """The rest of vLLM's tool-parser list (deepseek_v32, glm47, qwen3_xml, llama4_json, xlam, phi4_mini_json,
-hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax, deepseek_v4, granite-20b-fc, step3p5).
+hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax, deepseek_v4, granite-20b-fc, step3p5, functiongemma).
 
 Model text is rendered the way each model writes calls (the shapes in vLLM's parser tests and the models'
 templates; format literals next to each renderer); whole-text parse and streamed parse agree however it is
@@ -67,12 +67,23 @@ def step3(calls, before="", after=""):
     return before + "<｜tool_calls_begin｜>" + body + "<｜tool_calls_end｜>" + after
 
 
+def functiongemma(calls, before="", after=""):
+    # FunctionGemma's template: '<start_function_call>call:' NAME '{' + 'K:<escape>V<escape>' joined by ',' + '}'
+    # + '<end_function_call>' (V: strings as they are, else JSON)
+    body = "".join("<start_function_call>call:%s{%s}<end_function_call>"
+                   % (n, ",".join("%s:<escape>%s<escape>" % (k, as_json_text(v)) for k, (_, v) in p.items()))
+                   for n, p in calls)
+    return before + body + after
+
+
 DSML_END = ("</｜DSML｜parameter>", "<｜DSML｜parameter name=", "</｜DSML｜invoke>")
 no_edge_newlines = nasty_text.filter(lambda s: not s.startswith("\n") and not s.endswith("\n"))
 TEXT_FORMATS = [
     # name, renderer, strings a value may not hold, untyped values, markers plain text may not hold,
     # whether one newline at a value's edges is formatting
     ("deepseek_v32", deepseek_v32, DSML_END, nasty_text | st.integers(), ["<｜DSML｜"], False),
+    ("functiongemma", functiongemma, ("<escape>",), st.none() | st.integers() | st.lists(st.integers(), max_size=2),
+     ["<start_function_call>"], False),
     ("deepseek_v4", deepseek_v4, DSML_END, nasty_text | st.integers(), ["<｜DSML｜"], False),
     ("step3", step3, ("</steptml:parameter>", "<steptml:parameter name=", "</steptml:invoke>"), no_edge_newlines,
      ["<｜tool_call"], True),
@@ -419,6 +430,11 @@ CASES = [
                 '"arguments": {"location": "Rome"}}\n</tool_calls>',
      [("get_weather", '{"location": "Paris"}'), ("get_weather", '{"location": "Rome"}')],
      '<think>I could use <tool_calls>\n{"name": "search", "arguments": {}}\n</tool_calls></think>\nSure.'),
+    # functiongemma: vLLM reads every value as JSON when it parses; the schema types it here (a string stays one)
+    ("functiongemma", "Sure.<start_function_call>call:get_weather{location:<escape>London<escape>,days:<escape>3<escape>,"
+                      "date:<escape>2024<escape>}<end_function_call>",
+     [("get_weather", '{"location": "London", "days": 3, "date": "2024"}')], "Sure."),
+    ("functiongemma", "<start_function_call>call:now{}<end_function_call>", [("now", "{}")], None),
     # step3p5: Step-3.5 writes qwen3_coder's XML (vLLM's tests: a multi-line object value, typed by the schema)
     ("step3p5", "Let me calculate that.<tool_call>\n<function=calculate_area>\n<parameter=shape>\nrectangle\n</parameter>\n"
                 '<parameter=dimensions>\n{"width": 10, \n "height": 20}\n</parameter>\n<parameter=precision>\n2\n'
@@ -442,8 +458,9 @@ def test_format_cases(name, text, calls, content):
 
 NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json", "xlam", "phi4_mini_json", "hunyuan_a13b", "jamba",
                "ernie45", "internlm", "longcat", "step3", "lfm2", "olmo3", "llama4_pythonic",
-               "gigachat3", "minimax", "deepseek_v4", "granite-20b-fc", "step3p5"]
-SOUP = ["<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<function_call> ", "<|message_sep|>", "\n\nfunction call<|role_sep|>\n", "<|function_call|>", "</s>", "<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
+               "gigachat3", "minimax", "deepseek_v4", "granite-20b-fc", "step3p5",
+               "functiongemma"]
+SOUP = ["<start_function_call>call:f{", "a:<escape>", "<escape>", "}<end_function_call>", "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<function_call> ", "<|message_sep|>", "\n\nfunction call<|role_sep|>\n", "<|function_call|>", "</s>", "<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
         "<|python_end|>", "f(a=1)", "g()", "\n", "<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function<｜tool_sep｜>", '<steptml:invoke name="f">',
         '<steptml:parameter name="a">', "</steptml:parameter>", "</steptml:invoke>", "<｜tool_call_end｜>", "<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
         "<parameter=a>", "</parameter>", "</function>", "```json\n", "```", "[TOOL_CALLS]", "functools[",
@@ -486,7 +503,8 @@ NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "q
                    "step3": ["<｜tool_call"], "lfm2": ["<|tool_call_start|>", "<|tool_call_end|>"],
                    "olmo3": ["<function_calls>"], "gigachat3": ["<|message_sep|>", "<|function_call|>"],
                    "minimax": ["<tool_calls>", "<think>"], "deepseek_v4": ["<｜DSML｜"],
-                   "granite-20b-fc": ["<function_call>"], "step3p5": ["<tool_call>", "<function="]}
+                   "granite-20b-fc": ["<function_call>"], "step3p5": ["<tool_call>", "<function="],
+                   "functiongemma": ["<start_function_call>"]}
 PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "[", "llama4_pythonic": ("[", "<|python_start|>")}  # a call only opens the output
 
 
@@ -508,6 +526,7 @@ LONG_CALLS = {
     "gigachat3": lambda body: '<|function_call|>{"name": "write", "arguments": {"body": %s}}</s>' % dumps(body),
     "minimax": lambda body: '<tool_calls>\n{"name": "write", "arguments": {"body": %s}}\n</tool_calls>' % dumps(body),
     "granite-20b-fc": lambda body: '<function_call> {"name": "write", "arguments": {"body": %s}}' % dumps(body),
+    "functiongemma": lambda body: "<start_function_call>call:write{body:<escape>%s<escape>}<end_function_call>" % body,
     "glm47": lambda body: "<tool_call>write<arg_key>body</arg_key><arg_value>%s</arg_value></tool_call>" % body,
 }
 WRITE_TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {

@@ -53,6 +53,7 @@ _PARSERS = {
     "olmo3": ("olmo3", "Olmo3ToolParser"),
     "gigachat3": ("gigachat3", "GigaChat3ToolParser"),
     "minimax": ("minimax", "MinimaxToolParser"),
+    "functiongemma": ("functiongemma", "FunctionGemmaToolParser"),
     "lfm2": ("lfm2", "Lfm2ToolParser"),
     "llama4_pythonic": ("pythonic", "PythonicToolParser"),  # pythonic reads Llama 4's <|python_start|> wrapper
 }
