@@ -65,6 +65,10 @@ WRITE_FILE_FORMATS = {
     "internlm": '<|action_start|><|plugin|>\n{{"name": "write_file", "parameters": {args}}}<|action_end|>',
     "longcat": '<longcat_tool_call>{{"name": "write_file", "arguments": {args}}}</longcat_tool_call>',
     "gigachat3": '<|function_call|>{{"name": "write_file", "arguments": {args}}}',
+    "minimax": '<tool_calls>\n{{"name": "write_file", "arguments": {args}}}\n</tool_calls>',
+    "granite-20b-fc": '<function_call> {{"name": "write_file", "arguments": {args}}}',
+    "functiongemma": "<start_function_call>call:write_file{{path:<escape>fib.py<escape>,content:<escape>{code}<escape>}}"
+                     "<end_function_call>",
     "lfm2": "<|tool_call_start|>[write_file(path='fib.py', content=" + _PY_CODE + ")]<|tool_call_end|>",
     "olmo3": "<function_calls>\nwrite_file(path='fib.py', content=" + _PY_CODE + ")\n</function_calls>",
 }
