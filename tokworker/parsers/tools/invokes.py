@@ -31,6 +31,8 @@ class InvokeSectionToolParser(TextValuedArgs, ToolParser):
             cls._invoke_end = regex.compile(r"\s*" + cls.invoke_close) if cls.invoke_close else None
 
     def _opening(self, final: bool) -> bool:
+        if self._dropped_stray_marker():
+            return True
         return self._invoke(self._first_invoke, final, len(self._start_re.match(self._buf)[0]))
 
     def _invoke(self, pattern, final: bool, reject_len: int) -> bool:

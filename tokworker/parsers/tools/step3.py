@@ -5,7 +5,8 @@
     </steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>
 
 "function<｜tool_sep｜>" may be left out (vLLM's tests leave it out; its whole-text parser then finds no call,
-a bug its tests mark xfail), and a <｜tool_sep｜> between calls is formatting. Values are typed by the tool's schema; an untyped value is a string (as vLLM's step3). One "\\n" after a
+a bug its tests mark xfail), and a <｜tool_sep｜> between calls is formatting. The markers are control
+tokens: one that opens no call, or is left over, is dropped. Values are typed by the tool's schema; an untyped value is a string (as vLLM's step3). One "\\n" after a
 value's tag and one before its closing tag are formatting; vLLM strips all whitespace around a value and
 cannot read a value holding "<" at all, where we keep both (the value's own text).
 """
@@ -25,7 +26,9 @@ PARAM_CLOSE, PARAM_OPEN, INVOKE_CLOSE = "</steptml:parameter>", "<steptml:parame
 class Step3ToolParser(InvokeSectionToolParser):
     name = "step3"
     special_tokens = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
-    starts = (CALLS_BEGIN, CALL_BEGIN)  # a call without its section is read too, as deepseek's are
+    starts = (CALLS_BEGIN, CALL_BEGIN, CALLS_END, CALL_END, SEP)  # a call without its section is read too
+    stray_markers = (CALLS_END, CALL_END, SEP)
+    drop_rejected_markers = True  # control tokens in Step-3's vocabulary: never content
     strip_value_newlines = True
     section_open = f"(?:{CALLS_BEGIN})?"
     # the template writes "function<｜tool_sep｜>" before each invoke; models (and vLLM's tests) drop it, or put

@@ -34,6 +34,8 @@ class TaggedJsonToolParser(JsonCallObjects, ToolParser):
             cls._close = regex.compile(r"\s*" + closing) if closing else None
 
     def _opening(self, final: bool) -> bool:
+        if self._dropped_stray_marker():
+            return True
         marker = self._start_re.match(self._buf)[0]
         return self._call_object(final, self._head, self._whole, len(marker), self._closing_mode)
 
