@@ -1,5 +1,5 @@
 """The rest of vLLM's tool-parser list (deepseek_v32, glm47, qwen3_xml, llama4_json, xlam, phi4_mini_json,
-hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax, deepseek_v4, granite-20b-fc, step3p5, functiongemma).
+hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax, deepseek_v4, granite-20b-fc, step3p5, functiongemma, kimi_k3).
 
 Model text is rendered the way each model writes calls (the shapes in vLLM's parser tests and the models'
 templates; format literals next to each renderer); whole-text parse and streamed parse agree however it is
@@ -76,6 +76,21 @@ def functiongemma(calls, before="", after=""):
     return before + body + after
 
 
+def kimi_k3(calls, before="", after=""):
+    # Kimi K3's XTML (vLLM's parser docstring): the reply in '<|open|>response<|sep|>' ... '<|close|>response<|sep|>', then
+    # '<|open|>tools<|sep|>' + per call '<|open|>call tool="' NAME '" index="' I '"<|sep|>' + per argument
+    # '<|open|>argument key="' K '" type="' T '"<|sep|>' V '<|close|>argument<|sep|>' (V: strings raw, else JSON)
+    # + '<|close|>call<|sep|>', then '<|close|>tools<|sep|>'
+    def kind(v):
+        return "string" if isinstance(v, str) else "object" if isinstance(v, dict) else "array" if isinstance(v, list) else "number"
+    body = "".join('<|open|>call tool="%s" index="%d"<|sep|>%s<|close|>call<|sep|>'
+                   % (n, i, "".join('<|open|>argument key="%s" type="%s"<|sep|>%s<|close|>argument<|sep|>'
+                                    % (k, kind(v), as_json_text(v)) for k, (_, v) in p.items()))
+                   for i, (n, p) in enumerate(calls))
+    reply = "<|open|>response<|sep|>" + before + "<|close|>response<|sep|>" if before else ""
+    return reply + "<|open|>tools<|sep|>" + body + "<|close|>tools<|sep|>" + after
+
+
 DSML_END = ("</｜DSML｜parameter>", "<｜DSML｜parameter name=", "</｜DSML｜invoke>")
 no_edge_newlines = nasty_text.filter(lambda s: not s.startswith("\n") and not s.endswith("\n"))
 TEXT_FORMATS = [
@@ -84,6 +99,8 @@ TEXT_FORMATS = [
     ("deepseek_v32", deepseek_v32, DSML_END, nasty_text | st.integers(), ["<｜DSML｜"], False),
     ("functiongemma", functiongemma, ("<escape>",), st.none() | st.integers() | st.lists(st.integers(), max_size=2),
      ["<start_function_call>"], False),
+    ("kimi_k3", kimi_k3, ("<|close|>argument<|sep|>",), nasty_text | st.integers(), ["<|open|>", "<|close|>", "<|sep|>"],
+     False),
     ("deepseek_v4", deepseek_v4, DSML_END, nasty_text | st.integers(), ["<｜DSML｜"], False),
     ("step3", step3, ("</steptml:parameter>", "<steptml:parameter name=", "</steptml:invoke>"), no_edge_newlines,
      ["<｜tool_call"], True),
@@ -441,6 +458,14 @@ CASES = [
                       "date:<escape>2024<escape>}<end_function_call>",
      [("get_weather", '{"location": "London", "days": 3, "date": "2024"}')], "Sure."),
     ("functiongemma", "<start_function_call>call:now{}<end_function_call>", [("now", "{}")], None),
+    # kimi_k3: the response channel's markers never reach content; type="string" is raw text even when it looks
+    # like JSON, other types are JSON
+    ("kimi_k3", '<|open|>response<|sep|>Let me run it.<|close|>response<|sep|><|open|>tools<|sep|>\n<|open|>call '
+                'tool="python" index="1"<|sep|>\n<|open|>argument key="code" type="string"<|sep|>[1] < 2<|close|>argument'
+                '<|sep|>\n<|open|>argument key="opts" type="object"<|sep|>{"a": 1}<|close|>argument<|sep|>\n<|close|>call'
+                "<|sep|>\n<|close|>tools<|sep|><|close|>message<|sep|>",
+     [("python", '{"code": "[1] < 2", "opts": {"a": 1}}')], "Let me run it."),
+    ("kimi_k3", "Hi there.<|close|>response<|sep|><|close|>message<|sep|>", [], "Hi there."),  # prefix in the prompt
     # step3p5: Step-3.5 writes qwen3_coder's XML (vLLM's tests: a multi-line object value, typed by the schema)
     ("step3p5", "Let me calculate that.<tool_call>\n<function=calculate_area>\n<parameter=shape>\nrectangle\n</parameter>\n"
                 '<parameter=dimensions>\n{"width": 10, \n "height": 20}\n</parameter>\n<parameter=precision>\n2\n'
@@ -465,8 +490,10 @@ def test_format_cases(name, text, calls, content):
 NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json", "xlam", "phi4_mini_json", "hunyuan_a13b", "jamba",
                "ernie45", "internlm", "longcat", "step3", "lfm2", "olmo3", "llama4_pythonic",
                "gigachat3", "minimax", "deepseek_v4", "granite-20b-fc", "step3p5",
-               "functiongemma"]
-SOUP = ["<｜tool_calls_end｜>", "<｜tool_sep｜>", "<start_function_call>call:f{", "a:<escape>", "<escape>", "}<end_function_call>", "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<function_call> ", "<|message_sep|>", "\n\nfunction call<|role_sep|>\n", "<|function_call|>", "</s>", "<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
+               "functiongemma", "kimi_k3"]
+SOUP = ["<|open|>tools<|sep|>", '<|open|>call tool="f"<|sep|>', '<|open|>argument key="a" type="string"<|sep|>',
+        "<|close|>argument<|sep|>", "<|close|>call<|sep|>", "<|close|>tools<|sep|>", "<|open|>response<|sep|>",
+        "<|close|>response<|sep|>", "<｜tool_calls_end｜>", "<｜tool_sep｜>", "<start_function_call>call:f{", "a:<escape>", "<escape>", "}<end_function_call>", "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<function_call> ", "<|message_sep|>", "\n\nfunction call<|role_sep|>\n", "<|function_call|>", "</s>", "<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
         "<|python_end|>", "f(a=1)", "g()", "\n", "<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function<｜tool_sep｜>", '<steptml:invoke name="f">',
         '<steptml:parameter name="a">', "</steptml:parameter>", "</steptml:invoke>", "<｜tool_call_end｜>", "<tool_call>", "</tool_call>", "<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<function=f>",
         "<parameter=a>", "</parameter>", "</function>", "```json\n", "```", "[TOOL_CALLS]", "functools[",
@@ -513,7 +540,7 @@ NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "q
                    "olmo3": ["<function_calls>"], "gigachat3": ["<|message_sep|>", "<|function_call|>"],
                    "minimax": ["<tool_calls>", "<think>"], "deepseek_v4": ["<｜DSML｜"],
                    "granite-20b-fc": ["<function_call>"], "step3p5": ["<tool_call>", "<function="],
-                   "functiongemma": ["<start_function_call>"]}
+                   "functiongemma": ["<start_function_call>"], "kimi_k3": ["<|open|>", "<|close|>"]}
 PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "[", "llama4_pythonic": ("[", "<|python_start|>")}  # a call only opens the output
 
 
@@ -536,6 +563,8 @@ LONG_CALLS = {
     "minimax": lambda body: '<tool_calls>\n{"name": "write", "arguments": {"body": %s}}\n</tool_calls>' % dumps(body),
     "granite-20b-fc": lambda body: '<function_call> {"name": "write", "arguments": {"body": %s}}' % dumps(body),
     "functiongemma": lambda body: "<start_function_call>call:write{body:<escape>%s<escape>}<end_function_call>" % body,
+    "kimi_k3": lambda body: '<|open|>tools<|sep|><|open|>call tool="write" index="0"<|sep|><|open|>argument key="body" '
+                            'type="string"<|sep|>%s<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>' % body,
     "glm47": lambda body: "<tool_call>write<arg_key>body</arg_key><arg_value>%s</arg_value></tool_call>" % body,
 }
 WRITE_TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {

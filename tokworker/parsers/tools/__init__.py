@@ -19,6 +19,7 @@ _PARSERS = {
     "deepseek_v3": ("deepseek", "DeepSeekV3ToolParser"),
     "deepseek_v31": ("deepseek", "DeepSeekV31ToolParser"),
     "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
+    "kimi_k3": ("kimi_k3", "KimiK3ToolParser"),
     "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),
     "glm45": ("glm45", "Glm45ToolParser"),
     "openai": ("openai", "OpenAIToolParser"),
