@@ -1,5 +1,5 @@
 """The rest of vLLM's tool-parser list (deepseek_v32, glm47, qwen3_xml, llama4_json, xlam, phi4_mini_json,
-hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax, deepseek_v4, granite-20b-fc, step3p5, functiongemma, kimi_k3).
+hunyuan_a13b, ernie45, internlm, jamba, step3, longcat, olmo3, lfm2, gigachat3, llama4_pythonic, minimax, deepseek_v4, granite-20b-fc, step3p5, functiongemma, kimi_k3, hy_v3).
 
 Model text is rendered the way each model writes calls (the shapes in vLLM's parser tests and the models'
 templates; format literals next to each renderer); whole-text parse and streamed parse agree however it is
@@ -91,6 +91,16 @@ def kimi_k3(calls, before="", after=""):
     return reply + "<|open|>tools<|sep|>" + body + "<|close|>tools<|sep|>" + after
 
 
+def hy_v3(calls, before="", after=""):
+    # Hunyuan v3 (vLLM's parser): content + '<tool_calls>' + per call '<tool_call>' NAME '<tool_sep>' + per argument
+    # '<arg_key>' K '</arg_key><arg_value>' V '</arg_value>' (V: strings as they are, else JSON) + '</tool_call>',
+    # then '</tool_calls>'
+    body = "".join("<tool_call>%s<tool_sep>%s</tool_call>" % (n, "".join("<arg_key>%s</arg_key><arg_value>%s</arg_value>"
+                                                                      % (k, as_json_text(v)) for k, (_, v) in p.items()))
+                   for n, p in calls)
+    return before + "<tool_calls>" + body + "</tool_calls>" + after
+
+
 DSML_END = ("</｜DSML｜parameter>", "<｜DSML｜parameter name=", "</｜DSML｜invoke>")
 no_edge_newlines = nasty_text.filter(lambda s: not s.startswith("\n") and not s.endswith("\n"))
 TEXT_FORMATS = [
@@ -101,6 +111,7 @@ TEXT_FORMATS = [
      ["<start_function_call>"], False),
     ("kimi_k3", kimi_k3, ("<|close|>argument<|sep|>",), nasty_text | st.integers(), ["<|open|>", "<|close|>", "<|sep|>"],
      False),
+    ("hy_v3", hy_v3, ("</arg_value>",), nasty_text, ["<tool_calls>"], False),
     ("deepseek_v4", deepseek_v4, DSML_END, nasty_text | st.integers(), ["<｜DSML｜"], False),
     ("step3", step3, ("</steptml:parameter>", "<steptml:parameter name=", "</steptml:invoke>"), no_edge_newlines,
      ["<｜tool_call"], True),
@@ -466,6 +477,10 @@ CASES = [
                 "<|sep|>\n<|close|>tools<|sep|><|close|>message<|sep|>",
      [("python", '{"code": "[1] < 2", "opts": {"a": 1}}')], "Let me run it."),
     ("kimi_k3", "Hi there.<|close|>response<|sep|><|close|>message<|sep|>", [], "Hi there."),  # prefix in the prompt
+    ("hy_v3", "Checking.<tool_calls><tool_call>get_weather<tool_sep><arg_key>location</arg_key><arg_value>Beijing"
+              "</arg_value><arg_key>days</arg_key><arg_value>3</arg_value></tool_call><tool_call>get_weather<tool_sep>"
+              "</tool_call></tool_calls>", [("get_weather", '{"location": "Beijing", "days": 3}'), ("get_weather", "{}")],
+     "Checking."),
     # step3p5: Step-3.5 writes qwen3_coder's XML (vLLM's tests: a multi-line object value, typed by the schema)
     ("step3p5", "Let me calculate that.<tool_call>\n<function=calculate_area>\n<parameter=shape>\nrectangle\n</parameter>\n"
                 '<parameter=dimensions>\n{"width": 10, \n "height": 20}\n</parameter>\n<parameter=precision>\n2\n'
@@ -490,8 +505,8 @@ def test_format_cases(name, text, calls, content):
 NEW_PARSERS = ["deepseek_v32", "glm47", "qwen3_xml", "llama4_json", "xlam", "phi4_mini_json", "hunyuan_a13b", "jamba",
                "ernie45", "internlm", "longcat", "step3", "lfm2", "olmo3", "llama4_pythonic",
                "gigachat3", "minimax", "deepseek_v4", "granite-20b-fc", "step3p5",
-               "functiongemma", "kimi_k3"]
-SOUP = ["<|open|>tools<|sep|>", '<|open|>call tool="f"<|sep|>', '<|open|>argument key="a" type="string"<|sep|>',
+               "functiongemma", "kimi_k3", "hy_v3"]
+SOUP = ["<tool_sep>", "<|open|>tools<|sep|>", '<|open|>call tool="f"<|sep|>', '<|open|>argument key="a" type="string"<|sep|>',
         "<|close|>argument<|sep|>", "<|close|>call<|sep|>", "<|close|>tools<|sep|>", "<|open|>response<|sep|>",
         "<|close|>response<|sep|>", "<｜tool_calls_end｜>", "<｜tool_sep｜>", "<start_function_call>call:f{", "a:<escape>", "<escape>", "}<end_function_call>", "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<function_call> ", "<|message_sep|>", "\n\nfunction call<|role_sep|>\n", "<|function_call|>", "</s>", "<|tool_call_start|>[", "<|tool_call_end|>", "<function_calls>", "</function_calls>", "<|python_start|>[",
         "<|python_end|>", "f(a=1)", "g()", "\n", "<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function<｜tool_sep｜>", '<steptml:invoke name="f">',
@@ -540,7 +555,8 @@ NO_CALL_MARKERS = {"deepseek_v32": ["<｜DSML｜"], "glm47": ["<tool_call>"], "q
                    "olmo3": ["<function_calls>"], "gigachat3": ["<|message_sep|>", "<|function_call|>"],
                    "minimax": ["<tool_calls>", "<think>"], "deepseek_v4": ["<｜DSML｜"],
                    "granite-20b-fc": ["<function_call>"], "step3p5": ["<tool_call>", "<function="],
-                   "functiongemma": ["<start_function_call>"], "kimi_k3": ["<|open|>", "<|close|>"]}
+                   "functiongemma": ["<start_function_call>"], "kimi_k3": ["<|open|>", "<|close|>"],
+                   "hy_v3": ["<tool_calls>"]}
 PLAIN_OPENINGS: dict[str, str | tuple] = {"llama4_json": ("{", "<|python_tag|>"), "xlam": "[", "llama4_pythonic": ("[", "<|python_start|>")}  # a call only opens the output
 
 
@@ -565,6 +581,8 @@ LONG_CALLS = {
     "functiongemma": lambda body: "<start_function_call>call:write{body:<escape>%s<escape>}<end_function_call>" % body,
     "kimi_k3": lambda body: '<|open|>tools<|sep|><|open|>call tool="write" index="0"<|sep|><|open|>argument key="body" '
                             'type="string"<|sep|>%s<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>' % body,
+    "hy_v3": lambda body: "<tool_calls><tool_call>write<tool_sep><arg_key>body</arg_key><arg_value>%s</arg_value>"
+                          "</tool_call></tool_calls>" % body,
     "glm47": lambda body: "<tool_call>write<arg_key>body</arg_key><arg_value>%s</arg_value></tool_call>" % body,
 }
 WRITE_TOOLS = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {

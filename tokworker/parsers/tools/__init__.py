@@ -44,6 +44,7 @@ _PARSERS = {
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),  # vLLM registers one class for both
     "phi4_mini_json": ("phi4_mini", "Phi4MiniJsonToolParser"),
     "hunyuan_a13b": ("hunyuan", "HunyuanA13BToolParser"),
+    "hy_v3": ("hy_v3", "HyV3ToolParser"),
     "ernie45": ("ernie45", "Ernie45ToolParser"),
     "internlm": ("internlm", "InternLMToolParser"),
     "jamba": ("apriel", "AprielToolParser"),  # AI21 Jamba writes Apriel's <tool_calls>[...]</tool_calls>
