@@ -69,6 +69,11 @@ WRITE_FILE_FORMATS = {
     "granite-20b-fc": '<function_call> {{"name": "write_file", "arguments": {args}}}',
     "functiongemma": "<start_function_call>call:write_file{{path:<escape>fib.py<escape>,content:<escape>{code}<escape>}}"
                      "<end_function_call>",
+    "kimi_k3": '<|open|>tools<|sep|><|open|>call tool="write_file" index="0"<|sep|><|open|>argument key="path" type="string"'
+               '<|sep|>fib.py<|close|>argument<|sep|><|open|>argument key="content" type="string"<|sep|>{code}'
+               "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>",
+    "hy_v3": "<tool_calls><tool_call>write_file<tool_sep><arg_key>path</arg_key><arg_value>fib.py</arg_value><arg_key>content"
+             "</arg_key><arg_value>{code}</arg_value></tool_call></tool_calls>",
     "lfm2": "<|tool_call_start|>[write_file(path='fib.py', content=" + _PY_CODE + ")]<|tool_call_end|>",
     "olmo3": "<function_calls>\nwrite_file(path='fib.py', content=" + _PY_CODE + ")\n</function_calls>",
 }
