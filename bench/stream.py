@@ -32,6 +32,7 @@ CODE = ("def fibonacci(n: int) -> list[int]:\n    \"\"\"The first n Fibonacci nu
         "if __name__ == \"__main__\":\n    print(fibonacci(10))  # [0, 1, 1, 2, 3, 5, 8, 13, 21, 34]\n")
 WRITE_FILE = ('<tool_call>\n{"name": "write_file", "arguments": {"path": "fib.py", "content": %s}}\n</tool_call>'
               % json.dumps(CODE * 4))
+_PY_CODE = repr(CODE * 4).replace("{", "{{").replace("}", "}}")  # the code as a Python literal, for the pythonic formats
 # The same call in the formats the fixture models write: {args} is the arguments JSON, {code} the raw text.
 WRITE_FILE_FORMATS = {
     "nemotron_json": '<TOOLCALL>[{{"name": "write_file", "arguments": {args}}}]</TOOLCALL>',
@@ -49,6 +50,32 @@ WRITE_FILE_FORMATS = {
                    "</parameter>\n</function>\n</tool_call>",
     "minimax_m2": '<minimax:tool_call>\n<invoke name="write_file">\n<parameter name="path">fib.py</parameter>\n'
                   '<parameter name="content">{code}</parameter>\n</invoke>\n</minimax:tool_call>',
+    # the rest of vLLM's list (tests/test_tool_parsers_vllm.py)
+    "deepseek_v32": '<｜DSML｜function_calls>\n<｜DSML｜invoke name="write_file">\n<｜DSML｜parameter name="path" string="true">'
+                    'fib.py</｜DSML｜parameter>\n<｜DSML｜parameter name="content" string="true">{code}</｜DSML｜parameter>\n'
+                    "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+    "glm47": "<tool_call>write_file<arg_key>path</arg_key><arg_value>fib.py</arg_value><arg_key>content</arg_key>"
+             "<arg_value>{code}</arg_value></tool_call>",
+    "step3": '<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="write_file"><steptml:parameter '
+             'name="path">fib.py</steptml:parameter><steptml:parameter name="content">{code}</steptml:parameter></steptml:invoke>'
+             "<｜tool_call_end｜><｜tool_calls_end｜>",
+    "xlam": '[{{"name": "write_file", "arguments": {args}}}]',
+    "hunyuan_a13b": '<tool_calls>[{{"name": "write_file", "arguments": {args}}}]</tool_calls>',
+    "ernie45": '<tool_call>\n{{"name": "write_file", "arguments": {args}}}\n</tool_call>',
+    "internlm": '<|action_start|><|plugin|>\n{{"name": "write_file", "parameters": {args}}}<|action_end|>',
+    "longcat": '<longcat_tool_call>{{"name": "write_file", "arguments": {args}}}</longcat_tool_call>',
+    "gigachat3": '<|function_call|>{{"name": "write_file", "arguments": {args}}}',
+    "minimax": '<tool_calls>\n{{"name": "write_file", "arguments": {args}}}\n</tool_calls>',
+    "granite-20b-fc": '<function_call> {{"name": "write_file", "arguments": {args}}}',
+    "functiongemma": "<start_function_call>call:write_file{{path:<escape>fib.py<escape>,content:<escape>{code}<escape>}}"
+                     "<end_function_call>",
+    "kimi_k3": '<|open|>tools<|sep|><|open|>call tool="write_file" index="0"<|sep|><|open|>argument key="path" type="string"'
+               '<|sep|>fib.py<|close|>argument<|sep|><|open|>argument key="content" type="string"<|sep|>{code}'
+               "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>",
+    "hy_v3": "<tool_calls><tool_call>write_file<tool_sep><arg_key>path</arg_key><arg_value>fib.py</arg_value><arg_key>content"
+             "</arg_key><arg_value>{code}</arg_value></tool_call></tool_calls>",
+    "lfm2": "<|tool_call_start|>[write_file(path='fib.py', content=" + _PY_CODE + ")]<|tool_call_end|>",
+    "olmo3": "<function_calls>\nwrite_file(path='fib.py', content=" + _PY_CODE + ")\n</function_calls>",
 }
 
 

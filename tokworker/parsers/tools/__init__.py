@@ -19,6 +19,7 @@ _PARSERS = {
     "deepseek_v3": ("deepseek", "DeepSeekV3ToolParser"),
     "deepseek_v31": ("deepseek", "DeepSeekV31ToolParser"),
     "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
+    "kimi_k3": ("kimi_k3", "KimiK3ToolParser"),
     "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),
     "glm45": ("glm45", "Glm45ToolParser"),
     "openai": ("openai", "OpenAIToolParser"),
@@ -31,10 +32,32 @@ _PARSERS = {
     "nemotron_json": ("nemotron_json", "NemotronJsonToolParser"),
     "firefunction_v2": ("firefunction", "FirefunctionV2ToolParser"),
     "granite": ("granite", "GraniteToolParser"),
+    "granite-20b-fc": ("granite_20b_fc", "Granite20bFcToolParser"),
     "functionary_v31": ("functionary", "FunctionaryV31ToolParser"),
     "functionary_v32": ("functionary", "FunctionaryV32ToolParser"),
     "apriel": ("apriel", "AprielToolParser"),
     "apertus": ("apertus", "ApertusToolParser"),
+    "deepseek_v32": ("deepseek_v32", "DeepSeekV32ToolParser"),
+    "deepseek_v4": ("deepseek_v32", "DeepSeekV4ToolParser"),
+    "glm47": ("glm47", "Glm47ToolParser"),
+    "qwen3_xml": ("qwen3_coder", "Qwen3CoderToolParser"),  # vLLM's other reader of the same XML
+    "llama4_json": ("llama3_json", "Llama3JsonToolParser"),  # vLLM registers one class for both
+    "phi4_mini_json": ("phi4_mini", "Phi4MiniJsonToolParser"),
+    "hunyuan_a13b": ("hunyuan", "HunyuanA13BToolParser"),
+    "hy_v3": ("hy_v3", "HyV3ToolParser"),
+    "ernie45": ("ernie45", "Ernie45ToolParser"),
+    "internlm": ("internlm", "InternLMToolParser"),
+    "jamba": ("apriel", "AprielToolParser"),  # AI21 Jamba writes Apriel's <tool_calls>[...]</tool_calls>
+    "longcat": ("longcat", "LongcatToolParser"),
+    "xlam": ("xlam", "XlamToolParser"),
+    "step3": ("step3", "Step3ToolParser"),
+    "step3p5": ("qwen3_coder", "Qwen3CoderToolParser"),  # Step-3.5 writes qwen3_coder's XML
+    "olmo3": ("olmo3", "Olmo3ToolParser"),
+    "gigachat3": ("gigachat3", "GigaChat3ToolParser"),
+    "minimax": ("minimax", "MinimaxToolParser"),
+    "functiongemma": ("functiongemma", "FunctionGemmaToolParser"),
+    "lfm2": ("lfm2", "Lfm2ToolParser"),
+    "llama4_pythonic": ("pythonic", "PythonicToolParser"),  # pythonic reads Llama 4's <|python_start|> wrapper
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))

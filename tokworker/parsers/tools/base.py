@@ -75,6 +75,7 @@ class ToolParser:
     starts: tuple[str, ...] = ()  # markers that may open a call, searched for in content
     id_style = "openai"  # the shape of the call ids this format issues (see call_id)
     drop_rejected_markers = False  # a marker that opens no call is a control token: never content
+    stray_markers: tuple[str, ...] = ()  # closing markers (also in `starts`) dropped when met outside a call
     # The index of the call whose JSON arguments are inside a string, with nothing buffered, else -1: a
     # text that jsonscan.STRING_PIECE matches whole is then more of those arguments, one fragment of itself,
     # and changes no state, so a caller may emit it without feed() (TextStream does, per token).
@@ -240,6 +241,16 @@ class ToolParser:
         if not found:
             return False
         self._mode = self._resume_mode()
+        return True
+
+    def _dropped_stray_marker(self) -> bool:
+        """A closing marker met outside a call (one of stray_markers) is a control token with nothing to
+        close: drop it and scan on. False when the buffer does not start with one."""
+        stray = next((m for m in self.stray_markers if self._buf.startswith(m)), None)
+        if stray is None:
+            return False
+        self._consume(len(stray))
+        self._mode = self._content_mode
         return True
 
     def _reject_opening(self, n: int) -> bool:

@@ -17,13 +17,13 @@ import regex
 from .base import ToolParser
 from .jsoncalls import CALL_KEYS, JsonCallObjects, call_head
 
-_LIST_END = regex.compile(r"\s*\]")
-_NEXT = r"\s*,\s*"
 
 
 class JsonListToolParser(JsonCallObjects, ToolParser):
     list_open = ""  # regex source: a marker through the list's "[" and the whitespace after it
     list_close = ""  # regex source: what follows the list's "]" (a closing tag), or "" for nothing
+    list_separator = r"\s*,\s*"  # regex source: between two call objects
+    list_end = r"\s*\]"  # regex source: what ends the list
     call_keys = CALL_KEYS
     stray_markers: tuple[str, ...] = ()  # closing markers (also in `starts`) dropped when met outside a list
 
@@ -31,7 +31,8 @@ class JsonListToolParser(JsonCallObjects, ToolParser):
         super().__init_subclass__(**kwargs)
         if cls.list_open:
             cls._first = cls._call_patterns(cls.list_open)
-            cls._next = cls._call_patterns(_NEXT)
+            cls._next = cls._call_patterns(cls.list_separator)
+            cls._list_end = regex.compile(cls.list_end)
             cls._closing = regex.compile(cls.list_close) if cls.list_close else None
 
     @classmethod
@@ -48,7 +49,7 @@ class JsonListToolParser(JsonCallObjects, ToolParser):
         return self._list_call(final, self._first, len(marker), self._next_call_mode)
 
     def _next_call_mode(self, final: bool) -> bool:
-        end = self._match(_LIST_END, final)
+        end = self._match(self._list_end, final)
         if end is None:
             return False
         if end:

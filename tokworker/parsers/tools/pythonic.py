@@ -31,6 +31,11 @@ _OPENERS, _CLOSERS = "([{", ")]}"
 class PythonicToolParser(ToolParser):
     name = "pythonic"
     special_tokens = (PYTHON_START, PYTHON_END)
+    # the markup around the calls; formats that wrap the same calls otherwise (lfm2, olmo3) set these
+    first_call = _FIRST_CALL  # the opening through the first call's "(", name in group "fname"
+    next_call = _NEXT_CALL  # a separator and the next call's name through its "("
+    calls_end = _LIST_END  # what ends the calls
+    closing = _PYTHON_END  # a marker after calls_end, consumed when it is there; None for none
 
     def _initial_mode(self):
         return self._first_call_mode
@@ -41,14 +46,14 @@ class PythonicToolParser(ToolParser):
     def _first_call_mode(self, final: bool) -> bool:
         if not self._buf and not final:
             return False
-        return self._call_start(_FIRST_CALL, final)
+        return self._call_start(self.first_call, final)
 
-    def _call_start(self, pattern, final: bool) -> bool:
+    def _call_start(self, pattern, final: bool, reject_len: int = 0) -> bool:
         m = self._match(pattern, final)
         if m is None:
             return False
         if not m:
-            return self._reject_opening(0)
+            return self._reject_opening(reject_len)
         self._consume(m.end())
         self._open_call(m["fname"])
         self._arg_count = 0
@@ -101,17 +106,17 @@ class PythonicToolParser(ToolParser):
         return self._end_cleanly()
 
     def _after_call_mode(self, final: bool) -> bool:
-        done = self._match(_LIST_END, final)
+        done = self._match(self.calls_end, final)
         if done:
             self._consume(done.end())
-            self._mode = self._python_end_mode
+            self._mode = self._python_end_mode if self.closing is not None else self._resume_mode()
             return True
         if done is None:
             return False
-        return self._call_start(_NEXT_CALL, final)
+        return self._call_start(self.next_call, final)
 
     def _python_end_mode(self, final: bool) -> bool:
-        return self._expect_closing(_PYTHON_END, final)
+        return self._expect_closing(self.closing, final)
 
     def _end_cleanly(self) -> bool:
         """Text that is no keyword argument, or a value that is no literal: the call ends with the

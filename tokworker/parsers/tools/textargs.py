@@ -110,7 +110,7 @@ class TextValuedArgs:
         param = self._match(self.param_open, final)
         if param:
             self._consume(param.end())
-            self._begin_value(param["key"].strip())
+            self._begin_value(param["key"].strip(), param)
             return True
         end = self._match(self.call_end, final)
         if end:
@@ -133,11 +133,10 @@ class TextValuedArgs:
         self._args("}" if self._arg_count else "{}")
         self._close_call()
 
-    def _begin_value(self, key: str) -> None:
+    def _begin_value(self, key: str, param=None) -> None:
         self._args(("{" if not self._arg_count else ", ") + dumps(key) + ": ")
         self._arg_count += 1
-        schema = self._schemas.get(self._call_name) or {}
-        types = value_types(schema, key)
+        types = self._param_types(key, param)
         self._value_types = types
         self._value_streams = streams_as_string(types, self.untyped_as_json)
         self._value_raw = []
@@ -145,6 +144,11 @@ class TextValuedArgs:
         if self._value_streams:
             self._args('"')
         self._mode = self._value_mode
+
+    def _param_types(self, key: str, param) -> tuple[str, ...]:
+        """The types a value may take: the tool's schema's; a format whose markup types its values
+        (param: the param_open match) says so here."""
+        return value_types(self._schemas.get(self._call_name) or {}, key)
 
     def _value_mode(self, final: bool) -> bool:
         buf = self._buf
