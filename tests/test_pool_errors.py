@@ -11,7 +11,7 @@ import pytest
 import uvloop
 
 from tokworker.frontend import TokenizerPool
-from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, StreamFailed, error_for
+from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, ShuttingDown, StreamFailed, error_for
 from tokworker.frontend.stream import StreamFailure
 from tokworker.protocol.deltas import ChunkFormat, StreamParams
 from tokworker.protocol.messages import CodedError, ErrorCode
@@ -46,7 +46,7 @@ def test_one_base_error_carries_the_code_on_both_sides():
         error = error_for(code, "why")
         assert isinstance(error, CodedError) and isinstance(error, PoolError)
         assert (error.code, error.message) == (code, "why")
-    assert isinstance(error_for(ErrorCode.SHUTTING_DOWN), Overloaded)
+    assert isinstance(error_for(ErrorCode.SHUTTING_DOWN), ShuttingDown)   # a WorkerLost: new work goes elsewhere
 
 
 def test_the_workers_mapping_tells_bad_input_from_our_bugs():
