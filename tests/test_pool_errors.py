@@ -11,7 +11,7 @@ import pytest
 import uvloop
 
 from tokworker.frontend import TokenizerPool
-from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, ShuttingDown, StreamFailed, error_for
+from tokworker.frontend.errors import InvalidRequest, PoolError, ShuttingDown, StreamFailed, error_for
 from tokworker.frontend.stream import StreamFailure
 from tokworker.protocol.deltas import ChunkFormat, StreamParams
 from tokworker.protocol.messages import CodedError, ErrorCode
