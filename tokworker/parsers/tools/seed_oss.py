@@ -17,12 +17,13 @@ from __future__ import annotations
 import regex
 
 from .qwen3_coder import Qwen3CoderToolParser
+from .thinkblock import ThinkBlockIsContent
 
 OPEN, CLOSE = "<seed:tool_call>", "</seed:tool_call>"
 THINK, THINK_END = "<seed:think>", "</seed:think>"
 
 
-class SeedOssToolParser(Qwen3CoderToolParser):
+class SeedOssToolParser(ThinkBlockIsContent, Qwen3CoderToolParser):
     name = "seed_oss"
     special_tokens = (OPEN, CLOSE)
     starts = (OPEN, "<function=", THINK)
@@ -30,12 +31,4 @@ class SeedOssToolParser(Qwen3CoderToolParser):
     _open = regex.compile(r"(?:<seed:tool_call>\s*)?<function=(?P<fname>[^>\n<]{1,256})>")
     _close = regex.compile(r"\s*</seed:tool_call>")
     call_end = regex.compile(r"\s*(?:(?P<function></function>)|</seed:tool_call>)")
-
-    def _opening(self, final: bool) -> bool:
-        if self._buf.startswith(THINK):
-            self._mode = self._think_mode
-            return True
-        return super()._opening(final)
-
-    def _think_mode(self, final: bool) -> bool:
-        return self._pass_until(THINK_END, final, as_reasoning=False, keep_end=True)
+    think, think_end = THINK, THINK_END
