@@ -35,17 +35,6 @@ class InvokeSectionToolParser(TextValuedArgs, ToolParser):
             return True
         return self._invoke(self._first_invoke, final, len(self._start_re.match(self._buf)[0]))
 
-    def _invoke(self, pattern, final: bool, reject_len: int) -> bool:
-        m = self._match(pattern, final)
-        if m is None:
-            return False
-        if not m or not m["fname"].strip():
-            return self._reject_opening(reject_len)
-        self._consume(m.end())
-        self._open_call(m["fname"].strip())
-        self._begin_args()
-        return True
-
     def _mode_after_call(self, end):
         return self._invoke_end_mode if self._invoke_end else self._section_mode
 

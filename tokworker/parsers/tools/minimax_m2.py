@@ -40,17 +40,6 @@ class MinimaxM2ToolParser(TextValuedArgs, ToolParser):
     def _opening(self, final: bool) -> bool:
         return self._invoke(_FIRST, final, len(OPEN))
 
-    def _invoke(self, pattern, final: bool, reject_len: int) -> bool:
-        m = self._match(pattern, final)
-        if m is None:
-            return False
-        if not m or not m["fname"].strip():
-            return self._reject_opening(reject_len)
-        self._consume(m.end())
-        self._open_call(m["fname"].strip())
-        self._begin_args()
-        return True
-
     def _mode_after_call(self, end):
         return self._section_mode
 

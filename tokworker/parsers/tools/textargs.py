@@ -102,6 +102,19 @@ class TextValuedArgs:
     value_end_hold: int
     call_end: regex.Pattern
 
+    def _invoke(self, pattern, final: bool, reject_len: int) -> bool:
+        """Open the call a header match names (its "fname" group) and read its parameters; a header with
+        no name is rejected as `reject_len` characters of content."""
+        m = self._match(pattern, final)
+        if m is None:
+            return False
+        if not m or not m["fname"].strip():
+            return self._reject_opening(reject_len)
+        self._consume(m.end())
+        self._open_call(m["fname"].strip())
+        self._begin_args()
+        return True
+
     def _begin_args(self) -> None:
         self._arg_count = 0
         self._mode = self._params_mode
