@@ -39,7 +39,7 @@ from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, en
 from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, ShuttingDown, UnknownStream, WorkerLost
 from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink
-from tokworker.frontend.stream import EMPTY, Stream, StepCall, StepPart
+from tokworker.frontend.stream import EMPTY, Stream, StepCall, StepPart, drop_logged, extend_logs
 from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
 from tokworker.protocol.endpoints import ClientKeys, MissingDirectory, check_ipc_peer, worker_endpoints
 
@@ -286,8 +286,31 @@ class TokenizerPool:
         """Send one engine step now (one message per worker) and return a future of {stream id: update}.
         An engine loop can keep several steps in flight; each stream's updates still arrive in order."""
         self._check_open()
+        if not finish and ids:
+            stream = self.streams.get(next(iter(ids)))
+            link = stream.link if stream is not None else None
+            if link is not None and not link.scored and ids.keys() <= link.live.keys():
+                return self._send_whole(link, ids)
+        return self._send_grouped(ids, finish)
+
+    def _send_whole(self, link: WorkerLink, ids: dict) -> asyncio.Future:
+        """The usual step: every stream on one link, none ending, none with logprobs. Its streams are
+        visited once, to log their ids; the reply is paired with the names sent."""
+        ids = dict(ids)                                  # the caller may reuse its dict for the next step
+        body = encode_request(Step(ids=ids))
+        link.check(size=len(body))
+        extend_logs(ids, link.live)
+        future = asyncio.get_running_loop().create_future()
+        part = StepPart(body, future, None, link, ids)
+        link.send(part)
+        if link.lagging:                         # replaced as hung: the step does not wait for it
+            part.detach()
+        return future
+
+    def _send_grouped(self, ids: dict, finish) -> asyncio.Future:
+        """Any step: streams on several links, streams that ended already, finishes, logprobs."""
         late: dict[str, StreamUpdate] | None = None
-        groups: dict[WorkerLink, tuple[dict, list]] = {}
+        groups: dict[WorkerLink, tuple[dict, list, list, list]] = {}   # ids, streams, finish-only, finishing
         scored: dict[WorkerLink, dict] = {}          # streams stepped as (ids, logprobs)
         table = self.streams
         for stream_id, batch in ids.items():
@@ -297,36 +320,45 @@ class TokenizerPool:
                 continue
             group = groups.get(stream.link)
             if group is None:
-                group = groups[stream.link] = ({}, [])
+                group = groups[stream.link] = ({}, [], [], [])
             if type(batch) is tuple:
                 batch, logprobs = batch
                 scored.setdefault(stream.link, {})[stream_id] = logprobs
             group[0][stream_id] = batch
             group[1].append(stream)
-        ending: dict[WorkerLink, list] = {}
-        for stream_id in finish:
+        for stream_id in dict.fromkeys(finish):
             stream = table.get(stream_id)
             if stream is None or stream.finished:
                 late = self._late(stream_id, late)
                 continue
-            ending.setdefault(stream.link, []).append(stream_id)
-            group = groups.setdefault(stream.link, ({}, []))
+            group = groups.get(stream.link)
+            if group is None:
+                group = groups[stream.link] = ({}, [], [], [])
+            group[3].append(stream_id)
             if stream_id not in group[0]:
-                group[1].append(stream)
+                group[2].append(stream_id)
         future = asyncio.get_running_loop().create_future()
         if not groups:
             future.set_result(late or {})
             return future
         call = StepCall(future, late, len(groups))
         parts = []
-        for link, (batch_ids, streams) in groups.items():
-            finishing = ending.get(link, [])
+        for link, (batch_ids, streams, finish_only, finishing) in groups.items():
             body = encode_request(Step(ids=batch_ids, finish=finishing, logprobs=scored.get(link, {})))
             link.check(size=len(body))               # every link takes its share, or none does
-            parts.append((link, StepPart(body, call, streams, batch_ids, bool(finishing))))
+            streams += [table[stream_id] for stream_id in finish_only]
+            parts.append((link, StepPart(body, future, call, link, batch_ids, finish_only, streams,
+                                         bool(finishing))))
+        logged = []
+        try:
+            for link, part in parts:
+                extend_logs(part.ids, table)
+                logged.append(part.ids)
+        except InvalidRequest:
+            for batch_ids in logged:
+                drop_logged(batch_ids, table)
+            raise
         for link, part in parts:
-            for stream, batch in zip(part.streams, part.ids.values()):    # the ids-carrying streams come first
-                stream.log.extend(batch)
             link.send(part)
             if link.lagging:                         # replaced as hung: the others' share does not wait for it
                 part.detach()

@@ -68,8 +68,10 @@ class WorkerLink:
         self.replied = 0.0                      # when the worker last answered anything
         self.loop = asyncio.get_running_loop()
         self.pending: dict[int, Pending] = {}
-        self.table = streams                    # the pool's one stream table (id -> Stream), read on recovery
-        self.open_streams = 0                   # streams placed here and not finished (placement's measure)
+        self.table = streams                    # the pool's one stream table (id -> Stream)
+        self.live: dict = {}                    # id -> Stream placed here and not finished
+        self.attended = 0                       # of those, buffered ones, and streams with late output: a step
+        self.scored = 0                         # reply must visit them; streams stepped with logprobs
         self.stateless = 0                      # stateless requests in flight (bounded by max_inflight)
         self.ready = False                      # connected and handshaken: requests go out at once
         self.down = False                       # gave up after connect_timeout: requests fail at once
@@ -95,6 +97,11 @@ class WorkerLink:
     @property
     def load(self) -> int:
         return len(self.pending)
+
+    @property
+    def open_streams(self) -> int:
+        """Streams placed here and not finished (placement's measure)."""
+        return len(self.live)
 
     # ------------------------------------------------------------ requests
     def request(self, body: bytes, on_reply=None, on_error=None, stateful=False, timeout=None) -> asyncio.Future:
@@ -385,7 +392,7 @@ class WorkerLink:
         for pending in waiting:
             for stream_id, ids in pending.step_ids().items():
                 in_flight[stream_id] = in_flight.get(stream_id, 0) + len(ids)
-        for stream in [s for s in self.table.values() if s.link is self and s.opened and not s.finished]:
+        for stream in [s for s in self.live.values() if s.opened]:
             body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
                                              prompt_text=stream.prompt_text, chunks=stream.chunks,
                                              replay=stream.replay_batches(in_flight.get(stream.id, 0))))
@@ -413,7 +420,7 @@ class WorkerLink:
         self.down = True
         for pending in self._take_pending():
             pending.fail(WorkerLost(error.code, error.message))
-        for stream in [s for s in self.table.values() if s.link is self and not s.finished]:
+        for stream in list(self.live.values()):
             stream.fail(WorkerLost(error.code, error.message))
 
     async def close(self) -> None:

@@ -20,6 +20,7 @@ A stream opened with a ChunkFormat gets its output as server-sent event bytes (`
 from __future__ import annotations
 
 import asyncio
+import itertools
 from array import array
 from collections import deque
 
@@ -27,12 +28,50 @@ import msgspec
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import ErrorCode, ErrorReply
-from tokworker.frontend.errors import PoolError, StreamFailed, error_for
+from tokworker.frontend.errors import InvalidRequest, PoolError, StreamFailed, error_for
 from tokworker.frontend.pending import Pending
 
 MAX_BUFFERED = 64
 REPLAY_BATCH = 4096  # ids per batch when a log is replayed
 EMPTY = StreamUpdate()
+
+
+def extend_logs(ids: dict, streams) -> None:
+    """Log each batch of `ids` (stream id -> ids) in its stream (found in `streams`), all or none: a batch
+    that is not a list of ids raises InvalidRequest naming its stream, with every log as it was."""
+    try:
+        for stream_id, batch in ids.items():
+            streams[stream_id].log.extend(batch)
+    except (TypeError, OverflowError):
+        for stream_id, batch in ids.items():
+            log = streams[stream_id].log
+            try:
+                array("q", batch)
+            except (TypeError, OverflowError) as exc:   # the batch that failed: undo the part it added
+                del log[len(log) - _valid_prefix(batch):]
+                drop_logged({k: ids[k] for k in itertools.takewhile(lambda k: k != stream_id, ids)}, streams)
+                raise InvalidRequest(ErrorCode.INVALID, f"the ids of stream {stream_id!r} are not a list of "
+                                                        f"token ids: {exc}") from None
+        raise
+
+
+def drop_logged(ids: dict, streams) -> None:
+    """Undo extend_logs(ids, streams)."""
+    for stream_id, batch in ids.items():
+        log = streams[stream_id].log
+        del log[len(log) - len(batch):]
+
+
+def _valid_prefix(batch) -> int:
+    """How many leading items of `batch` an id log accepts (array.extend appends those before it fails)."""
+    count = 0
+    for item in batch:
+        try:
+            array("q", [item])
+        except (TypeError, OverflowError):
+            break
+        count += 1
+    return count
 
 
 class StreamFailure(StreamUpdate, kw_only=True):
@@ -86,7 +125,10 @@ class Stream:
         self._unreported: StreamFailure | None = None
         self.late: StreamUpdate | None = None   # output of a step its worker answered after the step had returned
         self._on_end = on_end
-        link.open_streams += 1
+        self.scored = params.logprobs is not None   # steps carry (ids, logprobs) for it
+        link.live[stream_id] = self
+        link.attended += buffer
+        link.scored += self.scored
 
     def replay_batches(self, in_flight: int = 0) -> list[list[int]]:
         """The log, less its last `in_flight` ids (sent again with their steps), as OpenStream.replay batches."""
@@ -121,7 +163,7 @@ class Stream:
     def take_failure(self) -> StreamUpdate | None:
         """What the engine has not been told, once: late output, then the failure (for the step that
         reports it)."""
-        late, self.late = self.late, None
+        late = self.take_late()
         failure, self._unreported = self._unreported, None
         if late is None:
             return failure
@@ -129,15 +171,25 @@ class Stream:
 
     def take_late(self) -> StreamUpdate | None:
         late, self.late = self.late, None
+        if late is not None:
+            self.link.attended -= 1
         return late
 
     def add_late(self, update: StreamUpdate) -> None:
-        self.late = update if self.late is None else merge_updates((self.late, update))
+        if self.late is None:
+            self.link.attended += 1             # its next step's reply must look at it
+            self.late = update
+        else:
+            self.late = merge_updates((self.late, update))
 
     def _end(self, reason: str) -> None:
         self.finished = True
         self.finish_reason = reason
-        self.link.open_streams -= 1
+        link = self.link
+        if link.live.get(self.id) is self:
+            del link.live[self.id]
+        link.attended -= self.buffered
+        link.scored -= self.scored
         self.log = self.prompt_ids = self.prompt_text = self.params = None   # what a finished stream keeps: little
         if self._on_end is not None:
             self._on_end(self)
@@ -185,8 +237,8 @@ class Stream:
 
 
 class StepCall:
-    """One engine step across the links its streams live on: one future, resolved with every stream's
-    update once each link's share is answered."""
+    """An engine step whose streams live on several links (or that answers some streams itself): one
+    future, resolved with every stream's update once each link's share is answered."""
 
     __slots__ = ("future", "results", "remaining")
 
@@ -196,7 +248,7 @@ class StepCall:
     def done(self, updates: dict) -> None:
         results = self.results
         if results is None:
-            self.results = updates             # the usual step, on one link: the reply's own dict
+            self.results = updates
         else:
             results.update(updates)
         self.remaining -= 1
@@ -209,23 +261,45 @@ class StepCall:
 
 
 class StepPart(Pending):
-    """One link's share of an engine step: the streams (in the order of the message, finish-only ones
-    last, which is the order of the reply's updates) and the ids sent for them."""
+    """One link's share of an engine step: `ids` (stream id -> the ids sent) and `finish_only` (streams
+    the step only ends), whose names, in that order, are the order of the reply's updates. `streams` are
+    their Streams when the step looked them up; a step sent whole to its one link (the usual case) did
+    not, and a reply that needs them finds them in the link's table. `call` is the StepCall when the step
+    has other shares; otherwise the reply resolves `future` itself."""
 
-    __slots__ = ("call", "streams", "ids", "finishing", "detached")
+    __slots__ = ("future", "call", "link", "ids", "finish_only", "streams", "finishing", "detached")
 
-    def __init__(self, body: bytes, call: StepCall, streams: list[Stream], ids: dict, finishing: bool = False):
+    def __init__(self, body: bytes, future, call: StepCall | None, link, ids: dict, finish_only: list = (),
+                 streams: list | None = None, finishing: bool = False):
         super().__init__(body, True)
-        self.call, self.streams, self.ids = call, streams, ids
+        self.future, self.call, self.link = future, call, link
+        self.ids, self.finish_only, self.streams = ids, finish_only, streams
         self.finishing = finishing              # ends streams: the engine steps them no more, so it waits
         self.detached = False
+
+    def _names(self) -> list:
+        names = list(self.ids)
+        names += self.finish_only
+        return names
+
+    def _streams(self, names: list) -> list:
+        if self.streams is None:
+            live, table = self.link.live, self.link.table
+            self.streams = [live.get(name) or table.get(name) for name in names]
+        return self.streams
+
+    def _done(self, updates: dict) -> None:
+        if self.call is not None:
+            self.call.done(updates)
+        elif not self.future.done():
+            self.future.set_result(updates)
 
     def detach(self) -> None:
         """The worker hangs: the step returns without this share (its streams' updates empty for now); the
         share's output, when the replaced worker answers, reaches the engine with its next step."""
         if not self.detached and not self.finishing:
             self.detached = True
-            self.call.done({stream.id: EMPTY for stream in self.streams})
+            self._done(dict.fromkeys(self._names(), EMPTY))
 
     def step_ids(self) -> dict:
         return self.ids
@@ -234,45 +308,53 @@ class StepPart(Pending):
         if type(reply) is ErrorReply:
             self.fail(error_for(reply.code, reply.message))
             return
+        names = self._names()
         updates = reply.updates
-        streams = self.streams
-        if reply.errors or len(updates) != len(streams):
-            self._uneven(updates, reply.errors)
-        else:
-            for done, (stream, (stream_id, update)) in enumerate(zip(streams, updates.items())):
-                if stream_id != stream.id:                     # not in the step's order: look each one up
-                    self._uneven(updates, reply.errors, done)
-                    break
-                if update.finish_reason is not None or stream.buffered or stream.late is not None:
-                    stream.acknowledged(update)
-                    if stream.late is not None and not self.detached:
-                        updates[stream_id] = merge_updates((stream.take_late(), update))
-        if self.detached:                       # the step returned without us: the engine hears it next time
-            for stream in streams:
-                update = updates.get(stream.id)
-                if update is not None:
-                    stream.add_late(update)
+        if reply.errors or len(updates) != len(names) or self.link.attended or self.detached:
+            self._attend(names, updates, reply.errors)
             return
-        self.call.done(updates)
+        results = dict(zip(names, updates))
+        if reply.finished:
+            live = self.link.live
+            for place in reply.finished:
+                stream = live.get(names[place])
+                if stream is not None:           # else closed by the caller while the step was in flight
+                    stream.acknowledged(updates[place])
+        self._done(results)
 
-    def _uneven(self, updates: dict, errors: dict, start: int = 0) -> None:
-        """Streams the worker could not step fail, with its error; one it left out fails as our bug."""
-        for stream in self.streams[start:]:
-            update = updates.get(stream.id)
-            if update is not None:
-                stream.acknowledged(update)
-                if stream.late is not None and not self.detached:
-                    updates[stream.id] = merge_updates((stream.take_late(), update))
+    def _attend(self, names: list, updates: list, errors: dict) -> None:
+        """The reply stream by stream: buffered streams, late output to pass on, streams the worker could not
+        step (they fail with its error; one it left out fails as our bug), a share the step returned without."""
+        results = {}
+        for place, (name, stream) in enumerate(zip(names, self._streams(names))):
+            update = updates[place] if place < len(updates) else None
+            error = errors.get(name)
+            if stream is None:                   # closed by the caller while the step was in flight
+                results[name] = EMPTY
                 continue
-            error = errors.get(stream.id)
-            failure = stream.fail(error_for(error.code, error.message) if error is not None else
-                                  PoolError(ErrorCode.INTERNAL, "the worker's step reply left this stream out"))
-            stream.take_failure()
-            updates[stream.id] = failure or EMPTY
+            if error is not None or update is None:
+                failure = stream.fail(error_for(error.code, error.message) if error is not None else
+                                      PoolError(ErrorCode.INTERNAL, "the worker's step reply left this stream out"))
+                if not self.detached:            # else the next step that names it reports it
+                    stream.take_failure()
+                results[name] = failure or EMPTY
+                continue
+            stream.acknowledged(update)
+            if self.detached:                    # the step returned without us: the engine hears it next time
+                stream.add_late(update)
+            elif stream.late is not None:
+                update = merge_updates((stream.take_late(), update))
+            results[name] = update
+        if not self.detached:
+            self._done(results)
 
     def fail(self, error: PoolError) -> None:
         """The step failed as a whole (timeout, worker lost, rejected): its streams' state is unknown to
         their callers, so they end with the error rather than continue with a gap."""
-        for stream in self.streams:
-            stream.fail(StreamFailed(error.code, f"a step of this stream failed: {error.message}"))
-        self.call.failed(error)
+        for stream in self._streams(self._names()):
+            if stream is not None:
+                stream.fail(StreamFailed(error.code, f"a step of this stream failed: {error.message}"))
+        if self.call is not None:
+            self.call.failed(error)
+        elif not self.future.done():
+            self.future.set_exception(error)

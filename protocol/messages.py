@@ -18,7 +18,7 @@ from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 
 # 3: a guide reply sends each distinct mask once (results index it); a stream opened with `chunks` gets its
 # updates as server-sent event bytes (StreamUpdate.sse)
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 _ID = struct.Struct("<Q")
 
 
@@ -265,11 +265,15 @@ class Step(_Request, tag="step"):
 
 
 class StepReply(_Reply, tag="step"):
-    """An update for every stream of the step that worked, an Error for every one that did not. A stream
-    whose update carries a finish_reason is closed on the worker; later ids for it are ignored."""
+    """One update per stream the step named, in the step's order (the streams of `ids`, then those only in
+    `finish`): the client pairs them with the names it sent instead of decoding every name again. A stream
+    that could not be stepped has an empty update at its place and its Error in `errors`. `finished`: the
+    places whose update carries a finish_reason (those streams are closed on the worker; later ids for them
+    are ignored), so that a client need not look at every update to learn which streams ended."""
 
-    updates: dict[str, StreamUpdate]
+    updates: list[StreamUpdate]
     errors: dict[str, Error] = {}
+    finished: list[int] = []
 
 
 class CloseStreams(_Request, tag="close"):

@@ -111,3 +111,40 @@ def test_a_long_stream_replays_in_several_batches_after_a_kill(tokenizer):
 
     got = uvloop.run(main())
     check(tokenizer, [script], got)
+
+
+@pytest.mark.parametrize("bad", [[5, "x"], [5, 2**63], ([5], [])], ids=["a string", "past int64", "a tuple"])
+def test_a_step_with_a_bad_batch_is_refused_whole_and_a_kill_after_it_replays_exactly(tokenizer, bad):
+    """A step whose last batch is not a list of ids raises InvalidRequest naming that stream, sends nothing
+    and logs nothing (array.extend had already appended part of it): after a kill -9 the streams are rebuilt
+    from their logs and continue exactly as in-process."""
+    from tokworker.frontend.errors import InvalidRequest
+    from tokworker.protocol.deltas import StreamParams
+    from tokworker.stream.state import TextStream
+    ids = tokenizer.encode("Naïve café, 日本語 and 🚀 all stream through the pool, one id at a time.")
+
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            for name in ("a", "b"):
+                await pool.open_stream(name, buffer=False)
+            got = {"a": [], "b": []}
+            for k in range(4):
+                for name, update in (await pool.step({"a": [ids[k]], "b": [ids[k]]})).items():
+                    got[name].append(update)
+            with pytest.raises(InvalidRequest, match="stream 'b'"):
+                await pool.step({"a": [ids[4]], "b": bad})
+            pid = pool.launcher.pids[0]
+            os.kill(pid, signal.SIGKILL)
+            await _wait_until_up(pool, 0, pid)
+            for k in range(4, len(ids)):
+                for name, update in (await pool.step({"a": [ids[k]], "b": [ids[k]]})).items():
+                    got[name].append(update)
+            return got
+
+    got = uvloop.run(main())
+    for name in ("a", "b"):
+        local = TextStream(tokenizer, StreamParams())
+        expected = [local.push([i]) for i in ids]
+        assert "".join(d.content or "" for u in got[name] for d in u.deltas) == \
+            "".join(d.content or "" for u in expected for d in u.deltas)
+        assert got[name] == expected

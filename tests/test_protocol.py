@@ -54,11 +54,11 @@ REPLIES = [
     GuideReply(results={"r1": GuideResult(state=3, mask=0, accepting=True), "r3": GuideResult(state=3, mask=0)},
                masks=[b"\x01\x00\x00\x80" * 4740], errors={"r2": Error(code="unknown_constraint")}),
     OpenReply(stream_id="s"),
-    StepReply(updates={"a": StreamUpdate(deltas=[Delta(content="hi"), Delta(reasoning_content="r"), Delta(
+    StepReply(updates=[StreamUpdate(deltas=[Delta(content="hi"), Delta(reasoning_content="r"), Delta(
         tool_calls=[ToolCallDelta(index=0, id="call_1", type="function",
                                   function=FunctionDelta(name="f", arguments="{"))])],
-        finish_reason="stop", stop_reason="</a>", abort=True)},
-        errors={"b": Error(code="unknown_stream", message="no open stream 'b'")}),
+        finish_reason="stop", stop_reason="</a>", abort=True), StreamUpdate()],
+        errors={"b": Error(code="unknown_stream", message="no open stream 'b'")}, finished=[0]),
     CloseReply(closed=2),
     ErrorReply(code="invalid", message="why", request_id=2**64 - 1),
 ]

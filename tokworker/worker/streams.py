@@ -153,9 +153,11 @@ class StreamTable:
 
     # ------------------------------------------------------------ the hot path
     def step(self, session: str, msg: Step) -> StepReply:
+        """Step the streams of `msg` in its order: the streams of `ids`, then those only in `finish`."""
         streams = self.sessions.get(session) or {}
-        updates: dict[str, StreamUpdate] = {}
+        updates: list[StreamUpdate] = []
         errors: dict[str, Error] = {}
+        finished: list[int] = []
         finish = msg.finish
         ending = set(finish) if finish else ()
         logprobs = msg.logprobs
@@ -163,39 +165,46 @@ class StreamTable:
         for stream_id, ids in msg.ids.items():
             stream = streams.get(stream_id)
             if stream is None:
-                self._missing(session, stream_id, updates, errors)
+                updates.append(self._missing(session, stream_id, errors))
                 continue
             try:
                 update = stream.step(ids, stream_id in ending, now, logprobs.get(stream_id) if logprobs else None)
             except Exception as exc:  # a parser bug must cost one stream, not the worker
                 self._failed(session, streams, stream_id, exc, errors)
+                updates.append(EMPTY)
                 continue
-            updates[stream_id] = update
             if update.finish_reason is not None or stream_id in ending:
                 self._remove(session, streams, stream_id)
+                if update.finish_reason is not None:
+                    finished.append(len(updates))
+            updates.append(update)
+        stepped = msg.ids
         for stream_id in finish:
-            if stream_id in updates or stream_id in errors:
+            if stream_id in stepped:
                 continue
             stream = streams.get(stream_id)
             if stream is None:
-                self._missing(session, stream_id, updates, errors)
+                updates.append(self._missing(session, stream_id, errors))
                 continue
             try:
-                updates[stream_id] = stream.step((), True, now)
+                update = stream.step((), True, now)
             except Exception as exc:
                 self._failed(session, streams, stream_id, exc, errors)
+                updates.append(EMPTY)
                 continue
             self._remove(session, streams, stream_id)
+            if update.finish_reason is not None:
+                finished.append(len(updates))
+            updates.append(update)
         if not streams and session in self.sessions:
             del self.sessions[session]
-        return StepReply(updates=updates, errors=errors)
+        return StepReply(updates=updates, errors=errors, finished=finished)
 
     # ------------------------------------------------------------ helpers
-    def _missing(self, session, stream_id, updates, errors):
-        if (session, stream_id) in self._finished:
-            updates[stream_id] = EMPTY
-        else:
+    def _missing(self, session, stream_id, errors) -> StreamUpdate:
+        if (session, stream_id) not in self._finished:
             errors[stream_id] = Error(ErrorCode.UNKNOWN_STREAM, f"no open stream {stream_id!r}")
+        return EMPTY
 
     def _failed(self, session, streams, stream_id, exc: Exception, errors) -> None:
         code, message = error_of(exc)
