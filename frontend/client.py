@@ -287,25 +287,57 @@ class TokenizerPool:
         An engine loop can keep several steps in flight; each stream's updates still arrive in order."""
         self._check_open()
         if not finish and ids:
-            stream = self.streams.get(next(iter(ids)))
-            link = stream.link if stream is not None else None
-            if link is not None and not link.scored and ids.keys() <= link.live.keys():
-                return self._send_whole(link, ids)
+            shares = self._shares(ids)
+            if shares is not None:
+                return self._send_shares(shares)
         return self._send_grouped(ids, finish)
 
-    def _send_whole(self, link: WorkerLink, ids: dict) -> asyncio.Future:
-        """The usual step: every stream on one link, none ending, none with logprobs. Its streams are
-        visited once, to log their ids; the reply is paired with the names sent."""
-        ids = dict(ids)                                  # the caller may reuse its dict for the next step
-        body = encode_request(Step(ids=ids))
-        link.check(size=len(body))
-        extend_logs(ids, link.live)
+    def _shares(self, ids: dict) -> list | None:
+        """The usual step (nothing ends, no logprobs, every stream open) split by link with set operations
+        on the links' tables of open streams, not stream by stream; None for any other step."""
+        keys = ids.keys()
+        shares, covered = [], 0
+        for link in self.links:
+            live = link.live
+            if not live:
+                continue
+            if link.scored:
+                return None
+            if keys <= live.keys():
+                return [(link, dict(ids))]              # the caller may reuse its dict for the next step
+            mine = keys & live.keys()
+            if mine:
+                shares.append((link, {stream_id: ids[stream_id] for stream_id in mine}))
+                covered += len(mine)
+        return shares if covered == len(ids) else None
+
+    def _send_shares(self, shares: list) -> asyncio.Future:
+        """Each link's share as one Step; a step on one link (the usual case) needs no StepCall."""
         future = asyncio.get_running_loop().create_future()
-        part = StepPart(body, future, None, link, ids)
-        link.send(part)
-        if link.lagging:                         # replaced as hung: the step does not wait for it
-            part.detach()
+        call = StepCall(future, None, len(shares)) if len(shares) > 1 else None
+        parts = []
+        for link, share in shares:
+            body = encode_request(Step(ids=share))
+            link.check(size=len(body))                  # every link takes its share, or none does
+            parts.append((link, StepPart(body, future, call, link, share)))
+        self._dispatch(parts)
         return future
+
+    def _dispatch(self, parts: list) -> None:
+        """Log every part's ids in its streams, all or none (see extend_logs), then send the parts."""
+        logged = []
+        try:
+            for link, part in parts:
+                extend_logs(part.ids, self.streams)
+                logged.append(part.ids)
+        except InvalidRequest:
+            for batch_ids in logged:
+                drop_logged(batch_ids, self.streams)
+            raise
+        for link, part in parts:
+            link.send(part)
+            if link.lagging:                         # replaced as hung: the others' share does not wait for it
+                part.detach()
 
     def _send_grouped(self, ids: dict, finish) -> asyncio.Future:
         """Any step: streams on several links, streams that ended already, finishes, logprobs."""
@@ -349,19 +381,7 @@ class TokenizerPool:
             streams += [table[stream_id] for stream_id in finish_only]
             parts.append((link, StepPart(body, future, call, link, batch_ids, finish_only, streams,
                                          bool(finishing))))
-        logged = []
-        try:
-            for link, part in parts:
-                extend_logs(part.ids, table)
-                logged.append(part.ids)
-        except InvalidRequest:
-            for batch_ids in logged:
-                drop_logged(batch_ids, table)
-            raise
-        for link, part in parts:
-            link.send(part)
-            if link.lagging:                         # replaced as hung: the others' share does not wait for it
-                part.detach()
+        self._dispatch(parts)
         return future
 
     async def step(self, ids: dict[str, list[int]], finish=()) -> dict[str, StreamUpdate]:

@@ -25,8 +25,8 @@ import msgspec
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, Stats,
-                                         decode_reply, encode_message, pack_id, unpack_id)
+from tokworker.protocol.messages import (ID_FRAME, PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, Stats,
+                                         decode_reply, encode_message, pack_id)
 from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost, error_for
 from tokworker.frontend.pending import Call, Pending, Probe
 
@@ -46,6 +46,7 @@ class _Disconnected(Exception):
 
 _EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
 _NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
+_unpack_id = ID_FRAME.unpack
 _SWEEP_S = 0.05
 _STATS = encode_message(Stats())          # how often a link with requests in flight looks for ones past their deadline
 
@@ -128,13 +129,14 @@ class WorkerLink:
 
     def send(self, pending: Pending, timeout: float | None = None) -> None:
         """Put `pending` in flight (check() first: this does not refuse)."""
-        pending.deadline = self.loop.time() + (timeout or self.request_timeout)
+        now = self.loop.time()
+        pending.deadline = now + (timeout or self.request_timeout)
         if not pending.stateful:
             self.stateless += 1
         rid = next(self._ids)
         pipelined = bool(self.pending)
         if not pipelined:
-            self.replied = self.loop.time()     # the hang clock starts when work starts waiting
+            self.replied = now                  # the hang clock starts when work starts waiting
         self.pending[rid] = pending
         if self._sweeping is None:
             self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
@@ -207,9 +209,9 @@ class WorkerLink:
             while sock is self._sock and get(_EVENTS) & _POLLIN:
                 head = recv(_NOBLOCK)                    # a worker's reply is always [id, body]
                 self._deliver(head, recv(_NOBLOCK) if get(_RCVMORE) else b"")
-                self.replied = self.loop.time()
         except zmq.ZMQError:
             pass
+        self.replied = self.loop.time()
 
     def _kick(self) -> None:
         """ZeroMQ's descriptor only signals changes: after a send, look for replies that are already there."""
@@ -220,7 +222,7 @@ class WorkerLink:
     def _deliver(self, head: bytes, body: bytes) -> None:
         if len(head) != 8 or not body:
             return
-        rid = unpack_id(head)
+        rid = _unpack_id(head)[0]
         try:
             reply = decode_reply(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -279,7 +279,8 @@ class StepPart(Pending):
 
     def _names(self) -> list:
         names = list(self.ids)
-        names += self.finish_only
+        if self.finish_only:
+            names += self.finish_only
         return names
 
     def _streams(self, names: list) -> list:

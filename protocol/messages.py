@@ -19,7 +19,7 @@ from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 # 3: a guide reply sends each distinct mask once (results index it); a stream opened with `chunks` gets its
 # updates as server-sent event bytes (StreamUpdate.sse)
 PROTOCOL_VERSION = 5
-_ID = struct.Struct("<Q")
+ID_FRAME = struct.Struct("<Q")          # a request id frame: 8 bytes, little-endian
 
 
 class ErrorCode:
@@ -302,14 +302,14 @@ decode_reply = msgspec.msgpack.Decoder(Reply).decode
 
 
 def pack_id(request_id: int) -> bytes:
-    return _ID.pack(request_id)
+    return ID_FRAME.pack(request_id)
 
 
 def unpack_id(frame: bytes) -> int:
     """The request id of a header frame; raises ValueError for a frame that is not 8 bytes."""
     if len(frame) != 8:
         raise ValueError(f"request id frame must be 8 bytes, got {len(frame)}")
-    return _ID.unpack(frame)[0]
+    return ID_FRAME.unpack(frame)[0]
 
 
 def nesting_depth(value: Any, limit: int) -> int:

@@ -49,7 +49,10 @@ def test_kill_9_at_random_points_loses_and_duplicates_nothing(tokenizer):
                 if len(kills) < KILLS and rng.random() < 0.3 and (not kills or steps[0] - kills[-1][2] >= 2):
                     index = rng.randrange(2)
                     pid = pool.launcher.pids[index]
-                    if pid is not None:
+                    # not a request's third death: a request that dies with its worker max_attempts times
+                    # is a poison request by design (on a busy machine a replay can outlast two kills)
+                    link = pool.links[index]
+                    if pid is not None and all(p.attempts < 2 for p in link.pending.values()):
                         await asyncio.sleep(rng.choice([0, 0, 0.001, 0.005]))
                         os.kill(pid, signal.SIGKILL)
                         kills.append((index, pid, steps[0]))
