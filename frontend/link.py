@@ -1,6 +1,6 @@
 """One connection from the API process to one worker, and how it survives the worker's death.
 
-Requests go out as [request id, body] on a DEALER socket and wait in `pending` for the reply with the
+Requests go out as one frame (request id, body) on a DEALER socket and wait in `pending` for the reply with the
 same id; every one has a timer, because ZeroMQ drops an oversize frame silently and a dead peer answers
 nothing. The socket is read from the event loop (add_reader on ZeroMQ's descriptor, drained until empty),
 so a reply costs no task and no future beyond the caller's own.
@@ -26,7 +26,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from tokworker.protocol.messages import (ID_FRAME, PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, Stats,
-                                         decode_reply, encode_message, pack_id)
+                                         decode_reply, encode_message, frame)
 from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost, error_for
 from tokworker.frontend.pending import Call, Pending, Probe
 
@@ -44,9 +44,8 @@ class _Disconnected(Exception):
     pass
 
 
-_EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
-_NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
-_unpack_id = ID_FRAME.unpack
+_EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
+_unpack_id = ID_FRAME.unpack_from
 _SWEEP_S = 0.05
 _STATS = encode_message(Stats())          # how often a link with requests in flight looks for ones past their deadline
 
@@ -149,8 +148,7 @@ class WorkerLink:
         pending.rid = rid
         pending.attempts += 1
         try:
-            self._send(pack_id(rid), _SNDMORE | _NOBLOCK)
-            self._send(pending.body, _NOBLOCK)
+            self._send(frame(rid, pending.body), _NOBLOCK)
         except zmq.ZMQError as exc:
             self._finish(pending, Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
 
@@ -207,8 +205,7 @@ class WorkerLink:
         sock, get, recv = self._sock, self._get, self._recv
         try:
             while sock is self._sock and get(_EVENTS) & _POLLIN:
-                head = recv(_NOBLOCK)                    # a worker's reply is always [id, body]
-                self._deliver(head, recv(_NOBLOCK) if get(_RCVMORE) else b"")
+                self._deliver(recv(_NOBLOCK))
         except zmq.ZMQError:
             pass
         self.replied = self.loop.time()
@@ -219,12 +216,12 @@ class WorkerLink:
         if sock is not None and self._get(_EVENTS) & _POLLIN:
             self.loop.call_soon(self._on_readable)
 
-    def _deliver(self, head: bytes, body: bytes) -> None:
-        if len(head) != 8 or not body:
+    def _deliver(self, message: bytes) -> None:
+        if len(message) <= 8:
             return
-        rid = _unpack_id(head)[0]
+        rid = _unpack_id(message)[0]
         try:
-            reply = decode_reply(body)
+            reply = decode_reply(memoryview(message)[8:])
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             reply = ErrorReply(code=ErrorCode.MALFORMED, message=f"undecodable reply: {exc}", request_id=rid)
         if rid == self._hello_id:
@@ -338,7 +335,7 @@ class WorkerLink:
         self._hello = self.loop.create_future()
         self._hello_id = next(self._ids)
         hello = Hello(version=PROTOCOL_VERSION, session=self.session, epoch=self.epoch, reset=True)
-        sock.send_multipart([pack_id(self._hello_id), encode_message(hello)])
+        sock.send(frame(self._hello_id, encode_message(hello)))
         self._kick()
         self._on_monitor()          # an unread ZeroMQ pipe never signals: look once so that the next event does
 

@@ -305,6 +305,11 @@ def pack_id(request_id: int) -> bytes:
     return ID_FRAME.pack(request_id)
 
 
+def frame(request_id: int, body: bytes) -> bytes:
+    """A message as it crosses the wire: one ZeroMQ frame, the request id (8 bytes) then the body."""
+    return ID_FRAME.pack(request_id) + body
+
+
 def unpack_id(frame: bytes) -> int:
     """The request id of a header frame; raises ValueError for a frame that is not 8 bytes."""
     if len(frame) != 8:

@@ -15,7 +15,7 @@ import uvloop
 import zmq
 
 from tokworker.frontend import PoolError, TokenizerPool
-from tokworker.protocol.messages import PROTOCOL_VERSION, Hello, encode_message, pack_id
+from tokworker.protocol.messages import PROTOCOL_VERSION, Hello, encode_message, frame
 from tokworker.tokenizer import Tokenizer
 from tokworker.protocol.endpoints import ClientKeys, InsecureEndpoint
 from tokworker.worker.security import check_bind, generate_keys
@@ -110,7 +110,7 @@ def test_a_plaintext_socket_gets_nothing(daemon):
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
-    sock.send_multipart([pack_id(1), encode_message(Hello(version=PROTOCOL_VERSION))])
+    sock.send(frame(1, encode_message(Hello(version=PROTOCOL_VERSION))))
     assert sock.poll(1500) == 0
     sock.close()
     context.term()

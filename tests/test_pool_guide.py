@@ -21,7 +21,7 @@ import zmq
 
 from tokworker.frontend import InvalidRequest, TokenizerPool
 from tokworker.protocol.messages import (PROTOCOL_VERSION, Compile, CompileReply, ErrorCode, ErrorReply, Guide, GuideQuery,
-                               GuideReply, Hello, HelloReply, decode_reply, encode_message, pack_id, unpack_id)
+                               GuideReply, Hello, HelloReply, decode_reply, encode_message, frame, unpack_id)
 from tests.realdata import vocabulary
 from tests.test_automaton import WEATHER_TOOL
 from tokworker.constrain import TokenAutomaton, VocabTrie
@@ -157,11 +157,11 @@ class RawClient:
 
     def call(self, msg, timeout_ms: int = 60_000):
         self.rid += 1
-        self.sock.send_multipart([pack_id(self.rid), encode_message(msg)])
+        self.sock.send(frame(self.rid, encode_message(msg)))
         assert self.sock.poll(timeout_ms), "no reply from the worker"
-        frames = self.sock.recv_multipart()
-        assert unpack_id(frames[0]) == self.rid
-        return decode_reply(frames[1])
+        message = self.sock.recv()
+        assert unpack_id(message[:8]) == self.rid
+        return decode_reply(message[8:])
 
     def close(self):
         self.sock.close()

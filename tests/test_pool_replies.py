@@ -16,7 +16,7 @@ import zmq
 from tokworker.frontend import InvalidRequest, PoolError, TokenizerPool
 from tokworker.parsers.tools import get_tool_parser
 from tokworker.protocol.deltas import StreamParams
-from tokworker.protocol.messages import Decode, encode_message, pack_id
+from tokworker.protocol.messages import Decode, encode_message, frame
 from tokworker.tokenizer import Tokenizer
 from tokworker.worker.replies import reply_bound
 from tokworker.protocol.messages import DecodeReply, EncodeReply
@@ -64,7 +64,7 @@ def test_a_client_that_never_reads_cannot_take_the_worker_down():
             flood.connect(pool.links[0].endpoint)
             body = encode_message(Decode(ids=[ids]))
             for i in range(300):                              # ~500 MB of replies if the worker made them all
-                flood.send_multipart([pack_id(i + 1), body])
+                flood.send(frame(i + 1, body))
             await pool.open_stream("s", buffer=False)
             started = time.monotonic()
             got = []

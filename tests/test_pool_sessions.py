@@ -12,7 +12,7 @@ import uvloop
 import zmq
 
 from tokworker.frontend import TokenizerPool
-from tokworker.protocol.messages import PROTOCOL_VERSION, Hello, HelloReply, decode_reply, encode_message, pack_id
+from tokworker.protocol.messages import PROTOCOL_VERSION, Hello, HelloReply, decode_reply, encode_message, frame
 from tokworker.tokenizer import Tokenizer
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
@@ -34,8 +34,8 @@ def test_a_reconnect_storm_does_not_evict_a_live_session():
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.setsockopt(zmq.RCVTIMEO, 10_000)
                 sock.connect(pool.links[0].endpoint)
-                sock.send_multipart([pack_id(1), encode_message(Hello(version=PROTOCOL_VERSION, session=f"x{i}"))])
-                assert isinstance(decode_reply(sock.recv_multipart()[1]), HelloReply)
+                sock.send(frame(1, encode_message(Hello(version=PROTOCOL_VERSION, session=f"x{i}"))))
+                assert isinstance(decode_reply(sock.recv()[8:]), HelloReply)
                 strangers.append(sock)
             rest = await pool.step({"live": ids[3:]}, finish=["live"])
             assert "".join(d.content for u in (first["live"], rest["live"]) for d in u.deltas) == text

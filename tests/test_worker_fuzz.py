@@ -17,7 +17,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, Render, StatsReply, Stats,
-                               decode_reply, encode_message, pack_id, unpack_id)
+                               decode_reply, encode_message, frame, pack_id, unpack_id)
 from tokworker.worker.options import WorkerOptions, options_to_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,7 +27,8 @@ CODES = {value for name, value in vars(ErrorCode).items() if name.isupper()}
 
 
 class Raw:
-    """A bare DEALER: frames in, (request id, reply) out, with a timeout."""
+    """A bare DEALER: frames in, (request id, reply) out, with a timeout. A well-formed message is one
+    frame: the request id (8 bytes), then the body."""
 
     def __init__(self, context, endpoint):
         self.sock = context.socket(zmq.DEALER)
@@ -38,11 +39,11 @@ class Raw:
     def exchange(self, frames):
         self.sock.send_multipart(frames)
         reply = self.sock.recv_multipart()
-        assert len(reply) == 2
-        return unpack_id(reply[0]), decode_reply(reply[1])
+        assert len(reply) == 1
+        return unpack_id(reply[0][:8]), decode_reply(reply[0][8:])
 
     def call(self, body, rid=7):
-        got_id, reply = self.exchange([pack_id(rid), body])
+        got_id, reply = self.exchange([frame(rid, body)])
         assert got_id == rid
         return reply
 
@@ -105,13 +106,15 @@ def test_pickles_are_refused(worker):
 
 def test_wrong_frame_shapes(worker):
     raw = worker[2]
-    rid, reply = raw.exchange([b"only-one-frame"])
+    rid, reply = raw.exchange([b"1234567"])                                  # shorter than a request id
     assert rid == 0
     expect_error(reply, ErrorCode.MALFORMED, rid=0)
-    rid, reply = raw.exchange([pack_id(5), b"body", b"extra"])
-    expect_error(reply, ErrorCode.MALFORMED, rid=5)
-    rid, reply = raw.exchange([b"123", encode_message(Stats())])               # id frame of the wrong size
+    rid, reply = raw.exchange([frame(5, encode_message(Stats())), b"extra"])  # two frames: no id to trust
     expect_error(reply, ErrorCode.MALFORMED, rid=0)
+    rid, reply = raw.exchange([pack_id(5), encode_message(Stats())])          # protocol 4's two frames
+    expect_error(reply, ErrorCode.MALFORMED, rid=0)
+    rid, reply = raw.exchange([pack_id(6)])                                   # an id and no body
+    expect_error(reply, ErrorCode.MALFORMED, rid=6)
     assert_alive(worker)
 
 
@@ -151,7 +154,7 @@ def test_an_oversize_frame_is_dropped_and_the_worker_lives(worker):
     _, endpoint, _, context = worker
     big = Raw(context, endpoint)
     big.sock.setsockopt(zmq.RCVTIMEO, 1000)
-    big.sock.send_multipart([pack_id(1), b"\x00" * (MAX_MESSAGE + 1)])
+    big.sock.send(frame(1, b"\x00" * (MAX_MESSAGE + 1)))
     with pytest.raises(zmq.Again):                               # ZeroMQ drops it silently: clients need timeouts
         big.sock.recv_multipart()
     big.close()
@@ -174,8 +177,8 @@ def test_random_frames_always_get_one_reply(worker, frames):
     raw = worker[2]
     raw.sock.send_multipart(frames)
     reply = raw.sock.recv_multipart()
-    assert len(reply) == 2
-    decoded = decode_reply(reply[1])
+    assert len(reply) == 1
+    decoded = decode_reply(reply[0][8:])
     if isinstance(decoded, ErrorReply):
         assert decoded.code in CODES
     assert worker[0].poll() is None

@@ -38,6 +38,15 @@ ARRIVED = struct.Struct("<d")
 _SESSION_TAGS = (b"\xa4step", b"\xa4open", b"\xa5close", b"\xa5hello", b"\xa5stats")
 
 
+def split_frame(frames: list) -> list:
+    """[identity, message] off the socket -> [identity, request id, body], how the worker handles it;
+    anything but one frame of at least 8 bytes -> a shape handle() answers as malformed."""
+    if len(frames) == 2 and len(frames[1]) >= 8:
+        message = frames[1]
+        return [frames[0], message[:8], message[8:]]
+    return [frames[0], b"", b""]
+
+
 def is_session_request(frames) -> bool:
     return len(frames) == 3 and frames[2][1:6] == b"\xa4type" and frames[2][6:12].startswith(_SESSION_TAGS)
 
@@ -83,7 +92,7 @@ class Lane:
             if ready.get(sock):
                 while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     try:
-                        self.route(sock.recv_multipart())
+                        self.route(split_frame(sock.recv_multipart()))
                     except MemoryError:                  # that message is lost, the lane is not
                         self.dropped += 1
             now = time.monotonic()
@@ -139,7 +148,7 @@ class Lane:
     def _try(self, reply) -> bool:
         """Sent, or the peer is gone (nothing to hold); False when its queue is full."""
         try:
-            self.sock.send_multipart(reply, zmq.NOBLOCK, copy=False)
+            self.sock.send_multipart([reply[0], reply[1] + reply[2]], zmq.NOBLOCK, copy=False)
         except zmq.Again:
             return False
         except zmq.ZMQError as exc:

@@ -3,8 +3,8 @@
 Two threads: the lane (lane.py) owns the socket and serves session requests itself; the main thread runs
 stateless work under the wall budget.
 
-Frames in: [client identity, request id (8 bytes), msgpack body]; frames out: the same identity and id
-with the reply body. Whatever arrives, the client gets exactly one reply: the result or an ErrorReply
+A message is one frame, the request id (8 bytes) then the msgpack body; the lane splits it into
+[client identity, request id, body] and joins the reply's id and body again. Whatever arrives, the client gets exactly one reply: the result or an ErrorReply
 (malformed frames, unknown types, wrong fields, oversize or deeply nested payloads, pickles all end there)
 and the loop goes on. ZeroMQ itself drops frames over MAXMSGSIZE, so clients keep their own timeouts.
 
@@ -232,7 +232,7 @@ class Worker:
         if len(frames) != 3 or len(header) != 8:
             header = header if len(header) == 8 else pack_id(0)
             return self._error(identity, header, unpack_id(header), ErrorCode.MALFORMED,
-                               "expected the frames [request id (8 bytes), body]")
+                               "expected one frame: a request id (8 bytes), then the body")
         request_id = unpack_id(header)
         try:
             msg = decode_request(frames[2])
