@@ -3,7 +3,8 @@
 1. Step round trip. S open streams, one id each per step, `await pool.step(...)` in a loop: p50/p99 of the
    round trip and tokens/s, with 1..N workers.
    "step awaited in turn": the API thread's CPU per stream-step, each step awaited before the next (what
-   an engine loop that waits for its text pays), beside TextStream.push of the same ids in-process.
+   an engine loop that waits for its text pays), beside TextStream.push of the same ids in-process, and
+   as a multiple of a bare ZeroMQ round trip read the same way (bench/zmq_floor.py: the floor under it).
    "renders sent per step": the same 64-stream round trip while every step also sends 10 chats to render
    (a burst flooding the pool), beside 0: steps have their own lane on the link and in the worker.
 2. A simulated engine loop in the API process. Each step does a fixed amount of pure-Python work (the
@@ -36,6 +37,7 @@ import random
 import time
 from pathlib import Path
 
+from bench.zmq_floor import round_trip_cpu_us
 from tokworker.protocol.deltas import ChunkFormat, StreamParams
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
@@ -333,8 +335,12 @@ async def _run(quick: bool) -> list[dict]:
     steps = 100 if quick else 300
     for workers in range(1, max(2, cpus) + 1):
         rows.append(await _round_trips(workers, 64, steps, ids))
+    floor = await round_trip_cpu_us()
+    rows.append({"case": "bare ZeroMQ round trip (the floor)", "api_us_per_round_trip": floor})
     for streams in (1, 64, 256):
-        rows.append(await _awaited_steps(streams, 2000 if streams == 1 else steps, ids, tokenizer, 1))
+        row = await _awaited_steps(streams, 2000 if streams == 1 else steps, ids, tokenizer, 1)
+        row["pool_vs_floor"] = round(row["pool_us_per_step"] / floor, 2)
+        rows.append(row)
     for burst in (0, 10):
         rows.append(await _steps_under_renders(max(1, min(2, cpus)), 64, steps // 2, ids, burst))
     guide_dir = _guide_model(quick)
