@@ -50,7 +50,8 @@ from tokworker.worker.streams import StreamTable
 log = logging.getLogger("tokworker.worker")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-                   "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
+                   "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model",
+                   "tekken.json")
 DRAIN_REFUSED = frozenset((OpenStream, Render, Encode, Decode, Compile))   # new work; steps and closes go on
 MAX_NAME = 1024                    # characters in a session name or a stream id (both are kept in tables)
 SMALL_STEP = 16 << 10             # bytes of a step message below which its reply is not counted (the hot path)
@@ -83,7 +84,10 @@ def load_tokenizer(model_dir: str, chat_template: str | None = None):
     from tokworker.tokenizer import Tokenizer
 
     path = Path(model_dir)
-    tokenizer = Tokenizer.from_file(path) if path.is_file() else Tokenizer.from_dir(path)
+    if path.is_file():
+        tokenizer = Tokenizer.from_tekken(path) if path.name.endswith("tekken.json") else Tokenizer.from_file(path)
+    else:
+        tokenizer = Tokenizer.from_dir(path)
     if chat_template is not None:
         from tokworker.templates.chatml import operator_template
         tokenizer.config.chat_template = operator_template(chat_template)
