@@ -27,6 +27,9 @@ QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA4_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                  r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                  r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
                   r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
 
@@ -43,6 +46,25 @@ def llama3_special_tokens(first_id: int = 128000, count: int = 256) -> dict[str,
              "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>",
              "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>", "<|image|>"]
     names += [f"<|reserved_special_token_{2 + i}|>" for i in range(count - len(names))]
+    return {name: first_id + i for i, name in enumerate(names)}
+
+
+def llama4_special_tokens(first_id: int = 200000, count: int = 2048) -> dict[str, int]:
+    """Llama 4: the basic tokens, the post-training ones (headers, <|eot|>, <|eom|>, python tags), the vision
+    ones and the reasoning ones, each group padded with its own reserved names, then reserved ones up to `count`."""
+    names = ["<|begin_of_text|>", "<|end_of_text|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+             "<|header_start|>", "<|header_end|>", "<|eom|>", "<|eot|>", "<|step|>"]
+    names += [f"<|text_post_train_reserved_special_token_{i}|>" for i in range(6)]
+    names += ["<|python_start|>", "<|python_end|>", "<|finetune_right_pad|>"]
+    names += [f"<|text_post_train_reserved_special_token_{i}|>" for i in range(8, 69)]
+    names += ["<|image_start|>", "<|image_end|>", "<|vision_reserved_special_token_0|>",
+              "<|vision_reserved_special_token_1|>", "<|tile_x_separator|>", "<|tile_y_separator|>"]
+    names += [f"<|vision_reserved_special_token_{i}|>" for i in range(2, 6)]
+    names += ["<|image|>", "<|vision_reserved_special_token_6|>", "<|patch|>"]
+    names += [f"<|vision_reserved_special_token_{i}|>" for i in range(7, 1048)]
+    names += [f"<|reasoning_reserved_special_token_{i}|>" for i in range(8)]
+    names += ["<|reasoning_thinking_start|>", "<|reasoning_thinking_end|>"]
+    names += [f"<|reserved_special_token_{i}|>" for i in range(count - len(names))]
     return {name: first_id + i for i, name in enumerate(names)}
 
 
