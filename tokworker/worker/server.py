@@ -58,14 +58,17 @@ SMALL_STEP = 16 << 10             # bytes of a step message below which its repl
 HOUSEKEEPING_S = 1.0
 
 
-def model_fingerprint(model_dir: str) -> str:
-    """sha256 over the tokenizer files (not the weights): two workers agree on ids iff this matches."""
+def model_fingerprint(model_dir: str, operator_template: str | None = None) -> str:
+    """sha256 over the tokenizer files (not the weights) and the operator's chat template, if one replaces the
+    model's: two workers agree on ids and rendered prompts iff this matches."""
     digest = hashlib.sha256()
     path = Path(model_dir)
     files = [path] if path.is_file() else sorted(p for p in path.iterdir()
                                                   if p.name in TOKENIZER_FILES or p.suffix == ".tiktoken")
     for file in files:
         digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+    if operator_template is not None:          # its text, not its path: the same file elsewhere renders the same
+        digest.update(b"operator chat template\0" + operator_template.encode("utf-8", "surrogatepass") + b"\0")
     return digest.hexdigest()[:32]
 
 
@@ -98,7 +101,8 @@ class Worker:
     def __init__(self, options: WorkerOptions):
         self.options = options
         self.tokenizer = load_tokenizer(options.model_dir, options.chat_template)
-        self.fingerprint = model_fingerprint(options.model_dir)
+        self.fingerprint = model_fingerprint(options.model_dir, None if options.chat_template is None
+                                             else self.tokenizer.chat_template)
         self.handlers = Handlers(self.tokenizer, options)
         self.constraints = ConstraintCache(self.tokenizer, options, self.fingerprint)
         implied_tool, implied_reasoning = default_parsers(options.tool_parser, options.reasoning_parser,
