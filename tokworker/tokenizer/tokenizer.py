@@ -86,7 +86,7 @@ class Tokenizer:
         self._cache: dict[str, list[int]] = {}
         self._word_ids = model.tokenize_byte_word if self._byte_words else self._model_word_ids
         self._token_bytes: list[bytes] | None = None
-        form = decoders.bytewise_form(decoder, filter(None, self._id_to_token))
+        form = decoders.bytewise_form(decoder, filter(None, self._id_to_token), getattr(model, "suffix", ""))
         self._bytes_of_token = form[0] if form else None
         self.decode_is_bytewise: bool = form is not None
         self.strip_leading_space: bool = bool(form and form[1])
