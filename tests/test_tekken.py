@@ -193,6 +193,17 @@ def test_a_tekken_folder_through_the_pool(nemo):
     assert encoded == nemo.ours.encode("Bonjour [INST] 日本") and eos == [2]
 
 
+def test_a_worker_given_the_tekken_file_itself_loads_it(nemo, tmp_path):
+    from tokworker.worker.server import load_tokenizer, model_fingerprint
+    path = vocabulary("mistral_tekken_nemo")                     # tekken_240718.json, as mistral-common ships it
+    tokenizer = load_tokenizer(str(path))
+    assert tokenizer.encode("Bonjour, 日本") == nemo.ours.encode("Bonjour, 日本")
+    assert tokenizer.vocab_size == 131072
+    # workers on two folders that differ only in their tekken.json do not share a fingerprint
+    other = _tekken_folder(tmp_path / "pixtral", "mistral_tekken")
+    assert model_fingerprint(str(nemo.folder)) != model_fingerprint(str(other))
+
+
 # ------------------------------------------------------------------ malformed files
 @lru_cache(maxsize=1)
 def _real_nemo() -> dict:

@@ -87,8 +87,9 @@ def load_tokenizer(model_dir: str, chat_template: str | None = None):
     from tokworker.tokenizer import Tokenizer
 
     path = Path(model_dir)
-    if path.is_file():
-        tokenizer = Tokenizer.from_tekken(path) if path.name.endswith("tekken.json") else Tokenizer.from_file(path)
+    if path.is_file():          # a tekken file as mistral-common names them (tekken.json, tekken_240911.json)
+        is_tekken = "tekken" in path.name and path.suffix == ".json"
+        tokenizer = Tokenizer.from_tekken(path) if is_tekken else Tokenizer.from_file(path)
     else:
         tokenizer = Tokenizer.from_dir(path)
     if chat_template is not None:
