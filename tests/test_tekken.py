@@ -243,6 +243,8 @@ MALFORMED = {
     "default_vocab_size 5000 needs 4980 of the 300": lambda: _small_tekken(config={"default_vocab_size": 5000}),
     "vocab[7] must be {rank: 7": lambda: _small_tekken(vocab={7: {"rank": 8, "token_bytes": "Bw=="}}),
     "vocab[8] must be": lambda: _small_tekken(vocab={8: {"rank": 8, "token_bytes": "***"}}),
+    "vocab[10] must be": lambda: _small_tekken(vocab={10: {"rank": 10, "token_bytes": "Cg==é"}}),
+    "vocab[11] must be": lambda: _small_tekken(vocab={11: ["rank", 11]}),
     "same token_bytes twice": lambda: _small_tekken(vocab={9: {"rank": 9, "token_bytes": "Bw=="}}),
     "special_tokens[0] must be": lambda: _small_tekken(special_tokens=[{"rank": 1, "token_str": "<s>"}]),
     "special_tokens repeat a token_str": lambda: _small_tekken(

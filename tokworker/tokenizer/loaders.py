@@ -211,11 +211,12 @@ def _tekken_layout(path, spec) -> tuple[dict[str, int], dict[bytes, int], str]:
     ranks = {}
     for rank, token in enumerate(vocab[:size - count]):
         try:
-            if token["rank"] != rank:
-                raise ValueError
-            ranks[binascii.a2b_base64(token["token_bytes"], strict_mode=True)] = rank + count
-        except (TypeError, KeyError, ValueError, binascii.Error):
-            raise MalformedVocabulary(path, f"vocab[{rank}] must be {{rank: {rank}, token_bytes: <base64>}}") from None
+            token_bytes = binascii.a2b_base64(token["token_bytes"], strict_mode=True) if token["rank"] == rank else None
+        except (TypeError, KeyError, ValueError):          # binascii.Error is a ValueError
+            token_bytes = None
+        if token_bytes is None:
+            raise MalformedVocabulary(path, f"vocab[{rank}] must be {{rank: {rank}, token_bytes: <base64>}}")
+        ranks[token_bytes] = rank + count
     if len(ranks) != size - count:
         raise MalformedVocabulary(path, "vocab holds the same token_bytes twice")
     return specials, ranks, config["pattern"]
