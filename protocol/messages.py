@@ -105,7 +105,7 @@ class HelloReply(_Reply, tag="hello"):
     index: int                             # this worker's place in its daemon (endpoint = base + index)
     pool_size: int                         # how many workers the daemon runs
     pid: int
-    model_fingerprint: str                 # sha256 of the tokenizer files: equal across a pool
+    model_fingerprint: str                 # sha256 of the tokenizer files (+ an operator template): equal across a pool
     vocab_size: int
     eos_token_ids: list[int]
     capabilities: list[str]

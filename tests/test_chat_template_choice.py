@@ -5,6 +5,7 @@ transformers and vLLM refuse it); ChatML only when asked for by name; the operat
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import signal
 import subprocess
@@ -16,7 +17,8 @@ import pytest
 import uvloop
 
 from tokworker import Tokenizer
-from tokworker.frontend import InvalidRequest, TokenizerPool
+from tokworker.frontend import InvalidRequest, PoolError, TokenizerPool
+from tokworker.protocol.messages import ErrorCode
 from tokworker.templates import CHATML_TEMPLATE, MissingTemplateError, TemplateError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,3 +147,45 @@ def test_serve_chat_template_flag(bare_dir, template_file):
     assert status == 0, daemon.stderr.read()
     assert text == "<|im_start|>system: Be brief.<|im_end|><|im_start|>user: Hello there<|im_end|>"
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_a_pool_never_mixes_workers_that_render_with_different_templates(template_file):
+    """The operator's template is part of the model fingerprint (by its text: a file and the same text
+    given inline are one template), so a pool refuses a worker that would render other prompts."""
+    async def main():
+        plain = await TokenizerPool.spawn(DEFAULT, workers=1)
+        templated = await TokenizerPool.spawn(DEFAULT, workers=1, chat_template=str(template_file))
+        twin = await TokenizerPool.spawn(DEFAULT, workers=1, chat_template=OPERATOR_TEMPLATE)
+        try:
+            endpoint = {name: pool.links[0].endpoint for name, pool in
+                        (("plain", plain), ("templated", templated), ("twin", twin))}
+            fingerprints = {name: pool.info.model_fingerprint for name, pool in
+                            (("plain", plain), ("templated", templated), ("twin", twin))}
+            prompts = {name: (await pool.render(MESSAGES, return_text=True)).text for name, pool in
+                       (("plain", plain), ("templated", templated))}
+            mixed = [await _connect_or_refusal([endpoint[name] for name in pair])
+                     for pair in (("plain", "templated"), ("twin", "plain"))]
+            async with await TokenizerPool.connect([endpoint["templated"], endpoint["twin"]], discover=False) as joined:
+                assert len(joined.links) == 2
+                both = [reply.text for reply in await asyncio.gather(
+                    *(joined.render(MESSAGES, return_text=True) for _ in range(6)))]
+            return fingerprints, prompts, mixed, both
+        finally:
+            for pool in (plain, templated, twin):
+                await pool.close()
+
+    fingerprints, prompts, mixed, both = uvloop.run(main())
+    assert mixed == [ErrorCode.MODEL_MISMATCH] * 2
+    assert prompts["plain"] != prompts["templated"]           # they do render differently
+    assert prompts["templated"] == "<|im_start|>system: Be brief.<|im_end|><|im_start|>user: Hello there<|im_end|>"
+    assert fingerprints["templated"] == fingerprints["twin"] != fingerprints["plain"]
+    assert set(both) == {prompts["templated"]}
+
+
+async def _connect_or_refusal(endpoints) -> str:
+    try:
+        pool = await TokenizerPool.connect(endpoints, discover=False)
+    except PoolError as error:
+        return error.code
+    await pool.close()
+    return "connected"

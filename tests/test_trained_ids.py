@@ -120,18 +120,10 @@ def _sentencepiece_tokenizer(name: str) -> Tokenizer:
                                {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
 
 
-def _tekken_tokenizer(tmp: Path) -> tuple[Tokenizer, MistralTokenizer]:
-    """Tekken is tiktoken-born: its ranks shifted past the special tokens, its own split pattern."""
-    path = vocabulary("mistral_tekken")
-    data = json.loads(path.read_text())
-    config = data["config"]
-    specials = config["default_num_special_tokens"]
-    ranks = tmp / "tekken.tiktoken"
-    ranks.write_text("".join(f"{token['token_bytes']} {token['rank'] + specials}\n"
-                             for token in data["vocab"][:config["default_vocab_size"] - specials]))
-    reference = MistralTokenizer.from_file(str(path)).instruct_tokenizer.tokenizer
-    special_tokens = {reference.id_to_piece(i): i for i in range(specials)}
-    return Tokenizer.from_tiktoken(ranks, config["pattern"], special_tokens, bos_token="<s>", eos_token="</s>")
+def _tekken_tokenizer(tmp: Path) -> Tokenizer:
+    """A folder with only tekken.json, as Mistral's repositories ship it (tests/test_tekken.py checks the rest)."""
+    (tmp / "tekken.json").symlink_to(vocabulary("mistral_tekken"))
+    return Tokenizer.from_dir(tmp)
 
 
 @pytest.fixture(scope="module", params=["mistral_v3_sp", "mistral_tekken", "mistral_v1_sp"])

@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the worker daemon until SIGTERM (drains) or SIGINT")
-    serve.add_argument("--model-dir", required=True, help="a folder with tokenizer.json (and tokenizer_config.json)")
+    serve.add_argument("--model-dir", required=True, help="a folder with tokenizer.json (and tokenizer_config.json), or Mistral's tekken.json")
     serve.add_argument("--workers", type=int, default=1, help="worker processes (worker i listens on base + i)")
     serve.add_argument("--bind", help="ipc:///abs/path (in a 0700 directory) or tcp://host:port (needs "
                                       "--curve-keys); default: ipc:// in $XDG_RUNTIME_DIR (or ~/.tokworker/run)")

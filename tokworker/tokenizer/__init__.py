@@ -1,4 +1,5 @@
-"""Exact tokenizers: tokenizer.json, tiktoken rank files and vocab.json + merges.txt as one pipeline."""
+"""Exact tokenizers: tokenizer.json, tiktoken rank files, Mistral's tekken.json and vocab.json + merges.txt,
+as one pipeline."""
 
 from .errors import UnsupportedComponent
 from .tokenizer import Tokenizer

@@ -6,6 +6,8 @@ decoder at all, `tokenizers` joins the tokens with spaces.
 
 from __future__ import annotations
 
+from functools import partial
+
 import regex
 
 from . import unicode
@@ -225,9 +227,20 @@ def _flatten(decoder) -> list:
     return [decoder]
 
 
-def bytewise_form(decoder, tokens):
+def _word_final_bytes(suffix: str, token: str) -> bytes:
+    """A byte-level token whose end-of-word suffix is the space after the word (see bytewise_form)."""
+    if token.endswith(suffix):
+        return byte_level_bytes(token[:-len(suffix)]) + b" "
+    return byte_level_bytes(token)
+
+
+def bytewise_form(decoder, tokens, word_suffix: str = ""):
     """(token -> bytes, strip_leading_space) when decoding a token list equals decoding the concatenation of
     each token's bytes as UTF-8, after removing one leading space if strip_leading_space; else None.
+
+    `word_suffix` is a BPE model's end_of_word_suffix (CLIP's "</w>"). With a ByteLevel decoder, which knows
+    nothing of it, `tokenizers` leaves it in the text ("a</w>photo</w>"); the original CLIP tokenizer that
+    trained those models decodes it as the space after each word ("a photo "), and so does this form.
 
     Holds for byte-level BPE (ByteLevel) and SentencePiece-style chains (Replace "▁"->" ", ByteFallback,
     Fuse, Strip one leading space; or Metaspace). Exact on valid UTF-8; on an invalid byte run ByteFallback
@@ -237,6 +250,8 @@ def bytewise_form(decoder, tokens):
     stages = _flatten(decoder)
     kinds = [type(stage) for stage in stages]
     if kinds == [ByteLevel]:
+        if word_suffix:
+            return partial(_word_final_bytes, word_suffix), False
         return byte_level_bytes, False
     if kinds == [Metaspace]:
         symbol = stages[0].replacement

@@ -11,3 +11,11 @@ class UnsupportedComponent(ValueError):
         self.stage, self.kind = stage, kind
         message = f"unsupported {stage} type {kind!r}"
         super().__init__(f"{message}: {detail}" if detail else message)
+
+
+class MalformedVocabulary(ValueError):
+    """A vocabulary file that is not the layout its loader reads: the message names the file and the part."""
+
+    def __init__(self, path, problem: str):
+        self.path, self.problem = str(path), problem
+        super().__init__(f"{path} {problem}")

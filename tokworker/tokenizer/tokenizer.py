@@ -86,7 +86,7 @@ class Tokenizer:
         self._cache: dict[str, list[int]] = {}
         self._word_ids = model.tokenize_byte_word if self._byte_words else self._model_word_ids
         self._token_bytes: list[bytes] | None = None
-        form = decoders.bytewise_form(decoder, filter(None, self._id_to_token))
+        form = decoders.bytewise_form(decoder, filter(None, self._id_to_token), getattr(model, "suffix", ""))
         self._bytes_of_token = form[0] if form else None
         self.decode_is_bytewise: bool = form is not None
         self.strip_leading_space: bool = bool(form and form[1])
@@ -124,11 +124,14 @@ class Tokenizer:
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> "Tokenizer":
-        """A Hugging Face model folder: tokenizer.json plus the config files beside it."""
+        """A Hugging Face model folder: tokenizer.json plus the config files beside it; a Mistral folder with
+        only tekken.json (as Mistral's own repositories ship it) is read as mistral-common reads it."""
         directory = Path(directory)
-        if not (directory / "tokenizer.json").is_file():
-            raise ValueError(f"{directory} has no tokenizer.json")
-        return cls.from_file(directory / "tokenizer.json", TokenizerConfig.from_dir(directory))
+        if (directory / "tokenizer.json").is_file():
+            return cls.from_file(directory / "tokenizer.json", TokenizerConfig.from_dir(directory))
+        if (directory / "tekken.json").is_file():
+            return cls.from_tekken(directory / "tekken.json", TokenizerConfig.from_dir(directory))
+        raise ValueError(f"{directory} has no tokenizer.json (nor tekken.json)")
 
     @classmethod
     def from_tiktoken(cls, path, pattern: str, special_tokens: dict[str, int], **options) -> "Tokenizer":
@@ -136,6 +139,15 @@ class Tokenizer:
         from .loaders import tiktoken_tokenizer
         with _collection_paused():
             return tiktoken_tokenizer(cls, path, pattern, special_tokens, **options)
+
+    @classmethod
+    def from_tekken(cls, path, config: TokenizerConfig | dict | None = None) -> "Tokenizer":
+        """Mistral's tekken.json; see loaders.tekken_tokenizer."""
+        from .loaders import tekken_tokenizer
+        if isinstance(config, dict):
+            config = TokenizerConfig.from_dict(config)
+        with _collection_paused():
+            return tekken_tokenizer(cls, path, config)
 
     @classmethod
     def from_vocab_merges(cls, vocab_json, merges_txt, **options) -> "Tokenizer":

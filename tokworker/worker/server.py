@@ -50,21 +50,25 @@ from tokworker.worker.streams import StreamTable
 log = logging.getLogger("tokworker.worker")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-                   "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
+                   "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model",
+                   "tekken.json")
 DRAIN_REFUSED = frozenset((OpenStream, Render, Encode, Decode, Compile))   # new work; steps and closes go on
 MAX_NAME = 1024                    # characters in a session name or a stream id (both are kept in tables)
 SMALL_STEP = 16 << 10             # bytes of a step message below which its reply is not counted (the hot path)
 HOUSEKEEPING_S = 1.0
 
 
-def model_fingerprint(model_dir: str) -> str:
-    """sha256 over the tokenizer files (not the weights): two workers agree on ids iff this matches."""
+def model_fingerprint(model_dir: str, operator_template: str | None = None) -> str:
+    """sha256 over the tokenizer files (not the weights) and the operator's chat template, if one replaces the
+    model's: two workers agree on ids and rendered prompts iff this matches."""
     digest = hashlib.sha256()
     path = Path(model_dir)
     files = [path] if path.is_file() else sorted(p for p in path.iterdir()
                                                   if p.name in TOKENIZER_FILES or p.suffix == ".tiktoken")
     for file in files:
         digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+    if operator_template is not None:          # its text, not its path: the same file elsewhere renders the same
+        digest.update(b"operator chat template\0" + operator_template.encode("utf-8", "surrogatepass") + b"\0")
     return digest.hexdigest()[:32]
 
 
@@ -83,7 +87,11 @@ def load_tokenizer(model_dir: str, chat_template: str | None = None):
     from tokworker.tokenizer import Tokenizer
 
     path = Path(model_dir)
-    tokenizer = Tokenizer.from_file(path) if path.is_file() else Tokenizer.from_dir(path)
+    if path.is_file():          # a tekken file as mistral-common names them (tekken.json, tekken_240911.json)
+        is_tekken = "tekken" in path.name and path.suffix == ".json"
+        tokenizer = Tokenizer.from_tekken(path) if is_tekken else Tokenizer.from_file(path)
+    else:
+        tokenizer = Tokenizer.from_dir(path)
     if chat_template is not None:
         from tokworker.templates.chatml import operator_template
         tokenizer.config.chat_template = operator_template(chat_template)
@@ -94,7 +102,8 @@ class Worker:
     def __init__(self, options: WorkerOptions):
         self.options = options
         self.tokenizer = load_tokenizer(options.model_dir, options.chat_template)
-        self.fingerprint = model_fingerprint(options.model_dir)
+        self.fingerprint = model_fingerprint(options.model_dir, None if options.chat_template is None
+                                             else self.tokenizer.chat_template)
         self.handlers = Handlers(self.tokenizer, options)
         self.constraints = ConstraintCache(self.tokenizer, options, self.fingerprint)
         implied_tool, implied_reasoning = default_parsers(options.tool_parser, options.reasoning_parser,
