@@ -1,7 +1,9 @@
 """vLLM's API-process path beside ours (only with `python -m bench --vllm-python PATH`): the same Qwen3 ids,
-one token per step, through vLLM's detokenizer and parsers (bench/vllm_path.py, run by that python) and
-through tokworker's TextStream in this process. ratio = vLLM's CPU per token / tokworker's (higher is better
-for tokworker). vLLM lives in its own venv (it pins transformers < 5.21 and needs torch): see bench/README.md.
+one token per step, through vLLM's detokenizer and chat stream processor (bench/vllm_path.py, run by that
+python) and through tokworker's TextStream in this process. ratio = vLLM's CPU per token / tokworker's
+(higher is better for tokworker). `same_text` says whether both streamed the same content, reasoning, tool
+calls and finish reason; `differs` says where each field that did not match first parts. vLLM lives in its own venv (it pins transformers < 5.21 and
+needs torch): see bench/README.md.
 """
 
 from __future__ import annotations
@@ -17,20 +19,38 @@ from bench.stream import ANSWER, REASONING, TOOL_CALL
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}}}}]
+PROMPT = "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
+TEXT_FIELDS = ("content", "reasoning", "tool_calls", "finish_reason")
 
 
-def _ours_us_per_token(tokenizer, ids: list[int], params, rounds: int) -> float:
+def _ours(tokenizer, ids: list[int], params, prompt_ids: list[int], rounds: int) -> tuple[float, dict]:
+    """Best round's CPU per token (us) and what the last round streamed."""
     from tokworker.stream.state import TextStream
 
     best = float("inf")
     for _ in range(rounds):
+        updates = []
         started = time.process_time()
-        stream = TextStream(tokenizer, params)
-        push = stream.push
+        stream = TextStream(tokenizer, params, prompt_ids=prompt_ids, prompt_text=PROMPT)
+        push, keep = stream.push, updates.append
         for token in ids:
-            push([token])
+            keep(push([token]))
         best = min(best, time.process_time() - started)
-    return best / len(ids) * 1e6
+    return best / len(ids) * 1e6, _texts(updates)
+
+
+def _texts(updates) -> dict:
+    content, reasoning, calls = [], [], {}
+    for delta in (delta for update in updates for delta in update.deltas):
+        content.append(delta.content or "")
+        reasoning.append(delta.reasoning_content or "")
+        for call in delta.tool_calls or ():
+            entry = calls.setdefault(call.index, {"name": "", "arguments": ""})
+            entry["name"] += call.function.name or ""
+            entry["arguments"] += call.function.arguments or ""
+    return {"content": "".join(content), "reasoning": "".join(reasoning),
+            "tool_calls": [calls[index] for index in sorted(calls)],
+            "finish_reason": updates[-1].finish_reason if updates else None}
 
 
 def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[dict]:
@@ -49,7 +69,8 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
     cases = [("stop strings", ANSWER * repeats, None, False),
              ("stop + qwen3 reasoning", thinking + ANSWER * repeats, "qwen3", False),
              ("stop + reasoning + hermes tool call", thinking + TOOL_CALL, "qwen3", True)]
-    spec = {"model_dir": str(path), "tools": TOOLS, "rounds": rounds,
+    prompt_ids = tokenizer.encode(PROMPT)
+    spec = {"model_dir": str(path), "tools": TOOLS, "rounds": rounds, "prompt_ids": prompt_ids,
             "cases": [{"case": name, "ids": tokenizer.encode(text) + eos, "reasoning": reasoning, "tools": tools,
                        "stop": ["</answer>"]} for name, text, reasoning, tools in cases]}
     with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
@@ -64,8 +85,21 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
     for case in spec["cases"]:
         params = StreamParams(stop=case["stop"], reasoning_parser=case["reasoning"],
                               tool_parser="hermes" if case["tools"] else None, tools=TOOLS if case["tools"] else None)
-        ours = _ours_us_per_token(tokenizer, case["ids"], params, rounds)
-        vllm = theirs[case["case"]]["us_per_token"]
+        ours, texts = _ours(tokenizer, case["ids"], params, prompt_ids, rounds)
+        vllm = theirs[case["case"]]
+        differs = [field for field in TEXT_FIELDS if texts[field] != vllm[field]]
         rows.append({"case": case["case"], "tokens": len(case["ids"]), "tokworker_us_per_token": round(ours, 2),
-                     "vllm_us_per_token": round(vllm, 2), "ratio": round(vllm / ours, 2)})
+                     "vllm_us_per_token": round(vllm["us_per_token"], 2), "ratio": round(vllm["us_per_token"] / ours, 2),
+                     "vllm_setup_us": round(vllm["setup_us"]), "same_text": not differs,
+                     **({"differs": {field: _difference(texts[field], vllm[field]) for field in differs}}
+                        if differs else {})})
     return rows
+
+
+def _difference(ours, theirs) -> str:
+    """Where two streamed values first part, as JSON with a little context each side."""
+    if isinstance(ours, str) and isinstance(theirs, str) and ours.strip() == theirs.strip():
+        return "edge whitespace only (tokworker drops the newlines around the think block)"
+    ours, theirs = json.dumps(ours, ensure_ascii=False), json.dumps(theirs, ensure_ascii=False)
+    at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    return f"at {at}: tokworker ...{ours[max(at - 12, 0):at + 24]} / vllm ...{theirs[max(at - 12, 0):at + 24]}"
