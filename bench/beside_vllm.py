@@ -1,9 +1,10 @@
 """vLLM's API-process path beside ours (only with `python -m bench --vllm-python PATH`): the same Qwen3 ids,
 one token per step, through vLLM's detokenizer and chat stream processor (bench/vllm_path.py, run by that
-python) and through tokworker's TextStream in this process. ratio = vLLM's CPU per token / tokworker's
-(higher is better for tokworker). `same_text` says whether both streamed the same content, reasoning, tool
-calls and finish reason; `differs` says where each field that did not match first parts. vLLM lives in its own venv (it pins transformers < 5.21 and
-needs torch): see bench/README.md.
+python, one round at a time between ours) and through tokworker's TextStream in this process. ratio =
+vLLM's CPU per token / tokworker's, best round each (higher is better for tokworker). `same_text` says
+whether both streamed the same content, reasoning, tool calls and finish reason; `differs` says where each
+field that did not match first parts. vLLM lives in its own venv (it pins transformers < 5.21 and needs
+torch): see bench/README.md.
 """
 
 from __future__ import annotations
@@ -21,22 +22,20 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}}}}]
 PROMPT = "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
 TEXT_FIELDS = ("content", "reasoning", "tool_calls", "finish_reason")
+TURN = 2
 
 
-def _ours(tokenizer, ids: list[int], params, prompt_ids: list[int], rounds: int) -> tuple[float, dict]:
-    """Best round's CPU per token (us) and what the last round streamed."""
+def _our_round(tokenizer, ids: list[int], params, prompt_ids: list[int]) -> tuple[float, list]:
+    """One stream start to end: its CPU seconds and its updates."""
     from tokworker.stream.state import TextStream
 
-    best = float("inf")
-    for _ in range(rounds):
-        updates = []
-        started = time.process_time()
-        stream = TextStream(tokenizer, params, prompt_ids=prompt_ids, prompt_text=PROMPT)
-        push, keep = stream.push, updates.append
-        for token in ids:
-            keep(push([token]))
-        best = min(best, time.process_time() - started)
-    return best / len(ids) * 1e6, _texts(updates)
+    updates: list = []
+    started = time.process_time()
+    stream = TextStream(tokenizer, params, prompt_ids=prompt_ids, prompt_text=PROMPT)
+    push, keep = stream.push, updates.append
+    for token in ids:
+        keep(push([token]))
+    return time.process_time() - started, updates
 
 
 def _texts(updates) -> dict:
@@ -70,30 +69,63 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
              ("stop + qwen3 reasoning", thinking + ANSWER * repeats, "qwen3", False),
              ("stop + reasoning + hermes tool call", thinking + TOOL_CALL, "qwen3", True)]
     prompt_ids = tokenizer.encode(PROMPT)
-    spec = {"model_dir": str(path), "tools": TOOLS, "rounds": rounds, "prompt_ids": prompt_ids,
+    spec = {"model_dir": str(path), "tools": TOOLS, "prompt_ids": prompt_ids,
             "cases": [{"case": name, "ids": tokenizer.encode(text) + eos, "reasoning": reasoning, "tools": tools,
                        "stop": ["</answer>"]} for name, text, reasoning, tools in cases]}
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
+    params = [StreamParams(stop=case["stop"], reasoning_parser=case["reasoning"],
+                           tool_parser="hermes" if case["tools"] else None, tools=TOOLS if case["tools"] else None)
+              for case in spec["cases"]]
+    ours, theirs, setups = ([float("inf")] * len(cases) for _ in range(3))
+    texts, vllm_texts = [None] * len(cases), [None] * len(cases)
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as file, tempfile.TemporaryFile("w+") as errors:
         json.dump(spec, file)
         file.flush()
-        done = subprocess.run([python, str(Path(__file__).with_name("vllm_path.py")), file.name], capture_output=True,
-                              text=True, timeout=1800)
-    if done.returncode != 0:
-        return [{"case": "failed", "reason": f"{python} bench/vllm_path.py: {done.stderr.strip()[-500:]}"}]
-    theirs = {row["case"]: row for row in map(json.loads, done.stdout.splitlines())}
+        child = subprocess.Popen([python, str(Path(__file__).with_name("vllm_path.py")), file.name], text=True,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
+        try:
+            _answer(child)  # loaded
+            # Turns alternate, so both sides meet the same load on a shared machine; each turn runs
+            # TURN rounds back to back, so the best round ran with warm caches on either side.
+            for _ in range(rounds):
+                for index, case in enumerate(spec["cases"]):
+                    for _ in range(TURN):
+                        child.stdin.write(f"{index}\n")
+                        child.stdin.flush()
+                        reply = _answer(child)
+                        theirs[index] = min(theirs[index], reply["seconds"])
+                        setups[index] = min(setups[index], reply["setup_seconds"])
+                        vllm_texts[index] = vllm_texts[index] or reply
+                    for _ in range(TURN):
+                        seconds, updates = _our_round(tokenizer, case["ids"], params[index], prompt_ids)
+                        ours[index], texts[index] = min(ours[index], seconds), texts[index] or _texts(updates)
+        except EOFError:
+            child.wait(timeout=60)
+            errors.seek(0)
+            return [{"case": "failed", "reason": f"{python} bench/vllm_path.py: {errors.read().strip()[-500:]}"}]
+        finally:
+            if child.poll() is None:
+                child.stdin.close()
+                child.wait(timeout=60)
     rows = []
-    for case in spec["cases"]:
-        params = StreamParams(stop=case["stop"], reasoning_parser=case["reasoning"],
-                              tool_parser="hermes" if case["tools"] else None, tools=TOOLS if case["tools"] else None)
-        ours, texts = _ours(tokenizer, case["ids"], params, prompt_ids, rounds)
-        vllm = theirs[case["case"]]
-        differs = [field for field in TEXT_FIELDS if texts[field] != vllm[field]]
-        rows.append({"case": case["case"], "tokens": len(case["ids"]), "tokworker_us_per_token": round(ours, 2),
-                     "vllm_us_per_token": round(vllm["us_per_token"], 2), "ratio": round(vllm["us_per_token"] / ours, 2),
-                     "vllm_setup_us": round(vllm["setup_us"]), "same_text": not differs,
-                     **({"differs": {field: _difference(texts[field], vllm[field]) for field in differs}}
+    for index, case in enumerate(spec["cases"]):
+        tokens, mine, vllm = len(case["ids"]), texts[index], vllm_texts[index]
+        differs = [field for field in TEXT_FIELDS if mine[field] != vllm[field]]
+        rows.append({"case": case["case"], "tokens": tokens,
+                     "tokworker_us_per_token": round(ours[index] / tokens * 1e6, 2),
+                     "vllm_us_per_token": round(theirs[index] / tokens * 1e6, 2),
+                     "ratio": round(theirs[index] / ours[index], 2), "vllm_setup_us": round(setups[index] * 1e6),
+                     "same_text": not differs,
+                     **({"differs": {field: _difference(mine[field], vllm[field]) for field in differs}}
                         if differs else {})})
     return rows
+
+
+def _answer(child) -> dict:
+    """vllm_path.py's next JSON line (anything else it prints is a library's log)."""
+    for line in child.stdout:
+        if line.startswith("{"):
+            return json.loads(line)
+    raise EOFError
 
 
 def _difference(ours, theirs) -> str:

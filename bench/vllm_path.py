@@ -6,10 +6,10 @@ processor serving_chat keeps per choice (Parser.parse_delta: the reasoning parse
 The chunk objects and their JSON are not included (tokworker's side builds deltas, not chunks either).
 Imports vLLM, never tokworker. Written against vLLM 0.33.0.
 
-argv[1]: a JSON file {"model_dir", "tools", "prompt_ids", "rounds", "cases": [{"case", "ids", "reasoning",
-"tools", "stop"}]}; prints one JSON object per case: {"case", "tokens", "us_per_token" (best round, process
-CPU), "setup_us" (the stream's detokenizer and parser construction, included in us_per_token), "content",
-"reasoning", "tool_calls" ([{"name", "arguments"}]), "finish_reason"}.
+argv[1]: a JSON file {"model_dir", "tools", "prompt_ids", "cases": [{"case", "ids", "reasoning", "tools",
+"stop"}]}; then one round per case index read on stdin (see main), timed in process CPU; "setup_seconds" is
+the stream's detokenizer and parser construction, included in "seconds". The texts are "content",
+"reasoning", "tool_calls" ([{"name", "arguments"}]) and "finish_reason".
 """
 
 from __future__ import annotations
@@ -86,23 +86,28 @@ def _texts(deltas: list) -> dict:
 
 
 def main(spec_path: str) -> None:
+    """Prints {"ready": true} once loaded, then runs one round of case N for each line "N" read on stdin
+    (the caller alternates them with its own rounds, so both sides meet the same load) and answers
+    {"seconds", "setup_seconds"}, with the streamed texts the first time a case runs."""
     from vllm.tokenizers import get_tokenizer
 
     spec = json.loads(open(spec_path).read())
     tokenizer = get_tokenizer(spec["model_dir"])  # AutoTokenizer behind vLLM's cache, as `vllm serve` loads it
     prompt_ids = spec["prompt_ids"]
-    for case in spec["cases"]:
-        request, parser_cls, engine_request = _server(tokenizer, case, spec["tools"], prompt_ids)
-        best = setup = float("inf")
-        for _ in range(spec["rounds"]):
-            deltas: list = []
-            started = time.process_time()
-            built, finish_reason = _one_stream(tokenizer, case["ids"], request, parser_cls, engine_request,
-                                               prompt_ids, deltas)
-            best, setup = min(best, time.process_time() - started), min(setup, built)
-        print(json.dumps({"case": case["case"], "tokens": len(case["ids"]),
-                          "us_per_token": best / len(case["ids"]) * 1e6, "setup_us": setup * 1e6,
-                          "finish_reason": finish_reason, **_texts(deltas)}), flush=True)
+    servers = [_server(tokenizer, case, spec["tools"], prompt_ids) for case in spec["cases"]]
+    print(json.dumps({"ready": True}), flush=True)
+    reported = set()
+    for line in sys.stdin:
+        index = int(line)
+        deltas: list = []
+        started = time.process_time()
+        setup, finish_reason = _one_stream(tokenizer, spec["cases"][index]["ids"], *servers[index], prompt_ids,
+                                           deltas)
+        reply = {"seconds": time.process_time() - started, "setup_seconds": setup}
+        if index not in reported:
+            reported.add(index)
+            reply.update(finish_reason=finish_reason, **_texts(deltas))
+        print(json.dumps(reply), flush=True)
 
 
 if __name__ == "__main__":
