@@ -1,10 +1,10 @@
 """vLLM's API-process path beside ours (only with `python -m bench --vllm-python PATH`): the same Qwen3 ids,
 one token per step, through vLLM's detokenizer and chat stream processor (bench/vllm_path.py, run by that
 python, one round at a time between ours) and through tokworker's TextStream in this process. ratio =
-vLLM's CPU per token / tokworker's, best round each (higher is better for tokworker). `same_text` says
-whether both streamed the same content, reasoning, tool calls and finish reason; `differs` says where each
-field that did not match first parts. vLLM lives in its own venv (it pins transformers < 5.21 and needs
-torch): see bench/README.md.
+vLLM's CPU per token / tokworker's, best round each (higher is better for tokworker); the setup columns are
+each stream's construction, included in its per-token figure. `same_text` says whether both streamed the
+same content, reasoning, tool calls and finish reason; `differs` says where each field that did not match
+first parts. vLLM lives in its own venv (it pins transformers < 5.21 and needs torch): see bench/README.md.
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ TEXT_FIELDS = ("content", "reasoning", "tool_calls", "finish_reason")
 TURN = 2
 
 
-def _our_round(tokenizer, ids: list[int], params, prompt_ids: list[int]) -> tuple[float, list]:
-    """One stream start to end: its CPU seconds and its updates."""
+def _our_round(tokenizer, ids: list[int], params, prompt_ids: list[int]) -> tuple[float, float, list]:
+    """One stream start to end: its CPU seconds, those of its construction (included) and its updates."""
     from tokworker.stream.state import TextStream
 
     updates: list = []
     started = time.process_time()
     stream = TextStream(tokenizer, params, prompt_ids=prompt_ids, prompt_text=PROMPT)
+    setup = time.process_time() - started
     push, keep = stream.push, updates.append
     for token in ids:
         keep(push([token]))
-    return time.process_time() - started, updates
+    return time.process_time() - started, setup, updates
 
 
 def _texts(updates) -> dict:
@@ -75,7 +76,7 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
     params = [StreamParams(stop=case["stop"], reasoning_parser=case["reasoning"],
                            tool_parser="hermes" if case["tools"] else None, tools=TOOLS if case["tools"] else None)
               for case in spec["cases"]]
-    ours, theirs, setups = ([float("inf")] * len(cases) for _ in range(3))
+    ours, theirs, our_setups, setups = ([float("inf")] * len(cases) for _ in range(4))
     texts, vllm_texts = [None] * len(cases), [None] * len(cases)
     with tempfile.NamedTemporaryFile("w", suffix=".json") as file, tempfile.TemporaryFile("w+") as errors:
         json.dump(spec, file)
@@ -96,8 +97,9 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
                         setups[index] = min(setups[index], reply["setup_seconds"])
                         vllm_texts[index] = vllm_texts[index] or reply
                     for _ in range(TURN):
-                        seconds, updates = _our_round(tokenizer, case["ids"], params[index], prompt_ids)
-                        ours[index], texts[index] = min(ours[index], seconds), texts[index] or _texts(updates)
+                        seconds, setup, updates = _our_round(tokenizer, case["ids"], params[index], prompt_ids)
+                        ours[index], our_setups[index] = min(ours[index], seconds), min(our_setups[index], setup)
+                        texts[index] = texts[index] or _texts(updates)
         except EOFError:
             child.wait(timeout=60)
             errors.seek(0)
@@ -113,7 +115,8 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
         rows.append({"case": case["case"], "tokens": tokens,
                      "tokworker_us_per_token": round(ours[index] / tokens * 1e6, 2),
                      "vllm_us_per_token": round(theirs[index] / tokens * 1e6, 2),
-                     "ratio": round(theirs[index] / ours[index], 2), "vllm_setup_us": round(setups[index] * 1e6),
+                     "ratio": round(theirs[index] / ours[index], 2),
+                     "tokworker_setup_us": round(our_setups[index] * 1e6), "vllm_setup_us": round(setups[index] * 1e6),
                      "same_text": not differs,
                      **({"differs": {field: _difference(mine[field], vllm[field]) for field in differs}}
                         if differs else {})})
