@@ -118,7 +118,7 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
                      "ratio": round(theirs[index] / ours[index], 2),
                      "tokworker_setup_us": round(our_setups[index] * 1e6), "vllm_setup_us": round(setups[index] * 1e6),
                      "same_text": not differs,
-                     **({"differs": {field: _difference(mine[field], vllm[field]) for field in differs}}
+                     **({"differs": "; ".join(f"{field} {_difference(mine[field], vllm[field])}" for field in differs)}
                         if differs else {})})
     return rows
 
@@ -134,7 +134,7 @@ def _answer(child) -> dict:
 def _difference(ours, theirs) -> str:
     """Where two streamed values first part, as JSON with a little context each side."""
     if isinstance(ours, str) and isinstance(theirs, str) and ours.strip() == theirs.strip():
-        return "edge whitespace only (tokworker drops the newlines around the think block)"
+        return "only at its edges (tokworker drops the newlines around the think block)"
     ours, theirs = json.dumps(ours, ensure_ascii=False), json.dumps(theirs, ensure_ascii=False)
     at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
     return f"at {at}: tokworker ...{ours[max(at - 12, 0):at + 24]} / vllm ...{theirs[max(at - 12, 0):at + 24]}"
