@@ -27,9 +27,9 @@ def _server(tokenizer, case: dict, tools: list[dict], prompt_ids: list[int]):
     from vllm.parser import ParserManager
     from vllm.v1.engine import EngineCoreRequest
 
-    request = ChatCompletionRequest(model="bench", messages=[{"role": "user", "content": "hi"}], stream=True,
-                                    stop=case["stop"] or None, tools=tools if case["tools"] else None,
-                                    max_completion_tokens=1 << 20)
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    request = ChatCompletionRequest(model="bench", messages=messages, stream=True, stop=case["stop"] or None,
+                                    tools=tools if case["tools"] else None, max_completion_tokens=1 << 20)
     parser_cls = ParserManager.get_parser(tool_parser_name="hermes" if case["tools"] else None,
                                           reasoning_parser_name=case["reasoning"], enable_auto_tools=True,
                                           tokenizer=tokenizer)
