@@ -26,7 +26,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small inputs and few repeats (about a minute)")
     parser.add_argument("--model-dir", action="append", default=[], help="a Hugging Face model folder to add")
-    parser.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
+    parser.add_argument("--only", action="append", choices=SECTIONS + ["beside_vllm"], help="run only these sections")
     parser.add_argument("--out", default="bench/out", help="where results.jsonl, results.md and results.png go")
     parser.add_argument("--vllm-python", help="a python with vLLM installed: adds the `beside_vllm` section")
     args = parser.parse_args(argv)
@@ -37,7 +37,10 @@ def main(argv=None):
                "quick": args.quick, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     print(json.dumps({"machine": machine}), flush=True)
     results: dict[str, list[dict]] = {}
-    for name in (args.only or SECTIONS) + (["beside_vllm"] if args.vllm_python else []):
+    names = args.only or SECTIONS
+    if args.vllm_python and "beside_vllm" not in names:
+        names = names + ["beside_vllm"]
+    for name in names:
         module = importlib.import_module(f"bench.{name}")
         started = time.perf_counter()
         extra = {"python": args.vllm_python} if name == "beside_vllm" else {}
