@@ -100,6 +100,12 @@ def _vocabularies(model_dirs):
             out[name] = (lambda p=path, pat=pattern, s=specials, b=bos: Tokenizer.from_tiktoken(p, pat, s(), bos_token=b),
                          lambda p=path, pat=pattern, s=specials: _rust_from_tiktoken(p, pat, s()),
                          lambda p=path, pat=pattern, s=specials: _tiktoken(p, pat, s()))
+    o200k = VOCABULARIES["o200k_tiktoken"]()
+    if o200k is not None:
+        specials = dict(loaders.O200K_SPECIAL_TOKENS)
+        out["o200k_tiktoken"] = (lambda: Tokenizer.from_tiktoken(o200k, loaders.O200K_PATTERN, specials),
+                                 lambda: _rust_from_tiktoken(o200k, loaders.O200K_PATTERN, specials),
+                                 lambda: _tiktoken(o200k, loaders.O200K_PATTERN, specials))
     llama4 = VOCABULARIES["llama4_tiktoken"]()
     if llama4 is not None:
         pattern, specials = _llama4(llama4)
@@ -127,7 +133,7 @@ def _vocabularies(model_dirs):
     return out
 
 
-LOAD_ONLY = ("llama4_tiktoken", "unigram_250k")
+LOAD_ONLY = ("llama4_tiktoken", "o200k_tiktoken", "unigram_250k")
 
 
 def _llama4(path):
