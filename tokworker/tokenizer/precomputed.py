@@ -123,11 +123,11 @@ def _write_arrays(path: Path, name: str, typecodes: str, built: list) -> None:
 
 def _pack_strings(strings: list[str]) -> bytes | None:
     """The separator, then each string followed by it; None when every separator occurs in the strings."""
-    joined = "".join(strings)
-    separator = next((c for c in _SEPARATORS if c not in joined), None)
-    if separator is None:
-        return None
-    return (separator + (separator.join(strings) + separator if strings else "")).encode("utf-8", "surrogatepass")
+    for separator in _SEPARATORS:
+        joined = separator.join(strings)
+        if joined.count(separator) == len(strings) - 1 or not strings:
+            return (separator + (joined + separator if strings else "")).encode("utf-8", "surrogatepass")
+    return None
 
 
 def _unpack_strings(data: bytes) -> list[str] | None:
