@@ -130,9 +130,9 @@ def _pack_strings(strings: list[str]) -> bytes | None:
     return None
 
 
-def _unpack_strings(data: bytes) -> list[str] | None:
+def _unpack_strings(data) -> list[str] | None:
     try:
-        text = data.decode("utf-8", "surrogatepass")
+        text = str(data, "utf-8", "surrogatepass")
     except UnicodeDecodeError:
         return None
     if not text:
@@ -157,7 +157,7 @@ def _read_arrays(path: Path, name: str, typecodes: str) -> list | None:
     for code, size in zip(typecodes, numbers[1:]):
         if code == "s":
             end = offset + size
-            values = _unpack_strings(data[offset:end]) if 0 <= size and end <= len(data) else None
+            values = _unpack_strings(memoryview(data)[offset:end]) if 0 <= size and end <= len(data) else None
         else:
             values = array(code)
             end = offset + size * values.itemsize
