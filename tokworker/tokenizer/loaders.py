@@ -13,8 +13,6 @@ import json
 from functools import partial
 from pathlib import Path
 
-import regex
-
 from . import decoders, pre_tokenizers, precomputed, processors, unicode
 from .config import TokenizerConfig
 from .models.bpe import BPE
@@ -98,7 +96,7 @@ def tiktoken_tokenizer(cls, path, pattern: str, special_tokens: dict[str, int], 
     data = Path(path).read_bytes()
     ranks = read_tiktoken_ranks(path, data)
     model = BPE.from_ranks(ranks, pre_tokenizers.BYTE_SYMBOLS, precomputed.digest(data, "tiktoken"))
-    splitter = pre_tokenizers.Split(regex.compile(unicode.translate_pattern(pattern, "tiktoken")))
+    splitter = pre_tokenizers.Split(unicode.translate_pattern(pattern, "tiktoken"))
     pre_tokenizer = pre_tokenizers.Sequence([splitter, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     taken = set(ranks.values())
     for name, token_id in special_tokens.items():
@@ -141,7 +139,7 @@ def vocab_merges_tokenizer(cls, vocab_json, merges_txt, *, pattern: str | None =
         pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
         pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(regex.compile(unicode.translate_pattern(pattern))),
+            pre_tokenizers.Split(unicode.translate_pattern(pattern)),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     return cls(model, normalizer=normalizer, pre_tokenizer=pre_tokenizer, decoder=decoders.ByteLevel(),
                added_tokens=added_tokens or [], config=config)
