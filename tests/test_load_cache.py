@@ -167,3 +167,16 @@ def test_the_trie_regex_matches_leftmost_longest(contents, text):
         match = matcher.pattern.match(text, 0, end)
         fitting = [c for c in contents if text.startswith(c) and len(c) <= end]
         assert (match.group() if match else None) == (max(fitting, key=len) if fitting else None)
+
+
+@pytest.mark.parametrize("behavior", ["Isolated", "Removed", "Contiguous", "MergedWithPrevious", "MergedWithNext"])
+@pytest.mark.parametrize("invert", [False, True])
+@pytest.mark.parametrize("pattern", [r"\p{L}+|\s+(?!\S)", r"(\d)(\d)?", "ab"])
+def test_split_from_a_source_equals_split_from_its_compiled_pattern(behavior, invert, pattern):
+    """A Split given the source compiles only the form it runs (the plain pattern lazily): same pieces."""
+    import regex
+    from tokworker.tokenizer.pre_tokenizers import Split
+    texts = CORPUS + ["abab 12 345 ab", "", "   ", "日本語 ab12"]
+    from_source = Split(unicode.translate_pattern(pattern), behavior, invert)
+    compiled = Split(regex.compile(unicode.translate_pattern(pattern)), behavior, invert)
+    assert [from_source.split([text]) for text in texts] == [compiled.split([text]) for text in texts]
