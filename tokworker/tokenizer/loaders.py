@@ -68,6 +68,11 @@ def llama4_special_tokens(first_id: int = 200000, count: int = 2048) -> dict[str
     return {name: first_id + i for i, name in enumerate(names)}
 
 
+# o200k_base (GPT-4o, o1, gpt-oss's base): cased words, camelCase split, digit runs of three
+O200K_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                 r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                 r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+O200K_SPECIAL_TOKENS = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
 CL100K_SPECIAL_TOKENS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
                          "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
 
@@ -129,7 +134,7 @@ def _ranked_tokenizer(cls, ranks: dict[bytes, int], cache_key: str, pattern: str
     """tiktoken's pipeline (split pattern, byte-level BPE over ranks, special tokens by id); with bos_token,
     encode(..., add_special_tokens=True) puts it first."""
     model = BPE.from_ranks(ranks, pre_tokenizers.BYTE_SYMBOLS, cache_key)
-    splitter = pre_tokenizers.Split(regex.compile(unicode.translate_pattern(pattern, "tiktoken")))
+    splitter = pre_tokenizers.Split(unicode.translate_pattern(pattern, "tiktoken"))
     pre_tokenizer = pre_tokenizers.Sequence([splitter, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     taken = set(ranks.values())
     for name, token_id in special_tokens.items():
@@ -245,7 +250,7 @@ def vocab_merges_tokenizer(cls, vocab_json, merges_txt, *, pattern: str | None =
         pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
         pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(regex.compile(unicode.translate_pattern(pattern))),
+            pre_tokenizers.Split(unicode.translate_pattern(pattern)),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     return cls(model, normalizer=normalizer, pre_tokenizer=pre_tokenizer, decoder=decoders.ByteLevel(),
                added_tokens=added_tokens or [], config=config)

@@ -11,6 +11,7 @@ UTF-8 bytes to symbol ids and cache by the raw piece.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 
 import regex
 
@@ -41,10 +42,6 @@ _LATIN1_TO_SYMBOLS = {byte: symbol for byte, symbol in enumerate(BYTE_SYMBOLS)}
 
 def to_byte_symbols(text: str) -> str:
     return text.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_SYMBOLS)
-
-
-def _compile(pattern: str) -> regex.Pattern:
-    return regex.compile(unicode.translate_pattern(pattern))
 
 
 def split_with_behavior(text: str, spans, behavior: str, invert: bool = False) -> list[str]:
@@ -92,38 +89,51 @@ def split_with_behavior(text: str, spans, behavior: str, invert: bool = False) -
 
 
 class Split:
-    """A regex or literal split with one of tokenizers' five behaviours, optionally inverted."""
+    """A regex or literal split with one of tokenizers' five behaviours, optionally inverted. `pattern` is
+    a compiled regex, or its source: then only the form the split runs is compiled (a translated pattern
+    is large, and compiling it costs a big part of a warm load)."""
 
     byte_level = False
 
-    def __init__(self, pattern: regex.Pattern, behavior: str = "Isolated", invert: bool = False):
+    def __init__(self, pattern: regex.Pattern | str, behavior: str = "Isolated", invert: bool = False):
         if behavior not in BEHAVIORS:
             raise UnsupportedComponent("Split behavior", behavior)
-        self.pattern, self.behavior, self.invert = pattern, behavior, invert
+        self.behavior, self.invert = behavior, invert
+        if isinstance(pattern, str):
+            self._source, plain, groups = pattern, pattern, None
+        else:
+            self.pattern = pattern
+            plain = pattern.pattern if regex.compile(pattern.pattern).flags == pattern.flags else None
+            groups = pattern.groups
         # One C call per piece for the common behaviours: regex.split with the whole pattern captured
         # returns gaps and matches alternately (Isolated); uncaptured, gaps only (Removed); findall gives
         # matches only (Removed + invert). Patterns with their own groups take the general path. An all-ASCII
         # piece goes through the pattern's `re` twin, about twice as fast.
         self._fast = self._fast_ascii = None
-        if not pattern.groups and regex.compile(pattern.pattern).flags == pattern.flags:
-            if behavior == "Isolated":
-                source, method = f"({pattern.pattern})", "split"
-            elif behavior == "Removed":
-                source, method = pattern.pattern, "findall" if invert else "split"
-            else:
-                return
-            self._fast = getattr(regex.compile(source), method)
-            twin = ascii_twin(source)
-            self._fast_ascii = getattr(twin, method) if twin is not None else None
+        if plain is None or behavior not in ("Isolated", "Removed"):
+            return
+        if behavior == "Isolated":
+            source, method = f"({plain})", "split"
+        else:
+            source, method = plain, "findall" if invert else "split"
+        compiled = regex.compile(source)
+        own_groups = compiled.groups - (behavior == "Isolated") if groups is None else groups
+        if own_groups:
+            return
+        self._fast = getattr(compiled, method)
+        twin = ascii_twin(source)
+        self._fast_ascii = getattr(twin, method) if twin is not None else None
+
+    @cached_property
+    def pattern(self) -> regex.Pattern:
+        """The pattern itself, for the behaviours without a fast path (compiled when first needed)."""
+        return regex.compile(self._source)
 
     @classmethod
     def from_spec(cls, spec: dict) -> "Split":
         pattern = spec["pattern"]
-        if "Regex" in pattern:
-            compiled = _compile(pattern["Regex"])
-        else:
-            compiled = regex.compile(regex.escape(pattern["String"]))
-        return cls(compiled, spec.get("behavior", "Isolated"), bool(spec.get("invert", False)))
+        source = unicode.translate_pattern(pattern["Regex"]) if "Regex" in pattern else regex.escape(pattern["String"])
+        return cls(source, spec.get("behavior", "Isolated"), bool(spec.get("invert", False)))
 
     def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
         out: list[str] = []
@@ -147,7 +157,7 @@ class ByteLevel:
 
     def __init__(self, add_prefix_space: bool = True, use_regex: bool = True):
         self.add_prefix_space = add_prefix_space
-        self.splitter = Split(_compile(GPT2_PATTERN)) if use_regex else None
+        self.splitter = Split(unicode.translate_pattern(GPT2_PATTERN)) if use_regex else None
 
     @classmethod
     def from_spec(cls, spec: dict) -> "ByteLevel":

@@ -60,10 +60,13 @@ class Tokenizer:
         self.added_tokens: dict[str, int] = dict(self.added.ids)
         self.special_ids: frozenset[int] = self.added.special_ids
 
-        self._id_to_token: list[str | None] = [None] * (max(
-            max(model.vocab.values(), default=-1), max(self.added.ids.values(), default=-1)) + 1)
-        for token, token_id in model.vocab.items():
-            self._id_to_token[token_id] = token
+        size = max(max(model.vocab.values(), default=-1), max(self.added.ids.values(), default=-1)) + 1
+        if list(model.vocab.values()) == list(range(len(model.vocab))):     # the usual id order: in C
+            self._id_to_token: list[str | None] = [*model.vocab, *[None] * (size - len(model.vocab))]
+        else:
+            self._id_to_token = [None] * size
+            for token, token_id in model.vocab.items():
+                self._id_to_token[token_id] = token
         for content, token_id in self.added.ids.items():
             # tokenizers 0.23 shows (and decodes) a normalized=True added token in its normalized form
             if normalize is not None and content in self.added.shown_normalized:

@@ -115,7 +115,7 @@ class BPE:
         if not merges:
             return {}
         if isinstance(merges[0], str):                        # the older "left right" string form
-            merges = [merge.split(" ", 1) for merge in merges]
+            merges = list(map(str.split, merges, repeat(" "), repeat(1)))
         if set(map(len, merges)) != {2}:
             raise ValueError("a BPE merge is not a (left, right) pair")
         vocab, shift, prefix_len = self.vocab, self.shift, len(self.prefix)

@@ -6,77 +6,67 @@ when strictly better, so ties keep the earliest start; runs of unknown pieces ar
 which becomes its own id if the vocabulary has it, else its UTF-8 bytes as <0xNN> pieces (byte_fallback),
 else the unknown id.
 
-Per vocabulary we keep one dict over every piece and every prefix of a piece (a trie flattened into a dict),
-so the search from a position stops at the first substring no piece starts with: linear in the word for a
-bounded piece length. No per-word cache here: the Tokenizer caches whole words in front of every model.
+Per vocabulary we keep one dict over every piece (its id) and every other prefix of a piece (_PREFIX_ONLY):
+a trie flattened into a dict, so the search from a position stops at the first substring no piece starts
+with, linear in the word for a bounded piece length. No per-word cache here: the Tokenizer caches whole
+words in front of every model.
 """
 
 from __future__ import annotations
 
 from itertools import repeat
-from operator import getitem, itemgetter
+from operator import itemgetter
+from typing import Any
 
 import msgspec
 
 from .. import precomputed
-from ..json_numbers import serde_f64
+from ..json_numbers import serde_f64_all
 
 _UNK_PENALTY = 10.0
-_PREFIX_ONLY = (-1, 0.0)  # marks a string that only begins pieces
+_PREFIX_ONLY = -1  # the id of a string that only begins pieces
 _INFINITY = float("inf")
 
 
 class Unigram:
     def __init__(self, pieces: list[tuple[str, float]], unk_id: int | None = None, byte_fallback: bool = False):
         texts = [piece for piece, _ in pieces]
-        self._setup(texts, [float(score) for _, score in pieces], *_prefixes(texts), unk_id, byte_fallback)
+        self._setup(texts, [float(score) for _, score in pieces], _Tables(texts), unk_id, byte_fallback)
 
-    def _setup(self, texts, scores, prefix_ids, prefix_ends, unk_id, byte_fallback) -> None:
+    def _setup(self, texts, scores, tables: "_Tables", unk_id, byte_fallback) -> None:
         if unk_id is not None and not 0 <= unk_id < len(texts):
             raise ValueError(f"Unigram: unk_id {unk_id} is outside the vocabulary of {len(texts)} pieces")
         self.unk_id = unk_id
         self.byte_fallback = byte_fallback
-        self.vocab: dict[str, int] = dict(zip(texts, range(len(texts))))       # a repeated piece: last wins
-        # piece -> (id, score); a proper prefix of a piece -> _PREFIX_ONLY. Built with C-level maps: the
-        # prefixes of 250k pieces are a million strings.
-        prefixes = map(getitem, map(texts.__getitem__, prefix_ids), map(slice, repeat(None), prefix_ends))
-        self._nodes: dict[str, tuple[int, float]] = dict.fromkeys(prefixes, _PREFIX_ONLY)
-        self._nodes.update(zip(texts, zip(range(len(texts)), scores)))
+        self.vocab: dict[str, int] = tables.vocab
+        self._nodes: dict[str, int] = tables.nodes
+        self._scores: list[float] = scores
         self._unk_score = min(scores, default=float("inf")) - _UNK_PENALTY
         self._byte_ids = [self.vocab.get(f"<0x{byte:02X}>") for byte in range(256)] if byte_fallback else None
 
     @classmethod
     def from_spec(cls, spec: dict, cache_key: str | None = None) -> "Unigram":
         """`vocab` is a list, or msgspec.Raw still to decode (tokenizer.json files, see Tokenizer._read_spec):
-        then the scores as serde_json reads them and the prefix table come from precomputed's disk cache
-        when they are there, and the pieces are decoded at C speed with plain floats."""
+        then the pieces, their scores as serde_json reads them and the prefixes come from precomputed's
+        disk cache when they are there (named by the file's digest, so the file is not decoded again)."""
         vocab = spec.get("vocab")
         unk_id = spec.get("unk_id")
         unk_id = None if unk_id is None else int(unk_id)
         byte_fallback = bool(spec.get("byte_fallback", False))
-        decoded = {}
+        built = []
 
         def build():
-            texts, scores = _checked(_SERDE.decode(vocab) if isinstance(vocab, msgspec.Raw) else vocab)
-            decoded["texts"] = texts
-            return [scores, *_prefixes(texts)]
+            texts, scores = _decoded(vocab) if isinstance(vocab, msgspec.Raw) else _checked(vocab)
+            built.append(_Tables(texts))
+            return scores, texts, built[0].prefixes
 
         if isinstance(vocab, msgspec.Raw) and cache_key is not None:
-            scores, prefix_ids, prefix_ends = precomputed.arrays(cache_key + "-unigram", build, "dqq")
-            texts = decoded.get("texts")
-            if texts is None:
-                try:
-                    texts = list(map(itemgetter(0), _PLAIN.decode(vocab)))
-                except msgspec.DecodeError:
-                    texts = None
-                if texts is None or len(texts) != len(scores):       # not this file's table: rebuild
-                    scores, prefix_ids, prefix_ends = build()
-                    texts = decoded["texts"]
+            scores, texts, prefixes = precomputed.arrays(cache_key + "-unigram", build, "dss")
+            scores = scores.tolist()
         else:
-            scores, prefix_ids, prefix_ends = build()
-            texts = decoded["texts"]
+            scores, texts, prefixes = build()
         model = cls.__new__(cls)
-        model._setup(texts, scores, prefix_ids, prefix_ends, unk_id, byte_fallback)
+        model._setup(texts, scores, built[0] if built else _Tables(texts, prefixes), unk_id, byte_fallback)
         return model
 
     def tokenize(self, word: str) -> list[int]:
@@ -85,7 +75,7 @@ class Unigram:
     def _best_path(self, word: str) -> list:
         """For each end position, (start, id) of the best piece ending there."""
         size = len(word)
-        node_of, unk_id, unk_score, prefix_only = self._nodes.get, self.unk_id, self._unk_score, _PREFIX_ONLY
+        node_of, scores, unk_id, unk_score = self._nodes.get, self._scores, self.unk_id, self._unk_score
         score = [-_INFINITY] * (size + 1)
         score[0] = 0.0
         back: list = [None] * (size + 1)
@@ -93,7 +83,7 @@ class Unigram:
             reached = score[start]
             end = start + 1
             entry = node_of(word[start])
-            if entry is None or entry is prefix_only:
+            if entry is None or entry < 0:
                 # No one-character piece here: the unknown piece covers this character.
                 candidate = unk_score + reached
                 if candidate > score[end]:
@@ -104,20 +94,20 @@ class Unigram:
                 if entry is None:
                     continue
             else:
-                candidate = entry[1] + reached
+                candidate = scores[entry] + reached
                 if candidate > score[end]:
                     score[end] = candidate
-                    back[end] = (start, entry[0])
+                    back[end] = (start, entry)
             end += 1
             while end <= size:
                 entry = node_of(word[start:end])
                 if entry is None:
                     break
-                if entry is not prefix_only:
-                    candidate = entry[1] + reached
+                if entry >= 0:
+                    candidate = scores[entry] + reached
                     if candidate > score[end]:
                         score[end] = candidate
-                        back[end] = (start, entry[0])
+                        back[end] = (start, entry)
                 end += 1
         return back
 
@@ -156,8 +146,23 @@ class Unigram:
         return [self.unk_id]
 
 
-_SERDE = msgspec.json.Decoder(float_hook=serde_f64)
-_PLAIN = msgspec.json.Decoder(list[tuple[str, float]])
+_AS_TEXT = msgspec.json.Decoder(list[tuple[str, Any]], float_hook=str)    # numbers' own text, read below
+
+
+def _decoded(vocab: msgspec.Raw) -> tuple[list[str], list[float]]:
+    """A tokenizer.json vocab: pieces, and scores as serde_json reads them (json_numbers)."""
+    try:
+        pairs = _AS_TEXT.decode(vocab)
+    except msgspec.DecodeError as error:
+        raise ValueError(f"Unigram vocab entries must be [piece, score]: {error}") from None
+    texts, numbers = list(map(itemgetter(0), pairs)), list(map(itemgetter(1), pairs))
+    kinds = set(map(type, numbers))
+    if kinds <= {str}:
+        return texts, serde_f64_all(numbers)
+    if not kinds <= {str, int}:
+        raise ValueError("Unigram vocab entries must be [piece, score]")
+    floats = serde_f64_all([number if type(number) is str else "0.0" for number in numbers])
+    return texts, [float(number) if type(number) is int else value for number, value in zip(numbers, floats)]
 
 
 def _checked(vocab) -> tuple[list[str], list[float]]:
@@ -170,15 +175,24 @@ def _checked(vocab) -> tuple[list[str], list[float]]:
     return [piece for piece, _ in pairs], [score for _, score in pairs]
 
 
-def _prefixes(texts: list[str]) -> tuple[list[int], list[int]]:
-    """(piece index, length) naming each distinct proper prefix of the pieces that is not a piece itself."""
-    known = set(texts)
-    ids, ends = [], []
-    for index, text in enumerate(texts):
-        for end in range(1, len(text)):
-            prefix = text[:end]
-            if prefix not in known:
-                known.add(prefix)
-                ids.append(index)
-                ends.append(end)
-    return ids, ends
+class _Tables:
+    """piece -> id (`vocab`: a repeated piece, the last id), and `nodes`: the same plus each other proper
+    prefix of a piece -> _PREFIX_ONLY. Without `prefixes` (a cache's), they are found: a piece's prefixes
+    are walked from the longest down, and the first one already known ends the walk, since its own prefixes
+    are known too (a piece's are walked when that piece is), so each new prefix costs one step."""
+
+    def __init__(self, texts: list[str], prefixes: list[str] | None = None):
+        self.vocab = dict(zip(texts, range(len(texts))))
+        self.nodes = nodes = self.vocab.copy()
+        if prefixes is not None:
+            nodes.update(zip(prefixes, repeat(_PREFIX_ONLY)))
+            self.prefixes = prefixes
+            return
+        self.prefixes = found = []
+        for text in texts:
+            for end in range(len(text) - 1, 0, -1):
+                prefix = text[:end]
+                if prefix in nodes:
+                    break
+                nodes[prefix] = _PREFIX_ONLY
+                found.append(prefix)
