@@ -1,9 +1,9 @@
 """Every message between an API process and a tokworker worker: msgspec Structs, msgpack on the wire.
 
-A message travels as two ZeroMQ frames, `[request id, body]`: the id is 8 bytes (unsigned little-endian)
-kept outside the body so that a worker can answer even a body it cannot decode with a typed error that
-names the request. Bodies are msgpack maps whose "type" field selects one Struct of a tagged union:
-`Request` one way, `Reply` the other. Every Struct forbids unknown fields; nothing is ever unpickled.
+A message travels as one ZeroMQ frame, the request id then the body (`frame()`): the id is 8 bytes
+(unsigned little-endian) ahead of the body so that a worker can answer even a body it cannot decode with a
+typed error that names the request. Bodies are msgpack maps whose "type" field selects one Struct of a
+tagged union: `Request` one way, `Reply` the other. Every Struct forbids unknown fields; nothing is ever unpickled.
 PROTOCOL.md describes the same contract for implementers in other languages.
 """
 
