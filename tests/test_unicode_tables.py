@@ -34,7 +34,7 @@ O200K = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}
 CL100K = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 WHITESPACE = r"\w+|[^\w\s]+"
 ODD_SYNTAX = [r"(?i)[a-z]+|(?i:[^k\d])|\W", r"[[:alpha:]]+|[[:punct:]]|[[:^space:]]|\h+", r"\b\w+\b|\B.",
-              r"(?i)\p{Lu}|[\p{Ll}&&[^a-f]]|\p{^N}", r"^\s|\S$|\A.|.\z|\R|a{1,2}+|b++|\x{41}|\u00e9|\101",
+              r"(?i)\p{Lu}|(?-i:[\p{Ll}&&[^a-f]])|\p{^N}", r"^\s|\S$|\A.|.\z|\R|a{1,2}+|b++|\x{41}|\u00e9|\101",
               r"(?m:.+)|(?i)'s|\p{Han}+|\p{Greek}|\p{Common}"]
 TOKENIZERS_PATTERNS = [QWEN, LLAMA3, *DEEPSEEK, GPT2, O200K, WHITESPACE, *ODD_SYNTAX]
 TIKTOKEN_PATTERNS = [CL100K, O200K, LLAMA3, QWEN, GPT2, r"\s++$|\S+"]
@@ -107,7 +107,9 @@ def test_oniguruma_case_folding_and_anchors():
         assert our_pieces(pattern, text) == reference_pieces(pattern, text), pattern
 
 
-@pytest.mark.parametrize("pattern", [r"(?i)ss", r"(?i:st)", r"\p{NoSuchProperty}", r"\X", r"(?x) a", r"a(?~b)"])
+# (?i)[\p{Ll}&&[^a-f]] holds U+FB00, and Oniguruma matches "ff" as one piece by its fold
+@pytest.mark.parametrize("pattern", [r"(?i)ss", r"(?i:st)", r"\p{NoSuchProperty}", r"\X", r"(?x) a", r"a(?~b)",
+                                     r"(?i)\p{Lu}|[\p{Ll}&&[^a-f]]|\p{^N}"])
 def test_constructs_that_cannot_be_exact_are_errors(pattern):
     with pytest.raises(unicode.UnsupportedPattern):
         unicode.translate_pattern(pattern)

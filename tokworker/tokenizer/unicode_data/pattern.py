@@ -368,8 +368,20 @@ class Translator:
             items.append(self._bracket_item(flags))
         found = _union(items)
         if flags["i"]:
-            return self._closed(found, negate)
+            closed = self._closed(found, negate)
+            if self.oniguruma and not negate:
+                self._no_multi_fold(closed)
+            return closed
         return found.negated() if negate else found
+
+    def _no_multi_fold(self, found: _Set) -> None:
+        """Oniguruma lets a case-insensitive class match a member's multi-character fold where the fold's
+        first character is not a member itself ([\p{Ll}&&[^a-f]] holds U+FB00, so "ff" is one match; [\p{Ll}]
+        matches "f" alone): no single-character class can say that."""
+        wanted = found.wanted
+        for cp, target in self.atoms.multi_folds.items():
+            if charset.contains(wanted, cp) and not charset.contains(wanted, ord(target[0])):
+                self._fail(f"case-insensitive class holding {chr(cp)!r} (matches {target!r} by a multi-character fold)")
 
     def _posix(self) -> _Set:
         end = self.pattern.find(":]", self.pos + 2)
