@@ -34,12 +34,13 @@ import zmq
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
-                               RenderReply, Stats, StatsReply, Step)
+                               RenderReply, Stats, StatsReply)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, encode_request, guide
-from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, ShuttingDown, UnknownStream, WorkerLost
+from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, ShuttingDown, WorkerLost
 from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink
-from tokworker.frontend.stream import EMPTY, Stream, StepCall, StepPart, drop_logged, extend_logs
+from tokworker.frontend.steps import send_step
+from tokworker.frontend.stream import Stream
 from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
 from tokworker.protocol.endpoints import ClientKeys, MissingDirectory, check_ipc_peer, worker_endpoints
 
@@ -286,103 +287,7 @@ class TokenizerPool:
         """Send one engine step now (one message per worker) and return a future of {stream id: update}.
         An engine loop can keep several steps in flight; each stream's updates still arrive in order."""
         self._check_open()
-        if not finish and ids:
-            shares = self._shares(ids)
-            if shares is not None:
-                return self._send_shares(shares)
-        return self._send_grouped(ids, finish)
-
-    def _shares(self, ids: dict) -> list | None:
-        """The usual step (nothing ends, no logprobs, every stream open) split by link with set operations
-        on the links' tables of open streams, not stream by stream; None for any other step."""
-        keys = ids.keys()
-        shares, covered = [], 0
-        for link in self.links:
-            live = link.live
-            if not live:
-                continue
-            if link.scored:
-                return None
-            if keys <= live.keys():
-                return [(link, dict(ids))]              # the caller may reuse its dict for the next step
-            mine = keys & live.keys()
-            if mine:
-                shares.append((link, {stream_id: ids[stream_id] for stream_id in mine}))
-                covered += len(mine)
-        return shares if covered == len(ids) else None
-
-    def _send_shares(self, shares: list) -> asyncio.Future:
-        """Each link's share as one Step; a step on one link (the usual case) needs no StepCall."""
-        future = asyncio.get_running_loop().create_future()
-        call = StepCall(future, None, len(shares)) if len(shares) > 1 else None
-        parts = []
-        for link, share in shares:
-            body = encode_request(Step(ids=share))
-            link.check(size=len(body))                  # every link takes its share, or none does
-            parts.append((link, StepPart(body, future, call, link, share)))
-        self._dispatch(parts)
-        return future
-
-    def _dispatch(self, parts: list) -> None:
-        """Log every part's ids in its streams, all or none (see extend_logs), then send the parts."""
-        logged = []
-        try:
-            for link, part in parts:
-                extend_logs(part.ids, self.streams)
-                logged.append(part.ids)
-        except InvalidRequest:
-            for batch_ids in logged:
-                drop_logged(batch_ids, self.streams)
-            raise
-        for link, part in parts:
-            link.send(part)
-            if link.lagging:                         # replaced as hung: the others' share does not wait for it
-                part.detach()
-
-    def _send_grouped(self, ids: dict, finish) -> asyncio.Future:
-        """Any step: streams on several links, streams that ended already, finishes, logprobs."""
-        late: dict[str, StreamUpdate] | None = None
-        groups: dict[WorkerLink, tuple[dict, list, list, list]] = {}   # ids, streams, finish-only, finishing
-        scored: dict[WorkerLink, dict] = {}          # streams stepped as (ids, logprobs)
-        table = self.streams
-        for stream_id, batch in ids.items():
-            stream = table.get(stream_id)
-            if stream is None or stream.finished:
-                late = self._late(stream_id, late)
-                continue
-            group = groups.get(stream.link)
-            if group is None:
-                group = groups[stream.link] = ({}, [], [], [])
-            if type(batch) is tuple:
-                batch, logprobs = batch
-                scored.setdefault(stream.link, {})[stream_id] = logprobs
-            group[0][stream_id] = batch
-            group[1].append(stream)
-        for stream_id in dict.fromkeys(finish):
-            stream = table.get(stream_id)
-            if stream is None or stream.finished:
-                late = self._late(stream_id, late)
-                continue
-            group = groups.get(stream.link)
-            if group is None:
-                group = groups[stream.link] = ({}, [], [], [])
-            group[3].append(stream_id)
-            if stream_id not in group[0]:
-                group[2].append(stream_id)
-        future = asyncio.get_running_loop().create_future()
-        if not groups:
-            future.set_result(late or {})
-            return future
-        call = StepCall(future, late, len(groups))
-        parts = []
-        for link, (batch_ids, streams, finish_only, finishing) in groups.items():
-            body = encode_request(Step(ids=batch_ids, finish=finishing, logprobs=scored.get(link, {})))
-            link.check(size=len(body))               # every link takes its share, or none does
-            streams += [table[stream_id] for stream_id in finish_only]
-            parts.append((link, StepPart(body, future, call, link, batch_ids, finish_only, streams,
-                                         bool(finishing))))
-        self._dispatch(parts)
-        return future
+        return send_step(self.links, self.streams, ids, finish)
 
     async def step(self, ids: dict[str, list[int]], finish=()) -> dict[str, StreamUpdate]:
         """One engine step: the new ids of each stream, or (ids, logprobs) for a stream opened with
@@ -391,15 +296,6 @@ class TokenizerPool:
         A stream that already finished gets an empty update, or once, if it failed, its StreamFailure (code
         and message; for a chunked stream an OpenAI error event in `sse`)."""
         return await self.submit_step(ids, finish)
-
-    def _late(self, stream_id: str, late: dict | None) -> dict:
-        """Ids for a stream that has ended (the engine had not seen the abort yet), or that never was."""
-        stream = self.streams.get(stream_id)
-        if stream is None:
-            raise UnknownStream(ErrorCode.UNKNOWN_STREAM, f"no stream {stream_id!r}")
-        late = {} if late is None else late
-        late[stream_id] = stream.take_failure() or EMPTY
-        return late
 
     def _retire(self, stream: Stream) -> None:
         """A finished stream stays in the table a while (late ids for it are no error), bounded in count."""
