@@ -181,11 +181,12 @@ def test_trained_pipelines_on_mixed_script_text(pair, text):
 
 
 def test_committed_table_is_what_the_probe_measures():
-    path = Path(__file__).resolve().parents[1] / "tools" / "probe_unicode.py"
-    spec = importlib.util.spec_from_file_location("probe_unicode", path)
-    probe = importlib.util.module_from_spec(spec)
-    sys.modules["probe_unicode"] = probe
-    spec.loader.exec_module(probe)
+    tools = Path(__file__).resolve().parents[1] / "tools"
+    for name in ("probe_unicode", "probe_scripts"):           # probe_scripts imports probe_unicode by name
+        spec = importlib.util.spec_from_file_location(name, tools / f"{name}.py")
+        probe = importlib.util.module_from_spec(spec)
+        sys.modules[name] = probe
+        spec.loader.exec_module(probe)
     fresh = json.loads(zlib.decompress(probe.render_scripts(probe.probe_scripts())))
     committed = json.loads(zlib.decompress(unicode.SCRIPTS.read_bytes()))
     # The classes' names come from the installed `regex` module's Unicode (a reading aid, never matched on):
