@@ -1,4 +1,4 @@
-"""Calls as named invokes with named text parameters inside a section: deepseek_v32, step3.
+"""Calls as named invokes with named text parameters inside a section: deepseek_v32, step3, minimax_m2.
 
     SECTION_OPEN INVOKE_OPEN(name) PARAM_OPEN(key) value PARAM_CLOSE ... INVOKE_CLOSE INVOKE_OPEN ... SECTION_CLOSE
 
