@@ -16,9 +16,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.tool_formats import (EXAMPLES, NASTY, SETTINGS, assert_every_prefix, assert_split_invariant, calls_lists, cuts,
-                                dumps, expected_content, nasty_text, small_calls, stream, summary, time_limit,
-                                whole)
+from tests.tool_formats import (EXAMPLES, NASTY, SETTINGS, assert_every_prefix, assert_soup_streams_like_whole,
+                                assert_split_invariant, calls_lists, cuts, dumps, expected_content, nasty_text,
+                                small_calls, stream, summary, whole)
 from tokworker.parsers.tools import TOOL_PARSERS, get_tool_parser
 
 
@@ -291,21 +291,13 @@ SOUP = NASTY + [
     "<|python_end|>", "<|start|>assistant", "<|channel|>analysis", "<|channel|>final", " to=functions.f",
     "<|constrain|>json", "<|message|>", "<|end|>", "<|call|>", "<|return|>",
 ]
-SOUP_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
-    "a": {"type": "integer"}}}}}]
 
 
 @pytest.mark.parametrize("name", TOOL_PARSERS)
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(pieces=st.lists(st.sampled_from(SOUP), max_size=14), chunking=cuts)
 def test_marker_soup_streams_like_whole_text(name, pieces, chunking):
-    text = "".join(pieces)
-    with time_limit(10):
-        result = assert_split_invariant(name, text, SOUP_TOOLS, cuts=chunking)
-        if len(text) < 120:
-            assert_every_prefix(name, text, SOUP_TOOLS)
-    for call_name, _ in result["calls"]:
-        assert call_name
+    assert_soup_streams_like_whole(name, "".join(pieces), chunking, every_prefix_below=120)
 
 
 @pytest.mark.parametrize("name", TOOL_PARSERS)

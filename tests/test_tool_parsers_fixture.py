@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.test_tool_text_values import tools_for, typed_calls
-from tests.tool_formats import (EXAMPLES, assert_every_prefix, assert_split_invariant, calls_lists, cuts, dumps,
-                                expected_content, nasty_text, small_calls, stream, summary, time_limit, whole)
+from tests.tool_formats import (EXAMPLES, assert_every_prefix, assert_soup_streams_like_whole,
+                                assert_split_invariant, calls_lists, cuts, dumps, expected_content, nasty_text,
+                                small_calls, stream, summary, whole)
 from tokworker.parsers.tools import TOOL_PARSERS, get_tool_parser
 
 # A third of the examples of the older files per test: this file runs a dozen formats through each property.
@@ -302,21 +303,13 @@ SOUP = ["<seed:think>", "</seed:think>", "<TOOLCALL>", "</TOOLCALL>", "[", "]", 
         "<|tools_suffix|>", '{"f": ', "<function=f>", "</function>", "<|python_tag|>", ">>>", "all\n", "f\n", "<seed:tool_call>",
         "</seed:tool_call>", "<parameter=a>", "</parameter>", "<minimax:tool_call>", "</minimax:tool_call>",
         '<invoke name="f">', "</invoke>", '<parameter name="a">', "1", "x", " ", "\n", "<", "<|", '"', "\\", "é"]
-SOUP_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
-    "a": {"type": "integer"}}}}}]
 
 
 @pytest.mark.parametrize("name", NEW_PARSERS)
 @SETTINGS
 @given(pieces=st.lists(st.sampled_from(SOUP), max_size=14), chunking=cuts)
 def test_marker_soup_streams_like_whole_text(name, pieces, chunking):
-    text = "".join(pieces)
-    with time_limit(10):
-        result = assert_split_invariant(name, text, SOUP_TOOLS, cuts=chunking)
-        if len(text) < 100:
-            assert_every_prefix(name, text, SOUP_TOOLS)
-    for call_name, _ in result["calls"]:
-        assert call_name
+    assert_soup_streams_like_whole(name, "".join(pieces), chunking)
 
 
 # ---- a long argument streamed one character at a time stays linear ----

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.test_tool_text_values import tools_for, typed_calls
-from tests.tool_formats import (EXAMPLES, assert_every_prefix, assert_split_invariant, calls_lists, cuts, dumps,
-                                expected_content, json_scalars, json_values, names, nasty_text, small_calls, stream,
-                                summary, time_limit)
+from tests.tool_formats import (EXAMPLES, assert_every_prefix, assert_soup_streams_like_whole,
+                                assert_split_invariant, calls_lists, cuts, dumps, expected_content, json_scalars,
+                                json_values, names, nasty_text, small_calls, stream, summary)
 from tokworker.parsers.tools import TOOL_PARSERS, get_tool_parser
 
 SETTINGS = settings(max_examples=max(EXAMPLES // 3, 10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -517,21 +517,13 @@ SOUP = ["<tool_sep>", "<|open|>tools<|sep|>", '<|open|>call tool="f"<|sep|>', '<
         '<｜DSML｜parameter name="a" string="true">', '<｜DSML｜parameter name="a" string="false">', "</｜DSML｜parameter>",
         "[", "]", "{", "}", '{"name": "f", "arguments": ', '{"a": [1, "x"]}', ", ", "(", ")", "f(", "a=1", "\n",
         "1", "x", " ", "<", "<|", '"', "\\", "é"]
-SOUP_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
-    "a": {"type": "integer"}}}}}]
 
 
 @pytest.mark.parametrize("name", NEW_PARSERS)
 @SETTINGS
 @given(pieces=st.lists(st.sampled_from(SOUP), max_size=14), chunking=cuts)
 def test_marker_soup_streams_like_whole_text(name, pieces, chunking):
-    text = "".join(pieces)
-    with time_limit(10):
-        result = assert_split_invariant(name, text, SOUP_TOOLS, cuts=chunking)
-        if len(text) < 100:
-            assert_every_prefix(name, text, SOUP_TOOLS)
-    for call_name, _ in result["calls"]:
-        assert call_name
+    result = assert_soup_streams_like_whole(name, "".join(pieces), chunking)
     parser = get_tool_parser(name)
     if parser.drop_rejected_markers:  # the format's markers are control tokens: never content
         assert not any(m in (result["content"] or "") for m in parser.starts), result

@@ -169,3 +169,19 @@ def time_limit(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+SOUP_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+    "a": {"type": "integer"}}}}}]
+
+
+def assert_soup_streams_like_whole(name: str, text: str, chunking, every_prefix_below: int = 100) -> dict:
+    """Marker soup: no hang, no crash, streamed == whole at every cut (and every prefix of a short text),
+    every call named. Returns the whole-text result."""
+    with time_limit(10):
+        result = assert_split_invariant(name, text, SOUP_TOOLS, cuts=chunking)
+        if len(text) < every_prefix_below:
+            assert_every_prefix(name, text, SOUP_TOOLS)
+    for call_name, _ in result["calls"]:
+        assert call_name
+    return result
