@@ -14,13 +14,12 @@ import inspect
 import multiprocessing
 import re
 import resource
-import threading
 import time
 
 import pytest
 
+from tests.test_template_sandbox import PeakResident
 from tokworker.templates import TemplateError, render_chat
-from tokworker.templates.watchdog import resident_bytes
 from tokworker.worker.options import WorkerOptions
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -173,31 +172,21 @@ ESCAPES = [
 
 def _judge(template, connection, memory_limit_mb):
     resource.setrlimit(resource.RLIMIT_AS, (memory_limit_mb << 20, resource.getrlimit(resource.RLIMIT_AS)[1]))
-    peak, baseline, done = [0], resident_bytes() or 0, threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], resident_bytes() or 0)
-            time.sleep(0.005)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    started, started_cpu = time.monotonic(), time.thread_time()
-    try:
-        output, outcome = render_chat(template, MESSAGES), "rendered"
-    except TemplateError as error:
-        output, outcome = str(error), type(error).__name__
-    except BaseException as error:  # noqa: BLE001 - anything untyped is a failure
-        output, outcome = str(error), f"UNTYPED {type(error).__name__}"
-    # the render's own CPU is the budget: other processes on a shared machine stretch the wall clock, not it
-    elapsed, wall = time.thread_time() - started_cpu, time.monotonic() - started
-    done.set()
-    sampler.join()
+    with PeakResident() as resident:
+        started, started_cpu = time.monotonic(), time.thread_time()
+        try:
+            output, outcome = render_chat(template, MESSAGES), "rendered"
+        except TemplateError as error:
+            output, outcome = str(error), type(error).__name__
+        except BaseException as error:  # noqa: BLE001 - anything untyped is a failure
+            output, outcome = str(error), f"UNTYPED {type(error).__name__}"
+        # the render's own CPU is the budget: other processes on a shared machine stretch the wall clock, not it
+        elapsed, wall = time.thread_time() - started_cpu, time.monotonic() - started
     cpu = time.process_time()
     time.sleep(0.1)                       # a render still running would burn CPU here
     cpu_after = time.process_time() - cpu
-    peak_bytes = max(peak[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    connection.send((outcome, elapsed, wall, max(peak_bytes - baseline, 0), cpu_after, output[:2000]))
+    peak_bytes = max(resident.peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    connection.send((outcome, elapsed, wall, max(peak_bytes - resident.baseline, 0), cpu_after, output[:2000]))
 
 
 def _run_all(cases: dict) -> dict:

@@ -153,28 +153,40 @@ BOMBS = {
 HARMLESS = {"folded_constant"}
 
 
-def _bomb_in_child(template, connection):
-    peak, baseline, done = [0], resident_bytes() or 0, threading.Event()
+class PeakResident:
+    """Samples this process's resident memory every 5 ms while open; `growth` is its peak over the start."""
 
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], resident_bytes() or 0)
+    def __enter__(self) -> "PeakResident":
+        self.baseline = self.peak = resident_bytes() or 0
+        self.growth = 0
+        self._done = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, resident_bytes() or 0)
             time.sleep(0.005)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    started = time.monotonic()
-    try:
-        output = render_chat(template, MESSAGES)
-        outcome = f"rendered {len(output)} chars"
-    except TemplateError as error:
-        outcome = type(error).__name__
-    except BaseException as error:  # noqa: BLE001 - report anything else as a failure
-        outcome = f"UNTYPED {type(error).__name__}: {error}"
-    elapsed = time.monotonic() - started
-    done.set()
-    sampler.join()
-    connection.send((outcome, elapsed, max(peak[0] - baseline, 0)))
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._sampler.join()
+        self.growth = max(self.peak - self.baseline, 0)
+
+
+def _bomb_in_child(template, connection):
+    with PeakResident() as resident:
+        started = time.monotonic()
+        try:
+            output = render_chat(template, MESSAGES)
+            outcome = f"rendered {len(output)} chars"
+        except TemplateError as error:
+            outcome = type(error).__name__
+        except BaseException as error:  # noqa: BLE001 - report anything else as a failure
+            outcome = f"UNTYPED {type(error).__name__}: {error}"
+        elapsed = time.monotonic() - started
+    connection.send((outcome, elapsed, resident.growth))
 
 
 @pytest.fixture(scope="module")
