@@ -1,4 +1,4 @@
-"""Llama 4 prompts as the model was prompted: llama-models' own ChatFormat (Meta's reference code, which ships
+r"""Llama 4 prompts as the model was prompted: llama-models' own ChatFormat (Meta's reference code, which ships
 the tokenizer) against tokworker's render of Llama 4's Hugging Face chat template, tokenized, ids compared.
 
 The template is the one transformers 5.24 ships as Llama4Processor's default (the template of Meta's Llama 4
@@ -15,6 +15,11 @@ give the same ids. Where the two differ, the test below says how and which one t
   Response Format") are `[get_weather(city="San Francisco"), ...]<|eot|>`: the pythonic list and <|eot|>,
   which neither writes. tokworker renders whatever template the operator gives (vLLM's llama4_pythonic
   template writes the model's form); the ids of each are pinned here.
+- a turn whose text starts with a line break (after any other whitespace): ChatFormat tokenizes each header
+  and each text apart, so the header's "\n\n" and the text's "\n" stay two tokens; the template's render
+  is one string, tokenized whole, where the pattern's `\s*[\r\n]+` joins them ("\n\n\n" is one token). The text is
+  the same. Meta prompted (and trained) through ChatFormat, so its split is the model's; transformers and
+  vLLM tokenize the render whole, as tokworker does for any template (a template has no segment bounds).
 
 llama-models' chat_format module imports torch and torchvision at its top for its image path, which the text
 path never runs. They are not test dependencies here, so when they are missing the import is given empty
@@ -28,6 +33,7 @@ import sys
 import types
 
 import pytest
+import regex
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tests.realdata import vocabulary
@@ -37,6 +43,8 @@ from tokworker.tokenizer import loaders
 
 pytest.importorskip("llama_models")
 pytest.importorskip("transformers")
+
+_JOINS_HEADER = regex.compile(r"\p{White_Space}*[\r\n]")   # may merge with the header's "\n\n" (see above)
 
 
 def _chat_format_class():
@@ -109,9 +117,27 @@ def test_llama4_chat_prompts_equal_llama_models_chat_format(llama4):
 def test_llama4_generated_turns_equal_llama_models_chat_format(llama4, content, answer):
     ours = llama4[0]
     assume(not any(token in content + answer for token in ours.added_tokens))   # forged control text: by design
+    assume(not _JOINS_HEADER.match(content) and not _JOINS_HEADER.match(answer))  # pinned below
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": content},
                 {"role": "assistant", "content": answer}, {"role": "user", "content": content}]
     assert _render(llama4, messages) == _expected(llama4, messages)
+
+
+def test_llama4_text_starting_with_a_line_break_joins_the_header_in_the_render_only(llama4):
+    ours = llama4[0]
+    for answer in ("\n", "\nSure.", "\n\nSure."):
+        messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": answer},
+                    {"role": "user", "content": "ok"}]
+        ids, expected = _render(llama4, messages), _expected(llama4, messages)
+        assert ours.decode(ids) == ours.decode(expected)
+        header_end = 200006                              # <|header_end|>; its "\n\n" is 368
+        start = [i for i, token in enumerate(expected) if token == header_end][1] + 1
+        assert expected[start] == 368                    # ChatFormat: the header's "\n\n" alone
+        assert ids[start] != 368 and ours.decode([ids[start]]).startswith("\n\n")   # the render: joined
+        assert ids[:start] == expected[:start]
+    for answer in ("  Sure.", " \n\nSure."):       # no line break; or the joined piece's BPE splits it there
+        messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": answer}]
+        assert _render(llama4, messages) == _expected(llama4, messages)
 
 
 def test_llama4_system_prompt_is_trimmed_by_the_template_not_by_chat_format(llama4):
