@@ -10,7 +10,8 @@
 2. A simulated engine loop in the API process. Each step does a fixed amount of pure-Python work (the
    scheduler/sampler stand-in) and emits one id for each of N concurrent streams. Their text is handled
    either in-process (TextStream.push in the loop, as a server without a pool does) or through the pool
-   (one message per worker per step, pipelined: the loop does not wait for the deltas). Reported: engine
+   (one message per worker per step, pipelined: the loop does not wait for the deltas; streams opened with
+   `engine_ids`, the engine's record of their ids, so the pool keeps no id log of its own). Reported: engine
    step time p50/p99, and the delay from a token's emission to its delta being available to the API.
    A third case adds one new ~1,500-token chat per step, rendered and encoded in the loop or by the pool.
    The "SSE chunks" cases compare what an OpenAI-compatible server really does per token: in-process,
@@ -19,6 +20,8 @@
    `loop_cpu_ms_per_step` is the CPU the loop's own thread spent per step (what holds the GIL; robust on
    a busy machine, unlike wall times), `text_cpu_ms_per_step` the part of it not spent in the engine's own
    work (the text path alone: the difference the pool makes, without the fixed work diluting it).
+   The pool has one worker per core but the loop's, two at most (on 2 cores a second worker competes with
+   the loop for its core and costs it a second message per step: measured, the loop's CPU is lower with one).
    `cpu_ratio` = in-process / pool of loop CPU, `text_cpu_ratio` of text CPU, `step_ratio` the same for
    step time p50 (above 1: the pool gives the engine loop time back). Each case runs 3 times, in-process
    and pool interleaved (once with --quick); a row is the run with the median loop CPU.
@@ -118,13 +121,19 @@ async def _awaited_steps(streams: int, steps: int, ids: list[int], tokenizer, wo
         for name, new in batch.items():
             local[name].push(new)
     local_cpu = time.thread_time() - cpu_started
+    warm, sent = 20, [0]                                           # the engine's record of stepped ids:
+
+    def record(i: int):                                            # 5 `warm` times, then the batches
+        return lambda: [5] * min(sent[0], warm) + [ids[(k + i) % len(ids)] for k in range(max(0, sent[0] - warm))]
     async with await TokenizerPool.spawn(MODEL, workers=workers) as pool:
-        for name in names:
-            await pool.open_stream(name, PARAMS, buffer=False)
-        for batch in batches[:20]:                                 # warm both ends
+        for i, name in enumerate(names):
+            await pool.open_stream(name, PARAMS, buffer=False, engine_ids=record(i))
+        for batch in batches[:warm]:                               # warm both ends
+            sent[0] += 1
             await pool.step({name: [5] for name in batch})
         cpu_started = time.thread_time()
         for batch in batches:
+            sent[0] += 1
             await pool.step(batch)
         pool_cpu = time.thread_time() - cpu_started
     per = steps * streams
@@ -181,10 +190,15 @@ async def _engine_loop(mode: str, streams: int, steps: int, work: int, ids: list
     formats = {name: ChunkFormat(id=f"chatcmpl-{name}", model="bench", created=1700000000) for name in names}
     step_times, delays = [], []
     pool = None
+    sent = [0]                                                     # steps sent: the engine's record of
+
+    def record(i: int):                                            # stream i's ids is ids[i:i + sent], wrapped
+        return lambda: [ids[(k + i) % len(ids)] for k in range(sent[0])]
     if mode == "pool":
         pool = await TokenizerPool.spawn(MODEL, workers=workers)
-        for name in names:
-            await pool.open_stream(name, params, buffer=False, chunks=formats[name] if sse else None)
+        for i, name in enumerate(names):
+            await pool.open_stream(name, params, buffer=False, chunks=formats[name] if sse else None,
+                                   engine_ids=record(i))
     else:
         local = {name: TextStream(tokenizer, params) for name in names}
         writers = {name: ChunkWriter.for_format(formats[name]) for name in names} if sse else None
@@ -220,6 +234,7 @@ async def _engine_loop(mode: str, streams: int, steps: int, work: int, ids: list
                 if arrivals:
                     tokenizer.apply_chat_template(chats[k], add_generation_prompt=True)
             else:
+                sent[0] += 1
                 future = pool.submit_step(batch)
                 future.add_done_callback(arrived(emitted))
                 in_flight.append(future)
@@ -350,7 +365,7 @@ async def _run(quick: bool) -> list[dict]:
     for sequences in ((1, 32) if quick else (1, 32, 128)):
         rows.extend(await _guide_steps(guide_dir, sequences, guide_tokenizer, trie))
     work, work_s = _calibrate(0.002)
-    workers = max(1, min(2, cpus))
+    workers = min(2, max(1, cpus - 1))              # a core stays the loop's: on 2, a second worker would take it
     repeats = 1 if quick else 3
     kinds = [(kind, text, params, False, False) for kind, (text, params) in KINDS.items()]
     kinds.append(("stop strings + one new chat per step", TEXT, PARAMS, True, False))

@@ -242,14 +242,20 @@ class TokenizerPool:
     # ------------------------------------------------------------ streams
     async def open_stream(self, stream_id: str, params: StreamParams | None = None, prompt_ids: list[int] | None = None,
                           prompt_text: str | None = None, *, buffer: bool = True,
-                          chunks: ChunkFormat | None = None) -> Stream:
+                          chunks: ChunkFormat | None = None, engine_ids=None) -> Stream:
         """Create a stream on the worker with the fewest; `buffer=False` when only step()'s return value is
         read (no per-stream buffer to fill). With `chunks`, every update carries `sse`: the stream's OpenAI
-        chat.completion.chunk server-sent events (`data: {json}\n\n` each), and no deltas."""
+        chat.completion.chunk server-sent events (`data: {json}\n\n` each), and no deltas.
+        `engine_ids`: a callable returning every id step() has been given for this stream (the engine's own
+        record, e.g. `lambda: request.output_token_ids`); the pool then keeps no copy and a replay after a
+        worker's death reads it (see stream.py for its contract)."""
         if chunks is not None and not isinstance(chunks, ChunkFormat):
             raise InvalidRequest(ErrorCode.INVALID, f"chunks is a ChunkFormat, not {type(chunks).__name__}")
         if not isinstance(stream_id, str):
             raise InvalidRequest(ErrorCode.INVALID, f"stream ids are str, not {type(stream_id).__name__}")
+        if engine_ids is not None and not callable(engine_ids):
+            raise InvalidRequest(ErrorCode.INVALID, f"engine_ids is a callable returning the stream's ids, not "
+                                                    f"{type(engine_ids).__name__}")
         self._check_open()
         existing = self.streams.get(stream_id)
         if existing is not None and not existing.finished:
@@ -261,16 +267,17 @@ class TokenizerPool:
         while True:
             link = min(self._for_new_work(), key=lambda link: (link.open_streams, link.load))
             try:
-                return await self._open_on(link, stream_id, params, prompt_ids, prompt_text, buffer, chunks)
+                return await self._open_on(link, stream_id, params, prompt_ids, prompt_text, buffer, chunks,
+                                           engine_ids)
             except ShuttingDown:
                 continue                                     # that worker is draining: open it on another
 
     async def _open_on(self, link: WorkerLink, stream_id: str, params: StreamParams, prompt_ids, prompt_text,
-                       buffer: bool, chunks) -> Stream:
+                       buffer: bool, chunks, engine_ids) -> Stream:
         body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
                                          prompt_text=prompt_text, chunks=chunks))
         link.check(size=len(body))                   # refused before the stream exists anywhere
-        stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks, self._retire)
+        stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks, self._retire, engine_ids)
 
         def opened(reply):
             stream.opened = True

@@ -72,6 +72,7 @@ class WorkerLink:
         self.live: dict = {}                    # id -> Stream placed here and not finished
         self.attended = 0                       # of those, buffered ones, and streams with late output: a step
         self.scored = 0                         # reply must visit them; streams stepped with logprobs
+        self.logged = 0                         # streams that keep their own id log (not engine_ids)
         self.stateless = 0                      # stateless requests in flight (bounded by max_inflight)
         self.ready = False                      # connected and handshaken: requests go out at once
         self.down = False                       # gave up after connect_timeout: requests fail at once
@@ -392,9 +393,13 @@ class WorkerLink:
             for stream_id, ids in pending.step_ids().items():
                 in_flight[stream_id] = in_flight.get(stream_id, 0) + len(ids)
         for stream in [s for s in self.live.values() if s.opened]:
+            try:
+                replay = stream.replay_batches(in_flight.get(stream.id, 0))
+            except PoolError as error:                       # an engine_ids callable that failed
+                stream.fail(error)
+                continue
             body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
-                                             prompt_text=stream.prompt_text, chunks=stream.chunks,
-                                             replay=stream.replay_batches(in_flight.get(stream.id, 0))))
+                                             prompt_text=stream.prompt_text, chunks=stream.chunks, replay=replay))
             replay = Call(body, self.loop.create_future(), None, stream.fail, True, replay=True)
             replay.future.add_done_callback(_quiet)
             self.send(replay)

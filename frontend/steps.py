@@ -104,12 +104,14 @@ def _send_grouped(table: dict, ids: dict, finish) -> asyncio.Future:
 
 
 def _dispatch(table: dict, parts: list) -> None:
-    """Log every part's ids in its streams, all or none (see extend_logs), then send the parts."""
+    """Log every part's ids in the streams that keep a log, all or none (see extend_logs), then send the
+    parts."""
     logged = []
     try:
         for link, part in parts:
-            extend_logs(part.ids, table)
-            logged.append(part.ids)
+            if link.logged:
+                extend_logs(part.ids, table)
+                logged.append(part.ids)
     except InvalidRequest:
         for batch_ids in logged:
             drop_logged(batch_ids, table)

@@ -8,6 +8,13 @@ some ids does not depend on how they were grouped into steps (TextStream's teste
 keeps ids, not steps: one flat array, 8 bytes an id and nothing for the cyclic collector to walk. A
 finished stream lets go of its log, prompt and params.
 
+An engine already holds every stream's ids (vLLM's request.output_token_ids): a stream opened with
+`engine_ids`, a callable that returns every id step() has been given for it, keeps no log, and a replay
+asks the engine instead. The callable must never return an id before step() has been given it (append and
+step in one stretch of code without an await), or a replay would send it and the step again. Such a stream's
+ids are checked by the worker, not here: a batch that is not ids fails the step's streams on that worker,
+since the engine's record now holds ids the worker never took.
+
 Iterating a Stream (`async for update in stream`) yields its StreamUpdates as steps deliver them; updates
 that pile up while nobody reads are merged into one, so the buffer stays one entry per unread step at most
 `MAX_BUFFERED` long. The iteration ends after the update that carries the finish reason, or raises
@@ -41,10 +48,14 @@ def extend_logs(ids: dict, streams) -> None:
     that is not a list of ids raises InvalidRequest naming its stream, with every log as it was."""
     try:
         for stream_id, batch in ids.items():
-            streams[stream_id].log.extend(batch)
+            log = streams[stream_id].log
+            if log is not None:                          # else the engine keeps the stream's ids
+                log.extend(batch)
     except (TypeError, OverflowError):
         for stream_id, batch in ids.items():
             log = streams[stream_id].log
+            if log is None:
+                continue
             try:
                 array("q", batch)
             except (TypeError, OverflowError) as exc:   # the batch that failed: undo the part it added
@@ -59,7 +70,8 @@ def drop_logged(ids: dict, streams) -> None:
     """Undo extend_logs(ids, streams)."""
     for stream_id, batch in ids.items():
         log = streams[stream_id].log
-        del log[len(log) - len(batch):]
+        if log is not None:
+            del log[len(log) - len(batch):]
 
 
 def _valid_prefix(batch) -> int:
@@ -107,14 +119,16 @@ def merge_updates(updates) -> StreamUpdate:
 
 class Stream:
     def __init__(self, stream_id: str, link, params: StreamParams, prompt_ids, prompt_text, buffer: bool,
-                 chunks: ChunkFormat | None = None, on_end=None):
+                 chunks: ChunkFormat | None = None, on_end=None, engine_ids=None):
         self.id = stream_id
         self.link = link
         self.params = params
         self.prompt_ids = prompt_ids
         self.prompt_text = prompt_text
         self.chunks = chunks
-        self.log = array("q")
+        self.engine_ids = engine_ids
+        self.log = array("q") if engine_ids is None else None
+        self.logged = engine_ids is None
         self.opened = False                     # the worker acknowledged the open: a recovery replays it
         self.finished = False
         self.finish_reason: str | None = None
@@ -129,12 +143,23 @@ class Stream:
         link.live[stream_id] = self
         link.attended += buffer
         link.scored += self.scored
+        link.logged += self.logged
 
     def replay_batches(self, in_flight: int = 0) -> list[list[int]]:
-        """The log, less its last `in_flight` ids (sent again with their steps), as OpenStream.replay batches."""
+        """The log (or the engine's record), less its last `in_flight` ids (sent again with their steps), as
+        OpenStream.replay batches."""
         log = self.log
+        if log is None:
+            try:
+                log = self.engine_ids()
+                len(log)
+            except Exception as exc:                 # the caller's callable: its failure is this stream's
+                raise InvalidRequest(ErrorCode.INVALID, f"engine_ids of stream {self.id!r} raised {exc!r}") from None
+            if len(log) < in_flight:
+                raise InvalidRequest(ErrorCode.INVALID, f"engine_ids of stream {self.id!r} returned {len(log)} ids, "
+                                                        f"fewer than the {in_flight} of its unanswered steps")
         end = len(log) - in_flight
-        return [log[i:min(i + REPLAY_BATCH, end)].tolist() for i in range(0, end, REPLAY_BATCH)]
+        return [list(log[i:min(i + REPLAY_BATCH, end)]) for i in range(0, end, REPLAY_BATCH)]
 
     # ------------------------------------------------------------ fed by the pool
     def acknowledged(self, update: StreamUpdate) -> None:
@@ -190,7 +215,8 @@ class Stream:
             del link.live[self.id]
         link.attended -= self.buffered
         link.scored -= self.scored
-        self.log = self.prompt_ids = self.prompt_text = self.params = None   # what a finished stream keeps: little
+        link.logged -= self.logged
+        self.log = self.engine_ids = self.prompt_ids = self.prompt_text = self.params = None   # kept: little
         if self._on_end is not None:
             self._on_end(self)
         self._wake()
@@ -336,8 +362,8 @@ class StepPart(Pending):
             if error is not None or update is None:
                 failure = stream.fail(error_for(error.code, error.message) if error is not None else
                                       PoolError(ErrorCode.INTERNAL, "the worker's step reply left this stream out"))
-                if not self.detached:            # else the next step that names it reports it
-                    stream.take_failure()
+                if not self.detached:            # else the next step that names it reports it; this one
+                    failure = stream.take_failure() or failure   # may report a failure from before (a replay)
                 results[name] = failure or EMPTY
                 continue
             stream.acknowledged(update)

@@ -32,7 +32,8 @@ async def _wait_until_up(pool: TokenizerPool, index: int, old_pid: int) -> None:
         await asyncio.sleep(0.01)
 
 
-def test_kill_9_at_random_points_loses_and_duplicates_nothing(tokenizer):
+@pytest.mark.parametrize("engine_ids", [False, True], ids=["pool log", "engine's record"])
+def test_kill_9_at_random_points_loses_and_duplicates_nothing(tokenizer, engine_ids):
     rng = random.Random(5)
     scripts = make_scripts(tokenizer, 40, seed=5, fragments=40)      # long streams: many steps to kill into
     texts = [f"request {i}: " + " ".join(rng.choice(["alpha", "βeta", "日本", "🚀", "x"]) for _ in range(20))
@@ -66,7 +67,8 @@ def test_kill_9_at_random_points_loses_and_duplicates_nothing(tokenizer):
                 return results
 
             encoder = asyncio.create_task(stateless())
-            got = await drive(pool, scripts, rng, depth=2, between=between)
+            got = await drive(pool, scripts, rng, depth=2, between=between, engine_ids=engine_ids)
+            assert all((s.log is None) == engine_ids for s in pool.streams.values() if not s.finished)
             encoded = await encoder
             for index, pid, _ in kills[-2:]:
                 await _wait_until_up(pool, index, pid)
@@ -80,9 +82,10 @@ def test_kill_9_at_random_points_loses_and_duplicates_nothing(tokenizer):
     check(tokenizer, scripts, got)
 
 
-def test_a_long_stream_replays_in_several_batches_after_a_kill(tokenizer):
-    """A stream whose log is longer than one replay batch (REPLAY_BATCH ids) is rebuilt on the new worker
-    from its flat id log, in several batches, and goes on exactly as the in-process engine does."""
+@pytest.mark.parametrize("engine_ids", [False, True], ids=["pool log", "engine's record"])
+def test_a_long_stream_replays_in_several_batches_after_a_kill(tokenizer, engine_ids):
+    """A stream whose log (or the engine's record) is longer than one replay batch (REPLAY_BATCH ids) is
+    rebuilt on the new worker from it, in several batches, and goes on exactly as the in-process engine does."""
     from tokworker.frontend.stream import REPLAY_BATCH
     from tests.test_pool_streams import Script, StreamParams
     text = ("Some words 日本語 🚀, and <think>not reasoning</think> numbers 3.14. " * 400)
@@ -108,7 +111,7 @@ def test_a_long_stream_replays_in_several_batches_after_a_kill(tokenizer):
                     os.kill(pid, signal.SIGKILL)
                     kills.append(pid)
 
-            got = await drive(pool, [script], rng, depth=1, between=between)
+            got = await drive(pool, [script], rng, depth=1, between=between, engine_ids=engine_ids)
             assert kills and pool.links[0].recoveries >= 1
             return got
 
@@ -151,3 +154,57 @@ def test_a_step_with_a_bad_batch_is_refused_whole_and_a_kill_after_it_replays_ex
         assert "".join(d.content or "" for u in got[name] for d in u.deltas) == \
             "".join(d.content or "" for u in expected for d in u.deltas)
         assert got[name] == expected
+
+
+def test_streams_on_the_engines_record_keep_no_log_and_its_failures_are_theirs(tokenizer):
+    """A stream opened with engine_ids keeps no log. After a kill, a stream whose callable raises (or returns
+    fewer ids than its unanswered steps hold) fails with INVALID naming it; the others replay and go on. A
+    batch that is not ids is refused by the worker, failing that step's streams (the engine holds ids the
+    worker never took); an engine_ids that is not callable is refused at open."""
+    from tokworker.frontend.errors import InvalidRequest, PoolError
+    from tokworker.protocol.deltas import StreamParams, StreamUpdate
+    from tokworker.stream.state import TextStream
+    ids = tokenizer.encode("Naïve café, 日本語 and 🚀 all stream through the pool, one id at a time.")
+
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            with pytest.raises(InvalidRequest, match="engine_ids is a callable"):
+                await pool.open_stream("x", engine_ids=[1, 2])
+            stepped = {"good": [], "broken": [], "short": []}
+
+            def broken():
+                raise RuntimeError("the engine lost it")
+            sources = {"good": stepped["good"].copy, "broken": broken, "short": list}
+            streams = {name: await pool.open_stream(name, buffer=False, engine_ids=sources[name]) for name in stepped}
+            assert all(stream.log is None for stream in streams.values()) and pool.links[0].logged == 0
+            got = []
+            for k in range(4):
+                for name in stepped:
+                    stepped[name].append(ids[k])
+                if k < 3:
+                    got.append((await pool.step({name: [ids[k]] for name in stepped}))["good"])
+                    continue
+                pid = pool.launcher.pids[0]
+                os.kill(pid, signal.SIGSTOP)                  # it cannot answer the step: the kill catches it
+                in_flight = pool.submit_step({name: [ids[k]] for name in stepped})
+                os.kill(pid, signal.SIGKILL)
+                result = await in_flight
+                got.append(result["good"])
+            assert result["broken"].code == result["short"].code == "invalid"
+            assert "'broken' raised RuntimeError" in result["broken"].message
+            assert "'short' returned 0 ids, fewer than the 1 of its unanswered steps" in result["short"].message
+            for k in range(4, len(ids)):
+                stepped["good"].append(ids[k])
+                result = await pool.step({name: [ids[k]] for name in stepped})
+                got.append(result["good"])
+                assert result["broken"] == result["short"] == StreamUpdate()   # reported once
+            assert streams["broken"].finished and isinstance(streams["broken"].error, PoolError)
+            bad = await pool.open_stream("bad", buffer=False, engine_ids=list)
+            with pytest.raises(PoolError) as refused:
+                await pool.step({"bad": [5, "x"]})
+            assert refused.value.code == "invalid" and bad.finished
+            return got
+
+    got = uvloop.run(main())
+    local = TextStream(tokenizer, StreamParams())
+    assert got == [local.push([i]) for i in ids]

@@ -100,12 +100,15 @@ def chunk_format(script: Script) -> ChunkFormat:
 
 
 async def drive(pool: TokenizerPool, scripts: list[Script], rng: random.Random, depth: int = 1,
-                between=None, chunked=()) -> dict[str, list[StreamUpdate]]:
+                between=None, chunked=(), engine_ids: bool = False) -> dict[str, list[StreamUpdate]]:
     """Play the engine: every step carries the next batch of every live stream, up to `depth` steps in
-    flight. Returns each stream's updates in order. Streams named in `chunked` get server-sent events."""
+    flight. Returns each stream's updates in order. Streams named in `chunked` get server-sent events. With
+    `engine_ids`, the engine's record of each stream's stepped ids is what a replay reads (no pool log)."""
+    stepped: dict[str, list[int]] = {s.stream_id: [] for s in scripts}
     for script in scripts:
         await pool.open_stream(script.stream_id, script.params, prompt_text=script.prompt_text, buffer=False,
-                               chunks=chunk_format(script) if script.stream_id in chunked else None)
+                               chunks=chunk_format(script) if script.stream_id in chunked else None,
+                               engine_ids=stepped[script.stream_id].copy if engine_ids else None)
     got = {s.stream_id: [] for s in scripts}
     cursor = {s.stream_id: 0 for s in scripts}
     by_id = {s.stream_id: s for s in scripts}
@@ -124,6 +127,7 @@ async def drive(pool: TokenizerPool, scripts: list[Script], rng: random.Random, 
             script, k = by_id[stream_id], cursor[stream_id]
             if k < len(script.batches):
                 ids[stream_id] = script.batches[k]
+                stepped[stream_id] += script.batches[k]
                 cursor[stream_id] = k + 1
             elif k == len(script.batches):
                 finish.append(stream_id)

@@ -375,7 +375,7 @@ class Translator:
         return found.negated() if negate else found
 
     def _no_multi_fold(self, found: _Set) -> None:
-        """Oniguruma lets a case-insensitive class match a member's multi-character fold where the fold's
+        r"""Oniguruma lets a case-insensitive class match a member's multi-character fold where the fold's
         first character is not a member itself ([\p{Ll}&&[^a-f]] holds U+FB00, so "ff" is one match; [\p{Ll}]
         matches "f" alone): no single-character class can say that."""
         wanted = found.wanted
