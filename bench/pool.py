@@ -23,7 +23,7 @@
    The pool has one worker per core but the loop's, two at most (on 2 cores a second worker competes with
    the loop for its core and costs it a second message per step: measured, the loop's CPU is lower with one).
    `cpu_ratio` = in-process / pool of loop CPU, `text_cpu_ratio` of text CPU, `step_ratio` the same for
-   step time p50 (above 1: the pool gives the engine loop time back). Each case runs 3 times, in-process
+   step time p50 (above 1: the pool gives the engine loop time back). Each case runs 5 times, in-process
    and pool interleaved (once with --quick); a row is the run with the median loop CPU.
 3. Constrained decoding: S requests forced into a tool call, one token per step: the `guide` round trip
    (every request's next state and token bitmask in one message) against the same automaton walked in
@@ -366,7 +366,7 @@ async def _run(quick: bool) -> list[dict]:
         rows.extend(await _guide_steps(guide_dir, sequences, guide_tokenizer, trie))
     work, work_s = _calibrate(0.002)
     workers = min(2, max(1, cpus - 1))              # a core stays the loop's: on 2, a second worker would take it
-    repeats = 1 if quick else 3
+    repeats = 1 if quick else 5
     kinds = [(kind, text, params, False, False) for kind, (text, params) in KINDS.items()]
     kinds.append(("stop strings + one new chat per step", TEXT, PARAMS, True, False))
     kinds.extend((f"{kind}, SSE chunks", text, params, False, True) for kind, (text, params) in KINDS.items())
