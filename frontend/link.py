@@ -394,12 +394,17 @@ class WorkerLink:
                 in_flight[stream_id] = in_flight.get(stream_id, 0) + len(ids)
         for stream in [s for s in self.live.values() if s.opened]:
             try:
-                replay = stream.replay_batches(in_flight.get(stream.id, 0))
+                body = encode_message(OpenStream(stream_id=stream.id, params=stream.params,
+                                                 prompt_ids=stream.prompt_ids, prompt_text=stream.prompt_text,
+                                                 chunks=stream.chunks,
+                                                 replay=stream.replay_batches(in_flight.get(stream.id, 0))))
             except PoolError as error:                       # an engine_ids callable that failed
                 stream.fail(error)
                 continue
-            body = encode_message(OpenStream(stream_id=stream.id, params=stream.params, prompt_ids=stream.prompt_ids,
-                                             prompt_text=stream.prompt_text, chunks=stream.chunks, replay=replay))
+            except (TypeError, ValueError, OverflowError) as exc:   # its record holds what no id is
+                stream.fail(InvalidRequest(ErrorCode.INVALID, f"the replay of stream {stream.id!r} cannot be "
+                                                              f"encoded: {exc}"))
+                continue
             replay = Call(body, self.loop.create_future(), None, stream.fail, True, replay=True)
             replay.future.add_done_callback(_quiet)
             self.send(replay)

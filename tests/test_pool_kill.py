@@ -157,8 +157,9 @@ def test_a_step_with_a_bad_batch_is_refused_whole_and_a_kill_after_it_replays_ex
 
 
 def test_streams_on_the_engines_record_keep_no_log_and_its_failures_are_theirs(tokenizer):
-    """A stream opened with engine_ids keeps no log. After a kill, a stream whose callable raises (or returns
-    fewer ids than its unanswered steps hold) fails with INVALID naming it; the others replay and go on. A
+    """A stream opened with engine_ids keeps no log. After a kill, a stream whose callable raises, returns
+    fewer ids than its unanswered steps hold or returns what no id is, fails with INVALID naming it; the
+    others replay and go on. A
     batch that is not ids is refused by the worker, failing that step's streams (the engine holds ids the
     worker never took); an engine_ids that is not callable is refused at open."""
     from tokworker.frontend.errors import InvalidRequest, PoolError
@@ -170,11 +171,11 @@ def test_streams_on_the_engines_record_keep_no_log_and_its_failures_are_theirs(t
         async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
             with pytest.raises(InvalidRequest, match="engine_ids is a callable"):
                 await pool.open_stream("x", engine_ids=[1, 2])
-            stepped = {"good": [], "broken": [], "short": []}
+            stepped = {"good": [], "broken": [], "short": [], "odd": []}
 
             def broken():
                 raise RuntimeError("the engine lost it")
-            sources = {"good": stepped["good"].copy, "broken": broken, "short": list}
+            sources = {"good": stepped["good"].copy, "broken": broken, "short": list, "odd": lambda: [object()] * 4}
             streams = {name: await pool.open_stream(name, buffer=False, engine_ids=sources[name]) for name in stepped}
             assert all(stream.log is None for stream in streams.values()) and pool.links[0].logged == 0
             got = []
@@ -190,14 +191,15 @@ def test_streams_on_the_engines_record_keep_no_log_and_its_failures_are_theirs(t
                 os.kill(pid, signal.SIGKILL)
                 result = await in_flight
                 got.append(result["good"])
-            assert result["broken"].code == result["short"].code == "invalid"
+            assert result["broken"].code == result["short"].code == result["odd"].code == "invalid"
+            assert "the replay of stream 'odd' cannot be encoded" in result["odd"].message
             assert "'broken' raised RuntimeError" in result["broken"].message
             assert "'short' returned 0 ids, fewer than the 1 of its unanswered steps" in result["short"].message
             for k in range(4, len(ids)):
                 stepped["good"].append(ids[k])
                 result = await pool.step({name: [ids[k]] for name in stepped})
                 got.append(result["good"])
-                assert result["broken"] == result["short"] == StreamUpdate()   # reported once
+                assert result["broken"] == result["short"] == result["odd"] == StreamUpdate()   # reported once
             assert streams["broken"].finished and isinstance(streams["broken"].error, PoolError)
             bad = await pool.open_stream("bad", buffer=False, engine_ids=list)
             with pytest.raises(PoolError) as refused:
