@@ -25,7 +25,7 @@ import msgspec
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from tokworker.protocol.messages import (ID_FRAME, PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenStream, Stats,
+from tokworker.protocol.messages import (ID_FRAME, PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, Stats,
                                          decode_reply, encode_message, frame)
 from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost, error_for
 from tokworker.frontend.pending import Call, Pending, Probe
@@ -394,16 +394,9 @@ class WorkerLink:
                 in_flight[stream_id] = in_flight.get(stream_id, 0) + len(ids)
         for stream in [s for s in self.live.values() if s.opened]:
             try:
-                body = encode_message(OpenStream(stream_id=stream.id, params=stream.params,
-                                                 prompt_ids=stream.prompt_ids, prompt_text=stream.prompt_text,
-                                                 chunks=stream.chunks,
-                                                 replay=stream.replay_batches(in_flight.get(stream.id, 0))))
-            except PoolError as error:                       # an engine_ids callable that failed
+                body = stream.replay_request(in_flight.get(stream.id, 0))
+            except PoolError as error:                       # the engine's record of its ids failed it
                 stream.fail(error)
-                continue
-            except (TypeError, ValueError, OverflowError) as exc:   # its record holds what no id is
-                stream.fail(InvalidRequest(ErrorCode.INVALID, f"the replay of stream {stream.id!r} cannot be "
-                                                              f"encoded: {exc}"))
                 continue
             replay = Call(body, self.loop.create_future(), None, stream.fail, True, replay=True)
             replay.future.add_done_callback(_quiet)

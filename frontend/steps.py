@@ -69,9 +69,7 @@ def _send_grouped(table: dict, ids: dict, finish) -> asyncio.Future:
         if stream is None or stream.finished:
             late = _late(table, stream_id, late)
             continue
-        group = groups.get(stream.link)
-        if group is None:
-            group = groups[stream.link] = ({}, [], [], [])
+        group = _group(groups, stream.link)
         if type(batch) is tuple:
             batch, logprobs = batch
             scored.setdefault(stream.link, {})[stream_id] = logprobs
@@ -82,9 +80,7 @@ def _send_grouped(table: dict, ids: dict, finish) -> asyncio.Future:
         if stream is None or stream.finished:
             late = _late(table, stream_id, late)
             continue
-        group = groups.get(stream.link)
-        if group is None:
-            group = groups[stream.link] = ({}, [], [], [])
+        group = _group(groups, stream.link)
         group[3].append(stream_id)
         if stream_id not in group[0]:
             group[2].append(stream_id)
@@ -101,6 +97,13 @@ def _send_grouped(table: dict, ids: dict, finish) -> asyncio.Future:
         parts.append((link, StepPart(body, future, call, link, batch_ids, finish_only, streams, bool(finishing))))
     _dispatch(table, parts)
     return future
+
+
+def _group(groups: dict, link) -> tuple:
+    group = groups.get(link)
+    if group is None:
+        group = groups[link] = ({}, [], [], [])
+    return group
 
 
 def _dispatch(table: dict, parts: list) -> None:

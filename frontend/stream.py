@@ -34,7 +34,7 @@ from collections import deque
 import msgspec
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, joined_logprobs
-from tokworker.protocol.messages import ErrorCode, ErrorReply
+from tokworker.protocol.messages import ErrorCode, ErrorReply, OpenStream, encode_message
 from tokworker.frontend.errors import InvalidRequest, PoolError, StreamFailed, error_for
 from tokworker.frontend.pending import Pending
 
@@ -145,9 +145,10 @@ class Stream:
         link.scored += self.scored
         link.logged += self.logged
 
-    def replay_batches(self, in_flight: int = 0) -> list[list[int]]:
-        """The log (or the engine's record), less its last `in_flight` ids (sent again with their steps), as
-        OpenStream.replay batches."""
+    def replay_request(self, in_flight: int = 0) -> bytes:
+        """The OpenStream that rebuilds this stream on a new worker: its log (or the engine's record), less
+        its last `in_flight` ids (sent again with their steps), in batches. An engine record that fails
+        (raises, is too short, holds what no id is) raises InvalidRequest naming the stream."""
         log = self.log
         if log is None:
             try:
@@ -159,7 +160,12 @@ class Stream:
                 raise InvalidRequest(ErrorCode.INVALID, f"engine_ids of stream {self.id!r} returned {len(log)} ids, "
                                                         f"fewer than the {in_flight} of its unanswered steps")
         end = len(log) - in_flight
-        return [list(log[i:min(i + REPLAY_BATCH, end)]) for i in range(0, end, REPLAY_BATCH)]
+        batches = [list(log[i:min(i + REPLAY_BATCH, end)]) for i in range(0, end, REPLAY_BATCH)]
+        try:
+            return encode_message(OpenStream(stream_id=self.id, params=self.params, prompt_ids=self.prompt_ids,
+                                             prompt_text=self.prompt_text, chunks=self.chunks, replay=batches))
+        except (TypeError, ValueError, OverflowError) as exc:     # the engine's record holds what no id is
+            raise InvalidRequest(ErrorCode.INVALID, f"the replay of stream {self.id!r} cannot be encoded: {exc}") from None
 
     # ------------------------------------------------------------ fed by the pool
     def acknowledged(self, update: StreamUpdate) -> None:
