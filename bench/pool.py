@@ -22,6 +22,8 @@
    work (the text path alone: the difference the pool makes, without the fixed work diluting it).
    The pool has one worker per core but the loop's, two at most (on 2 cores a second worker competes with
    the loop for its core and costs it a second message per step: measured, the loop's CPU is lower with one).
+   Under every pipelined step is its message: "one send between ... ms of engine work" is the loop
+   thread's CPU for one ZeroMQ send after the engine's work, and for a bare pipe write (bench/zmq_floor.py).
    `cpu_ratio` = in-process / pool of loop CPU, `text_cpu_ratio` of text CPU, `step_ratio` the same for
    step time p50 (above 1: the pool gives the engine loop time back). Each case runs 5 times, in-process
    and pool interleaved (once with --quick); a row is the run with the median loop CPU.
@@ -40,7 +42,7 @@ import random
 import time
 from pathlib import Path
 
-from bench.zmq_floor import round_trip_cpu_us
+from bench.zmq_floor import round_trip_cpu_us, send_cpu_us
 from tokworker.protocol.deltas import ChunkFormat, StreamParams
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
@@ -365,6 +367,9 @@ async def _run(quick: bool) -> list[dict]:
     for sequences in ((1, 32) if quick else (1, 32, 128)):
         rows.extend(await _guide_steps(guide_dir, sequences, guide_tokenizer, trie))
     work, work_s = _calibrate(0.002)
+    sends = send_cpu_us(work_s)
+    rows.append({"case": f"one send between {_ms(work_s)} ms of engine work (the engine loop's floor)",
+                 "zmq_send_us": sends["zmq"], "pipe_write_us": sends["pipe"]})
     workers = min(2, max(1, cpus - 1))              # a core stays the loop's: on 2, a second worker would take it
     repeats = 1 if quick else 5
     kinds = [(kind, text, params, False, False) for kind, (text, params) in KINDS.items()]

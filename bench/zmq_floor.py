@@ -1,9 +1,15 @@
-"""The floor under a pool step: a bare ZeroMQ round trip between two processes, read the way the pool's
-link reads its socket (add_reader on ZeroMQ's descriptor, drained until empty, one future per request)
-under the same event loop, with a Python echo at the other end. What the API thread spends on it is what
-any step awaited in turn costs before tokworker does anything: the pool's own cost is the rest.
+"""The floors under a pool step, between two processes with a Python echo at the other end.
 
-`python -m bench.zmq_floor` prints the row; `round_trip_cpu_us(rounds)` returns it.
+Awaited in turn: a bare ZeroMQ round trip read the way the pool's link reads its socket (add_reader on
+ZeroMQ's descriptor, drained until empty, one future per request) under the same event loop. What the API
+thread spends on it is what any step awaited in turn costs before tokworker does anything.
+
+In an engine loop: the API thread's CPU for one message sent between stretches of the engine's own work,
+when the other side has sat idle meanwhile (what every pipelined step pays for its message), beside the
+same for a one-byte write to a pipe that wakes a process idle on another core (the operating system's part of
+it: on a virtual machine, waking an idle virtual CPU can cost far more than the write).
+
+`python -m bench.zmq_floor` prints the rows; `round_trip_cpu_us(rounds)` and `send_cpu_us(work_s)` return them.
 """
 
 from __future__ import annotations
@@ -83,6 +89,60 @@ async def round_trip_cpu_us(rounds: int = 3000) -> float:
     return round(seconds * 1e6, 2)
 
 
+def _pipe_echo(connection) -> None:
+    while True:
+        connection.send_bytes(connection.recv_bytes())
+
+
+def _work(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def send_cpu_us(work_s: float = 0.002, rounds: int = 300) -> dict:
+    """Medians, in microseconds, of the sending thread's CPU for one ZeroMQ send ("zmq") and for one write
+    to a pipe ("pipe"), each made after `work_s` of busy work, the echo's reply read after more of it."""
+    spawn = multiprocessing.get_context("spawn")
+    run_dir = tempfile.mkdtemp(prefix="tokworker-floor-")
+    endpoint = f"ipc://{run_dir}/echo"
+    echo = spawn.Process(target=_echo, args=(endpoint,), daemon=True)
+    pipe, far_end = spawn.Pipe()
+    pipe_echo = spawn.Process(target=_pipe_echo, args=(far_end,), daemon=True)
+    echo.start()
+    pipe_echo.start()
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    sends: dict[str, list[float]] = {"zmq": [], "pipe": []}
+    try:
+        for k in range(rounds + 20):
+            for kind in sends:
+                _work(work_s)
+                started = time.thread_time()
+                if kind == "zmq":
+                    sock.send(BODY)
+                else:
+                    pipe.send_bytes(b"x")
+                spent = time.thread_time() - started
+                _work(work_s / 2)
+                sock.recv() if kind == "zmq" else pipe.recv_bytes()
+                if k >= 20:                                 # the first rounds connect and warm up
+                    sends[kind].append(spent)
+    finally:
+        sock.close()
+        context.term()
+        for process in (echo, pipe_echo):
+            process.kill()
+            process.join()
+        pipe.close()
+        for name in os.listdir(run_dir):
+            os.unlink(os.path.join(run_dir, name))
+        os.rmdir(run_dir)
+    return {kind: round(sorted(values)[len(values) // 2] * 1e6, 2) for kind, values in sends.items()}
+
+
 def main() -> None:
     try:
         import uvloop
@@ -90,6 +150,8 @@ def main() -> None:
     except ImportError:
         us = asyncio.run(round_trip_cpu_us())
     print({"case": "bare ZeroMQ round trip (the floor)", "api_us_per_round_trip": us})
+    sends = send_cpu_us()
+    print({"case": "one send between 2 ms of engine work", "zmq_send_us": sends["zmq"], "pipe_write_us": sends["pipe"]})
 
 
 if __name__ == "__main__":
