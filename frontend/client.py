@@ -48,6 +48,26 @@ MAX_FORGOTTEN = 16384
 
 
 class TokenizerPool:
+    """The pool's handle (see the module's docstring). One engine step through it, on the bundled tokenizer:
+    the stop string's first characters are held back until the next step shows them to be the stop, which
+    also tells the engine to abort the request.
+
+    >>> import asyncio
+    >>> from tokworker.protocol.deltas import StreamParams
+    >>> async def two_steps():
+    ...     async with await TokenizerPool.spawn(workers=1) as pool:
+    ...         ids = await pool.encode("Hello world! STOP here")
+    ...         print([await pool.decode([i]) for i in ids])
+    ...         await pool.open_stream("req-1", StreamParams(stop=["STOP"]), buffer=False)
+    ...         for batch in (ids[:3], ids[3:]):                      # two engine steps
+    ...             update = (await pool.step({"req-1": batch}))["req-1"]
+    ...             print([d.content for d in update.deltas], update.finish_reason, update.stop_reason, update.abort)
+    >>> asyncio.run(two_steps())
+    ['Hel', 'lo', ' wor', 'ld', '!', ' S', 'T', 'O', 'P', ' here']
+    ['Hello wor'] None None False
+    ['ld! '] stop STOP True
+    """
+
     def __init__(self, endpoints: list[str], *, keys: ClientKeys | None = None, request_timeout: float = 30.0,
                  connect_timeout: float = 60.0, max_inflight: int = 256, max_attempts: int = 3,
                  hang_timeout: float = 10.0, launcher: Launcher | None = None, run_dir: str | None = None):

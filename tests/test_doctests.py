@@ -1,5 +1,5 @@
 """The public surface's docstrings show exact outputs; this runs them (Tokenizer, TextStream, the parsers,
-the endpoint rules)."""
+the chunk writer, the pool, the endpoint rules)."""
 
 import doctest
 import importlib
@@ -7,7 +7,8 @@ import importlib
 import pytest
 
 MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker.parsers.tools",
-           "tokworker.parsers.template_parsers", "tokworker.protocol.endpoints"]
+           "tokworker.parsers.reasoning", "tokworker.parsers.template_parsers", "tokworker.sse.chat",
+           "tokworker.frontend.client", "tokworker.protocol.endpoints"]
 
 
 @pytest.mark.parametrize("name", MODULES)

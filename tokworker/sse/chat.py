@@ -33,7 +33,15 @@ class ChunkWriter:
     """Chunks for one choice of one response: `chunks(update) -> list[dict]`, `sse(update) -> bytes`.
     A writer serves one of the two for its whole response (both track whether the role was sent).
     `for_format` gives a ScoredChunkWriter to a stream with logprobs or continuous usage, so this one's
-    short path stays as short as it was."""
+    short path stays as short as it was. The first chunk carries the role:
+
+    >>> from tokworker.protocol.deltas import Delta, StreamUpdate
+    >>> writer = ChunkWriter("chatcmpl-1", "my-model", created=1700000000)
+    >>> writer.sse(StreamUpdate(deltas=[Delta(content="Hi")]))
+    b'data: {"id":"chatcmpl-1",...,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null,...}]}\\n\\n'
+    >>> writer.sse(StreamUpdate(deltas=[Delta(content="!")], finish_reason="stop"))
+    b'data: {...,"delta":{"content":"!"},"finish_reason":"stop","logprobs":null,"stop_reason":null}]}\\n\\n'
+    """
 
     __slots__ = ("id", "model", "created", "index", "_role_sent", "_head", "_usage_chunk", "_announce")
 

@@ -97,7 +97,22 @@ def get_reasoning_parser(name: str, prompt_text: str | None = None, prompt_ids=N
 
     Give prompt_text, or prompt_ids with the tokenizer (only the prompt's last turn is decoded: the ids
     after its last special token). tool_parser: the stream's tool parser, whose call openings end an
-    unclosed block where the format allows it."""
+    unclosed block where the format allows it.
+
+    >>> parser = get_reasoning_parser("qwen3", prompt_text="<|im_start|>assistant\\n")
+    >>> parser.feed("<think>\\nThe user greets.")
+    [Delta(content=None, reasoning_content='The user greets.', tool_calls=None)]
+    >>> parser.feed("\\n</think>\\n\\nHel")
+    [Delta(content='Hel', reasoning_content=None, tool_calls=None)]
+    >>> parser.feed("lo!"), parser.finish()
+    ([Delta(content='lo!', reasoning_content=None, tool_calls=None)], [])
+
+    A prompt that opened the block (Qwen3's template with thinking forced on) starts the parser inside it:
+
+    >>> inside = get_reasoning_parser("qwen3", prompt_text="<|im_start|>assistant\\n<think>\\n")
+    >>> inside.parse("Hmm.\\n</think>\\n\\nHello!")
+    ('Hmm.', 'Hello!')
+    """
     if name == "openai_gptoss":
         return HarmonyReasoningParser()
     fmt = FORMATS.get(ALIASES.get(name, name)) if isinstance(name, str) else None
