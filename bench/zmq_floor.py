@@ -6,10 +6,11 @@ thread spends on it is what any step awaited in turn costs before tokworker does
 
 In an engine loop: the API thread's CPU for one message sent between stretches of the engine's own work,
 when the other side has sat idle meanwhile (what every pipelined step pays for its message), beside the
-same for a one-byte write to a pipe that wakes a process idle on another core (the operating system's part of
-it: on a virtual machine, waking an idle virtual CPU can cost far more than the write).
+same for a one-byte write to a pipe that wakes a process idle on another core (the operating system's part
+of it: on a virtual machine, waking an idle virtual CPU can cost far more than the write).
 
-`python -m bench.zmq_floor` prints the rows; `round_trip_cpu_us(rounds)` and `send_cpu_us(work_s)` return them.
+`python -m bench.zmq_floor` prints the rows; `round_trip_cpu_us(rounds)` and `send_cpu_us(work_s)` return
+them.
 """
 
 from __future__ import annotations
@@ -123,11 +124,14 @@ def send_cpu_us(work_s: float = 0.002, rounds: int = 300) -> dict:
                 started = time.thread_time()
                 if kind == "zmq":
                     sock.send(BODY)
+                    spent = time.thread_time() - started
+                    _work(work_s / 2)
+                    sock.recv()
                 else:
                     pipe.send_bytes(b"x")
-                spent = time.thread_time() - started
-                _work(work_s / 2)
-                sock.recv() if kind == "zmq" else pipe.recv_bytes()
+                    spent = time.thread_time() - started
+                    _work(work_s / 2)
+                    pipe.recv_bytes()
                 if k >= 20:                                 # the first rounds connect and warm up
                     sends[kind].append(spent)
     finally:
@@ -151,7 +155,8 @@ def main() -> None:
         us = asyncio.run(round_trip_cpu_us())
     print({"case": "bare ZeroMQ round trip (the floor)", "api_us_per_round_trip": us})
     sends = send_cpu_us()
-    print({"case": "one send between 2 ms of engine work", "zmq_send_us": sends["zmq"], "pipe_write_us": sends["pipe"]})
+    print({"case": "one send between 2 ms of engine work", "zmq_send_us": sends["zmq"],
+           "pipe_write_us": sends["pipe"]})
 
 
 if __name__ == "__main__":
