@@ -16,6 +16,7 @@ them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import tempfile
@@ -73,20 +74,27 @@ async def _client(endpoint: str, rounds: int) -> float:
         context.term()
 
 
-async def round_trip_cpu_us(rounds: int = 3000) -> float:
-    """The API thread's CPU per awaited round trip, in microseconds, on the running event loop."""
+@contextlib.contextmanager
+def _zmq_echo():
+    """The endpoint of a ROUTER echo in a process of its own, for the block's length."""
     run_dir = tempfile.mkdtemp(prefix="tokworker-floor-")
     endpoint = f"ipc://{run_dir}/echo"
     echo = multiprocessing.get_context("spawn").Process(target=_echo, args=(endpoint,), daemon=True)
     echo.start()
     try:
-        seconds = await _client(endpoint, rounds)
+        yield endpoint
     finally:
         echo.kill()
         echo.join()
         for name in os.listdir(run_dir):
             os.unlink(os.path.join(run_dir, name))
         os.rmdir(run_dir)
+
+
+async def round_trip_cpu_us(rounds: int = 3000) -> float:
+    """The API thread's CPU per awaited round trip, in microseconds, on the running event loop."""
+    with _zmq_echo() as endpoint:
+        seconds = await _client(endpoint, rounds)
     return round(seconds * 1e6, 2)
 
 
@@ -105,45 +113,32 @@ def send_cpu_us(work_s: float = 0.002, rounds: int = 300) -> dict:
     """Medians, in microseconds, of the sending thread's CPU for one ZeroMQ send ("zmq") and for one write
     to a pipe ("pipe"), each made after `work_s` of busy work, the echo's reply read after more of it."""
     spawn = multiprocessing.get_context("spawn")
-    run_dir = tempfile.mkdtemp(prefix="tokworker-floor-")
-    endpoint = f"ipc://{run_dir}/echo"
-    echo = spawn.Process(target=_echo, args=(endpoint,), daemon=True)
     pipe, far_end = spawn.Pipe()
     pipe_echo = spawn.Process(target=_pipe_echo, args=(far_end,), daemon=True)
-    echo.start()
     pipe_echo.start()
     context = zmq.Context()
-    sock = context.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
-    sends: dict[str, list[float]] = {"zmq": [], "pipe": []}
     try:
-        for k in range(rounds + 20):
-            for kind in sends:
-                _work(work_s)
-                started = time.thread_time()
-                if kind == "zmq":
-                    sock.send(BODY)
+        with _zmq_echo() as endpoint:
+            sock = context.socket(zmq.DEALER)
+            sock.connect(endpoint)
+            channels = {"zmq": (lambda: sock.send(BODY), sock.recv),
+                        "pipe": (lambda: pipe.send_bytes(b"x"), pipe.recv_bytes)}
+            sends: dict[str, list[float]] = {kind: [] for kind in channels}
+            for k in range(rounds + 20):
+                for kind, (send, receive) in channels.items():
+                    _work(work_s)
+                    started = time.thread_time()
+                    send()
                     spent = time.thread_time() - started
                     _work(work_s / 2)
-                    sock.recv()
-                else:
-                    pipe.send_bytes(b"x")
-                    spent = time.thread_time() - started
-                    _work(work_s / 2)
-                    pipe.recv_bytes()
-                if k >= 20:                                 # the first rounds connect and warm up
-                    sends[kind].append(spent)
+                    receive()
+                    if k >= 20:                             # the first rounds connect and warm up
+                        sends[kind].append(spent)
     finally:
-        sock.close()
-        context.term()
-        for process in (echo, pipe_echo):
-            process.kill()
-            process.join()
+        context.destroy(linger=0)                           # closes the socket too, however the block ended
+        pipe_echo.kill()
+        pipe_echo.join()
         pipe.close()
-        for name in os.listdir(run_dir):
-            os.unlink(os.path.join(run_dir, name))
-        os.rmdir(run_dir)
     return {kind: round(sorted(values)[len(values) // 2] * 1e6, 2) for kind, values in sends.items()}
 
 
