@@ -201,15 +201,19 @@ class AddedVocabulary:
             if token.single_word and ((start and _is_word_char(text[start - 1]))
                                       or (stop < len(text) and _is_word_char(text[stop]))):
                 continue
+            # The next search starts at this match's own end, as tokenizers' does, however much whitespace
+            # rstrip takes: a token inside that whitespace matches again. Its split overlaps this one unless it
+            # lstrips, which starts it at the end of what was taken (an empty split, which yields no token).
             if token.lstrip:
                 while start > cursor and _SPACE_CHAR.match(text, start - 1):
                     start -= 1
+                start = max(start, cursor)
             if token.rstrip:
                 stop = _SPACE_RUN.match(text, stop).end()
-                position = stop
             if cursor < start:
                 yield cursor, text[cursor:start], None
-            yield start, match.group(), token_id
+            if start < stop:
+                yield start, match.group(), token_id
             cursor = stop
         if cursor < len(text):
             yield cursor, text[cursor:], None
