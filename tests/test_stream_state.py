@@ -266,7 +266,6 @@ def test_parser_special_tokens_survive_skip_special_tokens():
 
 
 def test_gpt_oss_harmony_channels_with_special_markers():
-    pytest.importorskip("tokworker.parsers.tools.openai")
     tok = special_markers_vocabulary()
     assert all(tok.token_to_id(m) in tok.special_ids for m in HARMONY)
     text = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
@@ -286,7 +285,6 @@ def test_gpt_oss_harmony_channels_with_special_markers():
 
 
 def test_tool_calls_finish_with_tool_calls(tok, ref):
-    pytest.importorskip("tokworker.parsers.tools.hermes")
     text = ('<think>\nweather?\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
             '</tool_call><|im_end|>')
     ids = ref.encode(text, add_special_tokens=False).ids
@@ -313,7 +311,6 @@ CALL_PIECES = ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pari
 def test_tool_calls_agree_across_groupings_and_with_whole_parse(tok, ref):
     """Whatever the grouping (one token, k, random: the last brace of a call arriving with the next
     tokens), the calls are those of the whole-text parse; a call with no arguments streams "{}"."""
-    pytest.importorskip("tokworker.parsers.tools.hermes")
     from tokworker.parsers.reasoning import get_reasoning_parser
     from tokworker.parsers.tools import get_tool_parser
     eos = tok.token_to_id(tok.eos_token)
@@ -343,7 +340,6 @@ def test_tool_calls_agree_across_groupings_and_with_whole_parse(tok, ref):
 
 
 def test_deepseek_reasoning_and_tool_call_markers_on_the_real_vocabulary():
-    pytest.importorskip("tokworker.parsers.tools.deepseek")
     path = vocabulary("deepseek")
     tok = Tokenizer.from_file(path, {"eos_token": "<｜end▁of▁sentence｜>"})
     text = ("Weather in Paris needed.\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"

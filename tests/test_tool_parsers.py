@@ -114,7 +114,7 @@ def test_held_text_is_bounded():
 def test_unfinished_header_streamed_in_word_pieces_is_still_bounded():
     """Word-only pieces skip the header re-match; the length limit still releases the held text,
     and the set of known unfinished headers stays bounded."""
-    from tokworker.parsers.tools.jsoncalls import _UNDECIDED, UNDECIDED_LIMIT
+    from tokworker.parsers.tools.core.jsoncalls import _UNDECIDED, UNDECIDED_LIMIT
     parser = get_tool_parser("hermes")
     sent = parser.feed("<tool_call>")
     for _ in range(600):

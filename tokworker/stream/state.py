@@ -30,7 +30,7 @@ import weakref
 from tokworker.protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
 from tokworker.parsers.reasoning import get_reasoning_parser
 from tokworker.parsers.tools import get_tool_parser
-from tokworker.parsers.tools.jsonscan import STRING_PIECE
+from tokworker.parsers.tools.core.jsonscan import STRING_PIECE
 
 from .accounting import StreamAccounting
 from .coalesce import EMPTY, coalesce

@@ -2,16 +2,16 @@
 
 A parser has `feed(text) -> list[Delta]`, `finish() -> list[Delta]`, `parse(text) -> (content, calls)`,
 `special_tokens` (marker strings the stream must keep in the text it feeds) and `called`.
-Formats live one per module; base.py holds the shared streaming core.
+core/ holds the shared cores (base.py the streaming loop); formats/ one declaration per model family.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 
-from .base import ToolParser
+from .core.base import ToolParser
 
-# vLLM name -> (module, class). Imported on first use so a process pays only for the formats it serves.
+# vLLM name -> (module in formats/, class). Imported on first use so a process pays only for the formats it serves.
 _PARSERS = {
     "hermes": ("hermes", "HermesToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
@@ -83,7 +83,7 @@ def get_tool_parser(name: str, tools: list[dict] | None = None) -> ToolParser:
             module, cls = _PARSERS[name]
         except (KeyError, TypeError):
             raise ValueError(f"unknown tool parser {name!r}; known: {', '.join(TOOL_PARSERS)}") from None
-        parser_class = _CLASSES[name] = getattr(import_module(f"{__name__}.{module}"), cls)
+        parser_class = _CLASSES[name] = getattr(import_module(f"{__name__}.formats.{module}"), cls)
     return parser_class(tools)
 
 
