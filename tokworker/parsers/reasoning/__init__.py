@@ -31,7 +31,8 @@ class ReasoningParserError(ValueError):
 class HarmonyReasoningParser:
     """openai_gptoss: gpt-oss's harmony channels (analysis is reasoning, final is content). The channel
     grammar lives once, in the `openai` tool parser; this is its reasoning-only face. A stream that also
-    asks for the `openai` tool parser needs only that one (TextStream drops this stage then)."""
+    asks for the `openai` tool parser needs only that one (it `reads_reasoning`: TextStream builds no
+    reasoning parser in front of it)."""
 
     passthrough = False  # channels can change at any point
     steady_end = steady_markup = ""

@@ -24,7 +24,7 @@ from types import MethodType
 
 from tokworker.protocol.deltas import Delta, FunctionDelta, ToolCallDelta
 
-from .jsonscan import JsonScanner
+from .jsonscan import STRING_PIECE, JsonScanner
 
 # An opening (marker + call header) longer than this is not a call: stop holding it back.
 HEADER_LIMIT = 1024
@@ -77,9 +77,11 @@ class ToolParser:
     drop_rejected_markers = False  # a marker that opens no call is a control token: never content
     stray_markers: tuple[str, ...] = ()  # closing markers (also in `starts`) dropped when met outside a call
     # The index of the call whose JSON arguments are inside a string, with nothing buffered, else -1: a
-    # text that jsonscan.STRING_PIECE matches whole is then more of those arguments, one fragment of itself,
+    # text that `is_string_piece` matches whole is then more of those arguments, one fragment of itself,
     # and changes no state, so a caller may emit it without feed() (TextStream does, per token).
     string_args = -1
+    is_string_piece = STRING_PIECE.fullmatch  # characters and whole escapes: what leaves a JSON string open
+    reads_reasoning = False  # splits reasoning from content itself (harmony's channels): needs no reasoning parser
 
     def __init__(self, tools: list[dict] | None = None):
         self._tools = tools

@@ -52,7 +52,6 @@ def _either(keys: tuple[str, ...]) -> str:
 
 
 CALL_KEYS = CallKeys()
-CALL_HEADER = CALL_KEYS.header(_NAME)
 CALL_OBJECT = CALL_KEYS.object_start()
 
 

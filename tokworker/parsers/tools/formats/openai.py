@@ -35,6 +35,7 @@ _TERMINATORS = (END, CALL, RETURN)
 class OpenAIToolParser(ToolParser):
     name = "openai"
     special_tokens = (START, CHANNEL, CONSTRAIN, MESSAGE, END, CALL, RETURN)
+    reads_reasoning = True  # the analysis channel
 
     def _initial_mode(self):
         return self._header_mode
