@@ -386,7 +386,7 @@ def test_kimi_ids_are_the_ones_the_model_wrote():
 
 @pytest.mark.parametrize("name", sorted(set(TOOL_PARSERS) - {"mistral", "kimi_k2"}))
 def test_other_formats_issue_openai_ids(name):
-    from tokworker.parsers.tools.core.base import call_id
+    from tokworker.parsers.tools.core.callids import call_id
     assert re.fullmatch(r"call_[0-9a-f]{24}", call_id(get_tool_parser(name).id_style, "f", 0))
 
 

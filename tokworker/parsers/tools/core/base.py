@@ -17,54 +17,18 @@ construction; the tests check that the result is the same however the text is sp
 
 from __future__ import annotations
 
-import itertools
-import os
 import re
 from types import MethodType
 
 from tokworker.protocol.deltas import Delta, FunctionDelta, ToolCallDelta
 
+from .callids import call_id
 from .jsonscan import STRING_PIECE, JsonScanner
 
 # An opening (marker + call header) longer than this is not a call: stop holding it back.
 HEADER_LIMIT = 1024
 FEED_PIECE = 4096
 _WHITESPACE = " \t\n\r"
-# Call ids: a random prefix per process (drawn again in a forked child) and a counter, so ids are unique
-# across streams and requests without a system call per call. Each format issues ids its model's template
-# accepts (ToolParser.id_style); the shapes all live here.
-_CALL_NUMBERS = itertools.count()
-_ID_MASK = (1 << 64) - 1
-_ID_PREFIX = ""
-_ALNUM = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_ALNUM_PREFIX = ""
-_ALNUM_COUNTER_DIGITS = 5  # 62**5 calls per process before the counter part repeats
-
-
-def _draw_id_prefix() -> None:
-    global _ID_PREFIX, _ALNUM_PREFIX
-    _ID_PREFIX = os.urandom(4).hex()
-    _ALNUM_PREFIX = "".join(_ALNUM[b % 62] for b in os.urandom(9 - _ALNUM_COUNTER_DIGITS))
-
-
-_draw_id_prefix()
-os.register_at_fork(after_in_child=_draw_id_prefix)
-
-
-def call_id(style: str, name: str, index: int) -> str:
-    """A new call id. "openai": call_ + 24 hex digits. "alnum9": 9 letters and digits (Mistral's templates
-    raise on anything else). "functions": functions.NAME:INDEX, as Kimi K2 writes its calls (index: the
-    call's place in the answer, as the template numbers calls)."""
-    if style == "functions":
-        return f"functions.{name}:{index}"
-    number = next(_CALL_NUMBERS)
-    if style == "alnum9":
-        digits = []
-        for _ in range(_ALNUM_COUNTER_DIGITS):
-            number, digit = divmod(number, 62)
-            digits.append(_ALNUM[digit])
-        return _ALNUM_PREFIX + "".join(digits)
-    return f"call_{_ID_PREFIX}{number & _ID_MASK:016x}"
 
 
 class ToolParser:
@@ -73,7 +37,7 @@ class ToolParser:
     name = ""
     special_tokens: tuple[str, ...] = ()
     starts: tuple[str, ...] = ()  # markers that may open a call, searched for in content
-    id_style = "openai"  # the shape of the call ids this format issues (see call_id)
+    id_style = "openai"  # the shape of the call ids this format issues (see callids.py)
     drop_rejected_markers = False  # a marker that opens no call is a control token: never content
     stray_markers: tuple[str, ...] = ()  # closing markers (also in `starts`) dropped when met outside a call
     # The index of the call whose JSON arguments are inside a string, with nothing buffered, else -1: a

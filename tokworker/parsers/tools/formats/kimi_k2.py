@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import regex
 
-from ..core.base import call_id
+from ..core.callids import call_id
 from ..core.sectioned import SectionedToolParser
 
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
