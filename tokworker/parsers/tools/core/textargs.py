@@ -2,8 +2,10 @@
 
 The values carry no JSON types, so the tool's schema decides: a parameter typed "string" (or not
 described at all) streams as a JSON string while the model writes it, which is what makes long code
-arguments arrive incrementally; other types are converted when the value is complete. The object is
-written as json.dumps(..., ensure_ascii=False) would write it, so whole and streamed results are equal.
+arguments arrive incrementally; other types are converted when the value is complete: "null" (or "None")
+is null for any type that allows null, and an object or array may be written as JSON or as a Python
+literal (templates that render values with Python's repr teach models that). The object is written as
+json.dumps(..., ensure_ascii=False) would write it, so whole and streamed results are equal.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 from json.encoder import encode_basestring
 
 import regex
+
+from .literals import literal_value
 
 _NUMBER = regex.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _INTEGER = regex.compile(r"-?(?:0|[1-9]\d*)")
@@ -50,11 +54,18 @@ def _types_of(prop: dict, depth: int = 0) -> tuple[str, ...]:
 
 
 def convert(text: str, types: tuple[str, ...], untyped_as_json: bool) -> str:
-    """A complete text value -> its JSON text, trying the schema's types in order; text that fits
-    none stays a string. Untyped values are strings (qwen3_coder) or JSON when they parse (glm45)."""
+    """A complete text value -> its JSON text, trying the schema's types in order (null first: a value
+    typed ["string", "null"] written as null is null, not the text "null"); text that fits none stays a
+    string. Untyped values are strings (qwen3_coder) or JSON when they parse (glm45).
+
+    >>> convert("null", ("string", "null"), False), convert("{'a': [1, None]}", ("object",), False)
+    ('null', '{"a": [1, null]}')
+    """
     stripped = text.strip()
     if not types:
         types = ("json",) if untyped_as_json else ("string",)
+    if "null" in types and stripped.lower() in ("null", "none"):
+        return "null"
     for kind in types:
         if kind == "string":
             return dumps(text)
@@ -64,18 +75,25 @@ def convert(text: str, types: tuple[str, ...], untyped_as_json: bool) -> str:
             return stripped
         if kind == "boolean" and stripped.lower() in ("true", "false"):
             return stripped.lower()
-        if kind == "null" and stripped.lower() in ("null", "none"):
-            return "null"
         if kind in ("object", "array", "json"):
-            try:
-                value = json.loads(stripped)
-            except ValueError:
-                continue
-            if kind == "json" or isinstance(value, dict if kind == "object" else list):
-                return dumps(value)
-    if "null" not in types and stripped.lower() in ("null", "none"):
+            value = _structured(stripped, kind)
+            if value is not None:
+                return value
+    if stripped.lower() in ("null", "none"):
         return "null"  # an optional parameter the model left empty
     return dumps(text)
+
+
+def _structured(text: str, kind: str) -> str | None:
+    """JSON text for an "object" or "array" value (JSON, else a Python literal) or an untyped one (JSON
+    only), or None when the text is none of that."""
+    try:
+        value = literal_value(text, json_first=True) if kind != "json" else json.loads(text)
+        if kind == "json" or isinstance(value, dict if kind == "object" else list):
+            return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (ValueError, RecursionError):
+        pass
+    return None
 
 
 def streams_as_string(types: tuple[str, ...], untyped_as_json: bool) -> bool:
@@ -91,10 +109,16 @@ class TextValuedArgs:
     is the value's own closing tag, consumed, else the value just stops there and the parameters read
     on), with value_end_prefixes and value_end_hold from marker_prefixes; call_end ends the call's
     parameters, and _mode_after_call picks the mode that follows it.
+
+    A format may name wrapper_keys: DeepSeek V3.2 and V4 sometimes put all the arguments in one first
+    parameter called "arguments" or "input" that the tool's schema does not have. Such a value is read
+    whole; when it is an object whose keys the schema has, its members are the arguments themselves
+    (a call that validates against its tool), else it stays the parameter it says it is.
     """
 
     untyped_as_json = False
     strip_value_newlines = False  # drop one "\n" after the opening tag and one before the closing tag
+    wrapper_keys: tuple[str, ...] = ()  # first parameters that may wrap all the arguments (see above)
     # every format sets these (class attributes: patterns and data, never bound methods)
     param_open: regex.Pattern
     value_end: regex.Pattern
@@ -147,16 +171,41 @@ class TextValuedArgs:
         self._close_call()
 
     def _begin_value(self, key: str, param=None) -> None:
-        self._args(("{" if not self._arg_count else ", ") + dumps(key) + ": ")
-        self._arg_count += 1
         types = self._param_types(key, param)
+        self._wrapper = key if not self._arg_count and key in self.wrapper_keys and self._lacks(key) else None
+        if self._wrapper is None:
+            self._args(("{" if not self._arg_count else ", ") + dumps(key) + ": ")
+            self._arg_count += 1
         self._value_types = types
-        self._value_streams = streams_as_string(types, self.untyped_as_json)
+        self._value_streams = self._wrapper is None and streams_as_string(types, self.untyped_as_json)
         self._value_raw = []
         self._value_begun = not self.strip_value_newlines
         if self._value_streams:
             self._args('"')
         self._mode = self._value_mode
+
+    def _properties(self) -> dict:
+        properties = (self._schemas.get(self._call_name) or {}).get("properties")
+        return properties if isinstance(properties, dict) else {}
+
+    def _lacks(self, key: str) -> bool:
+        """The tool's schema describes parameters, and not this one."""
+        properties = self._properties()
+        return bool(properties) and key not in properties
+
+    def _write_value(self) -> None:
+        """A value read whole, converted by its types; a wrapper's object becomes the arguments' members."""
+        raw = "".join(self._value_raw)
+        if self._wrapper is not None:
+            members = _members(raw, self._properties())
+            if members is not None:
+                if members[1]:
+                    self._args("{" + members[0])
+                self._arg_count = members[1]
+                return
+            self._args("{" + dumps(self._wrapper) + ": ")
+            self._arg_count = 1
+        self._args(convert(raw, self._value_types, self.untyped_as_json))
 
     def _param_types(self, key: str, param) -> tuple[str, ...]:
         """The types a value may take: the tool's schema's; a format whose markup types its values
@@ -182,7 +231,7 @@ class TextValuedArgs:
                 self._value_piece(buf)
                 self._buf = ""
                 if not self._value_streams:
-                    self._args(convert("".join(self._value_raw), self._value_types, self.untyped_as_json))
+                    self._write_value()
                 return False
             keep = self._held_end_prefix(buf)
             if self.strip_value_newlines and len(buf) > keep and buf[len(buf) - keep - 1] == "\n":
@@ -198,7 +247,7 @@ class TextValuedArgs:
         if self._value_streams:
             self._args('"')
         else:
-            self._args(convert("".join(self._value_raw), self._value_types, self.untyped_as_json))
+            self._write_value()
         self._consume(m.end() if m["own"] is not None else m.start())
         self._mode = self._params_mode
         return True
@@ -211,6 +260,18 @@ class TextValuedArgs:
 
     def _held_end_prefix(self, buf: str) -> int:
         return held_marker_prefix(buf, self.value_end_prefixes, self.value_end_hold)
+
+
+def _members(text: str, properties: dict) -> tuple[str, int] | None:
+    """A wrapper's value -> (the JSON text of its object's members, how many), when it is an object whose
+    keys the tool's schema describes; else None."""
+    try:
+        inner = literal_value(text.strip(), json_first=True)
+        if isinstance(inner, dict) and inner.keys() <= properties.keys():
+            return json.dumps(inner, ensure_ascii=False, allow_nan=False)[1:-1], len(inner)
+    except (ValueError, RecursionError):
+        pass
+    return None
 
 
 def held_marker_prefix(buf: str, prefixes: frozenset, hold: int) -> int:

@@ -9,7 +9,9 @@
 
 V4 writes the same invokes in <｜DSML｜tool_calls> ... </｜DSML｜tool_calls>. string="true" says the value is text as it is (it streams as a JSON string); string="false" says it is
 JSON, typed by the tool's schema when it has one. A parameter without the attribute is typed as an
-untyped glm45 value is. A value is written as it is: no newline around it is formatting (as vLLM).
+untyped glm45 value is. A value is written as it is: no newline around it is formatting (as vLLM). The
+models sometimes wrap every argument in one parameter named "arguments" or "input" that the tool does
+not have; its object's members are the arguments (textargs.py's wrapper_keys).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class DeepSeekV32ToolParser(InvokeSectionToolParser):
     special_tokens = (OPEN, CLOSE)
     starts = (OPEN,)
     untyped_as_json = True
+    wrapper_keys = ("arguments", "input")
     section_open = regex.escape(OPEN)
     invoke_open = f'<{DSML}invoke\\s+name="(?P<fname>[^"\\n<>]{{1,256}})"\\s*>'
     section_close = regex.escape(CLOSE)
