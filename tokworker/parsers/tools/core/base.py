@@ -24,6 +24,7 @@ from tokworker.protocol.deltas import Delta, FunctionDelta, ToolCallDelta
 
 from .callids import call_id
 from .jsonscan import STRING_PIECE, JsonScanner
+from .literals import LiteralEnd, literal_json
 
 # An opening (marker + call header) longer than this is not a call: stop holding it back.
 HEADER_LIMIT = 1024
@@ -301,9 +302,42 @@ class ToolParser:
 
     def _stream_json_args(self, after) -> None:
         """Commit point passed: stream the arguments object at the buffer's start, then enter `after`."""
-        self._scanner = JsonScanner()
         self._after_args = after
-        self._mode = self._json_args_mode
+        self._mode = self._args_kind_mode
+
+    def _args_kind_mode(self, final: bool) -> bool:
+        """The character after the arguments' "{" says how they are written: JSON, streamed as it comes,
+        or a Python literal ({'city': 'Paris'}: Apriel's template renders dict arguments so), read whole
+        and sent as JSON."""
+        buf = self._buf
+        if buf[:1] == "{":
+            rest = buf[1:].lstrip(_WHITESPACE)
+            if not rest and not final and len(buf) <= HEADER_LIMIT:
+                return False
+            literal = rest[:1] == "'"
+        elif not buf and not final:
+            return False
+        else:
+            literal = False
+        if literal:
+            self._literal_end = LiteralEnd(0, bracketed=True)
+            self._mode = self._literal_args_mode
+        else:
+            self._scanner = JsonScanner()
+            self._mode = self._json_args_mode
+        return True
+
+    def _literal_args_mode(self, final: bool) -> bool:
+        end = self._literal_end.find(self._buf, final)
+        if end is None:
+            return self._break_call() if final else False  # cut off: nothing was sent, the text is no call
+        arguments = literal_json(self._buf[:end])
+        if arguments is None or arguments[0] != "{":
+            return self._break_call()
+        self._args(arguments)
+        self._consume(end)
+        self._mode = self._after_args
+        return True
 
     def _json_args_mode(self, final: bool) -> bool:
         buf = self._buf

@@ -71,14 +71,15 @@ def _value(node):
 
 class LiteralEnd:
     """Where a Python literal that arrives in pieces ends: at the first "," or closing bracket outside its
-    own brackets and strings (triple-quoted ones too). `find(buf, final)` scans on from where the last call
-    stopped (so text fed a character at a time is scanned once) and returns that index, or None while the
-    literal goes on."""
+    own brackets and strings (triple-quoted ones too), or, for a `bracketed` literal, just after the bracket
+    that closes its first one. `find(buf, final)` scans on from where the last call stopped (so text fed a
+    character at a time is scanned once) and returns that index, or None while the literal goes on."""
 
-    __slots__ = ("_at", "_depth", "_quote", "_escaped")
+    __slots__ = ("_at", "_depth", "_quote", "_escaped", "_bracketed")
 
-    def __init__(self, start: int):
+    def __init__(self, start: int, bracketed: bool = False):
         self._at, self._depth, self._quote, self._escaped = start, 0, "", False
+        self._bracketed = bracketed
 
     def find(self, buf: str, final: bool) -> int | None:
         i, depth, quote, escaped = self._at, self._depth, self._quote, self._escaped
@@ -111,6 +112,9 @@ class LiteralEnd:
                     self._at = i
                     return i
                 depth -= 1
+                if not depth and self._bracketed:
+                    self._at = i + 1
+                    return i + 1
             elif c == "," and not depth:
                 self._at = i
                 return i
