@@ -178,6 +178,16 @@ class JsonScanner:
         self.in_string = state == STRING
         return i
 
+    @property
+    def brackets(self) -> str:
+        """The brackets open where the scan stopped, outermost first ("{[")."""
+        return "".join(self._stack)
+
+    @property
+    def stopped_in_string(self) -> bool:
+        """The scan stopped inside a string (an escape included): at an error, on a raw control character."""
+        return self._state in (STRING, ESCAPE, UNICODE)
+
     def _fail(self, i: int, state: int) -> int:
         self.error = True
         self._state = state

@@ -21,7 +21,7 @@ class ApertusToolParser(JsonListToolParser):
     stray_markers = (SUFFIX,)
     drop_rejected_markers = True
     list_open = regex.escape(PREFIX) + r"\s*\[\s*"
-    list_close = r"\s*" + regex.escape(SUFFIX)
+    closing_markers = (SUFFIX,)
 
     @classmethod
     def _call_patterns(cls, prefix: str) -> tuple:

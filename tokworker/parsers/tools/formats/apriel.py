@@ -13,4 +13,4 @@ class AprielToolParser(JsonListToolParser):
     special_tokens = ("<tool_calls>", "</tool_calls>")
     starts = ("<tool_calls>",)
     list_open = r"<tool_calls>\s*\[\s*"
-    list_close = r"\s*</tool_calls>"
+    closing_markers = ("</tool_calls>",)

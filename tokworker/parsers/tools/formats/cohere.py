@@ -31,7 +31,7 @@ class CohereCommandToolParser(JsonListToolParser):
     starts = ("Action:",)
     call_keys = COHERE_KEYS
     list_open = r"Action:\s*```(?:json)?\s*\[\s*"
-    list_close = r"\s*```"
+    closing_markers = ("```",)
 
 
 class CohereCommand2ToolParser(JsonListToolParser):
@@ -41,7 +41,7 @@ class CohereCommand2ToolParser(JsonListToolParser):
     drop_rejected_markers = True
     call_keys = COHERE_KEYS
     list_open = regex.escape(START_ACTION) + r"\s*\[\s*"
-    list_close = r"\s*" + regex.escape(END_ACTION)
+    closing_markers = (END_ACTION,)
 
     def _opening(self, final: bool) -> bool:
         buf = self._buf

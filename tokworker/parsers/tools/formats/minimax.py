@@ -22,3 +22,4 @@ class MinimaxToolParser(ThinkBlockIsContent, JsonListToolParser):
     list_open = r"<tool_calls>\s*"
     list_separator = r"\s*,?\s*"
     list_end = r"\s*</tool_calls>"
+    closing_markers = ("</tool_calls>",)

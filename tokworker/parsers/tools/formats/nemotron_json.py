@@ -13,4 +13,4 @@ class NemotronJsonToolParser(JsonListToolParser):
     special_tokens = ("<TOOLCALL>", "</TOOLCALL>")
     starts = ("<TOOLCALL>",)
     list_open = r"<TOOLCALL>\s*\[\s*"
-    list_close = r"\s*</TOOLCALL>"
+    closing_markers = ("</TOOLCALL>",)

@@ -15,7 +15,7 @@ class XlamToolParser(JsonListToolParser):
     name = "xlam"
     starts = ("```json", "```\n[", "<tool_call>", "[TOOL_CALLS]")
     list_open = r"(?:```(?:json)?|<tool_call>|\[TOOL_CALLS\])\s*\[\s*"
-    list_close = r"\s*(?:```|</tool_call>)"
+    closing_markers = ("```", "</tool_call>")
 
     def _initial_mode(self):
         return self._bare_list_mode
