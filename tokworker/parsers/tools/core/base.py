@@ -188,10 +188,10 @@ class ToolParser:
     def _opening(self, final: bool) -> bool:  # pragma: no cover - every format with starts defines it
         raise NotImplementedError
 
-    def _pass_until(self, end: str, final: bool, as_reasoning: bool, keep_end: bool) -> bool:
+    def _pass_until(self, end: str, final: bool, as_reasoning: bool, keep_end: bool, then=None) -> bool:
         """A mode's body: text up to the marker `end` is content (or reasoning), never calls; then
-        scanning resumes after it (keep_end: the marker stays in that text). Holds back only a tail
-        that may still become `end`."""
+        scanning resumes after it (keep_end: the marker stays in that text) in the mode `then`, by
+        default where it resumes after a call. Holds back only a tail that may still become `end`."""
         buf = self._buf
         at = buf.find(end)
         if at < 0:
@@ -207,7 +207,7 @@ class ToolParser:
         self._consume(at + (len(end) if found else 0))
         if not found:
             return False
-        self._mode = self._resume_mode()
+        self._mode = then or self._resume_mode()
         return True
 
     def _dropped_stray_marker(self) -> bool:

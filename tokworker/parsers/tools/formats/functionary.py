@@ -14,6 +14,7 @@ import regex
 from ..core.base import ToolParser
 from ..core.sectioned import SectionedToolParser
 from ..core.textargs import string_fragment
+from ..core.thinkblock import CallsOpenTheOutput
 
 PYTHON_TAG = "<|python_tag|>"
 
@@ -51,11 +52,11 @@ _FIRST = regex.compile(r"(?:>>>)?" + _RECIPIENT)
 _NEXT = regex.compile(">>>" + _RECIPIENT)
 
 
-class FunctionaryV32ToolParser(ToolParser):
+class FunctionaryV32ToolParser(CallsOpenTheOutput, ToolParser):
     name = "functionary_v32"
     starts = (">>>",)
 
-    def _initial_mode(self):
+    def _output_start(self):
         return self._first_mode
 
     def _first_mode(self, final: bool) -> bool:

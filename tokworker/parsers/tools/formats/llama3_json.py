@@ -3,7 +3,8 @@
     {"name": "get_weather", "parameters": {"city": "Paris"}}
 
 at the start of the output, possibly after <|python_tag|>, several separated by ";". Output that does not
-open with a call is content, all of it (as in vLLM: a JSON object later in an answer is not a call).
+open with a call is content, all of it (as in vLLM: a JSON object later in an answer is not a call); the
+output opens after a think block written first (thinkblock.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import regex
 
 from ..core.base import ToolParser
 from ..core.jsoncalls import CALL_OBJECT, JsonCallObjects, call_head
+from ..core.thinkblock import CallsOpenTheOutput
 
 _PREFIX = r"\s*(?:<\|python_tag\|>\s*)?"
 _HEAD = call_head(_PREFIX)
@@ -20,11 +22,11 @@ _NEXT_HEAD = call_head(r"\s*;\s*")
 _NEXT_WHOLE = regex.compile(r"\s*;\s*" + CALL_OBJECT)
 
 
-class Llama3JsonToolParser(JsonCallObjects, ToolParser):
+class Llama3JsonToolParser(CallsOpenTheOutput, JsonCallObjects, ToolParser):
     name = "llama3_json"
     special_tokens = ("<|python_tag|>",)
 
-    def _initial_mode(self):
+    def _output_start(self):
         return self._opening
 
     def _resume_mode(self):

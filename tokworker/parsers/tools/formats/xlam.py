@@ -3,21 +3,23 @@
     [{"name": "get_weather", "arguments": {"city": "Paris"}}, {...}]          at the start of the output
     ```json\n[{...}]\n```   <tool_call>[{...}]</tool_call>   [TOOL_CALLS][{...}]   anywhere
 
-as vLLM's xlam reads them. A bare list only counts at the start: a list later in prose is content.
+as vLLM's xlam reads them. A bare list only counts where the output opens (at its start, or after a think
+block written first, as vLLM reads it too): a list later in prose is content.
 """
 
 from __future__ import annotations
 
 from ..core.jsonlists import JsonListToolParser
+from ..core.thinkblock import CallsOpenTheOutput
 
 
-class XlamToolParser(JsonListToolParser):
+class XlamToolParser(CallsOpenTheOutput, JsonListToolParser):
     name = "xlam"
     starts = ("```json", "```\n[", "<tool_call>", "[TOOL_CALLS]")
     list_open = r"(?:```(?:json)?|<tool_call>|\[TOOL_CALLS\])\s*\[\s*"
     closing_markers = ("```", "</tool_call>")
 
-    def _initial_mode(self):
+    def _output_start(self):
         return self._bare_list_mode
 
     def _bare_list_mode(self, final: bool) -> bool:
