@@ -113,4 +113,7 @@ FORMATS = {
                               answer_ends=("[END FINAL RESPONSE]",)),
 }
 # vLLM's other names for the same formats.
-ALIASES = {"mimo": "qwen3", "cohere_command3": "cohere", "cohere_command4": "cohere"}
+ALIASES = {"mimo": "qwen3", "cohere_command3": "cohere", "cohere_command4": "cohere",
+           "hy_v3": "deepseek_v3",  # Hunyuan v3: <think> only when reasoning_effort asks for it
+           "step3p5": "step3",  # Step-3.5: its template opens the block; everything before </think> is reasoning
+           "poolside_v1": "deepseek_v3"}  # Laguna: V3's switch; its turns begin with <assistant> (prompt.py)
