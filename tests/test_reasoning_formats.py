@@ -7,8 +7,10 @@ behaviour chosen here:
   reasoning. Here the prompt decides, and whole and stream agree.
 - ernie45: vLLM's whole-text parse keeps the newlines inside <response>\\n...\\n</response> while its stream
   strips some of them; here an answer wrapper's edge whitespace is formatting in both.
-- qwen3 with a tool parser: vLLM leaves a tool call opened inside a think block the model never closed
-  (Qwen3.5 does this) in the reasoning, so no call is made; here the call's opening ends the reasoning.
+- qwen3 with a tool parser: a call opened inside a think block the model never closed ends the reasoning
+  when the tool parser reads Qwen3.5's XML calls (qwen3_coder; vLLM ends it there too, at
+  <tool_call><function=...>), and not with hermes: Qwen3 drafts `<tool_call>{...}` while it thinks and
+  closes the block later, so the draft stays reasoning and the call after </think> is the call.
 - mistral: a [/THINK] without [THINK] is dropped from the content (as vLLM's whole-text parse does; its
   stream keeps it).
 """
@@ -109,9 +111,8 @@ QWEN35 = ("The user wants the weather. I will call the tool.\n\n<tool_call>\n<fu
           "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>")
 
 
-@pytest.mark.parametrize("tool_name", ["qwen3_coder", "hermes"])
-def test_a_tool_call_opened_inside_the_block_ends_the_reasoning(tool_name):
-    tools = get_tool_parser(tool_name)
+def test_a_tool_call_opened_inside_the_block_ends_the_reasoning():
+    tools = get_tool_parser("qwen3_coder")
     parser = get_reasoning_parser("qwen3", prompt_text=QWEN_PROMPT + "<think>\n", tool_parser=tools)
     reasoning, content = parser.parse(QWEN35)
     assert reasoning == "The user wants the weather. I will call the tool."
@@ -122,10 +123,24 @@ def test_a_tool_call_opened_inside_the_block_ends_the_reasoning(tool_name):
     assert get_reasoning_parser("qwen3", prompt_text=QWEN_PROMPT + "<think>\n").parse(QWEN35) == (QWEN35, None)
 
 
+QWEN3_DRAFT = ('The user wants the weather. I could call <tool_call>\n{"name": "get_weather", "arguments": {"city": '
+               '"Paris"}}\n</tool_call> but first check the city.\n</think>\n\n<tool_call>\n{"name": "get_weather", '
+               '"arguments": {"city": "Paris"}}\n</tool_call>')
+
+
+def test_a_call_drafted_inside_the_block_by_qwen3_with_hermes_stays_reasoning():
+    """Qwen3's template writes hermes calls: a <tool_call> inside the open block is a draft."""
+    prompt = QWEN_PROMPT + "<think>\n"
+    expected = (QWEN3_DRAFT.split("\n</think>")[0], QWEN3_DRAFT.split("</think>\n\n")[1])
+    for tools in (None, get_tool_parser("hermes")):
+        assert get_reasoning_parser("qwen3", prompt_text=prompt, tool_parser=tools).parse(QWEN3_DRAFT) == expected
+        assert streamed(get_reasoning_parser("qwen3", prompt_text=prompt, tool_parser=tools), QWEN3_DRAFT) == expected
+
+
 def test_a_later_end_tag_after_the_implicit_end_is_dropped():
-    parser = get_reasoning_parser("qwen3", tool_parser=get_tool_parser("hermes"))
-    text = 'plan<tool_call>{"name": "f", "arguments": {}}</tool_call>\n</think>\n\ndone'
-    assert parser.parse(text) == ("plan", '<tool_call>{"name": "f", "arguments": {}}</tool_call>\n\n\ndone')
+    parser = get_reasoning_parser("qwen3", tool_parser=get_tool_parser("qwen3_coder"))
+    call = "<tool_call>\n<function=f>\n</function>\n</tool_call>"
+    assert parser.parse("plan" + call + "\n</think>\n\ndone") == ("plan", call + "\n\n\ndone")
 
 
 # ---------------------------------------------------------------- markup never reaches the content

@@ -95,6 +95,22 @@ def reference(tok, ref, ids, params: StreamParams):
     return text, "", {}, (*finish, abort)
 
 
+def every_split(ids):
+    """One id per engine step, two steps cut at every position, and all ids in one step."""
+    yield [[i] for i in ids]
+    for cut in range(1, len(ids)):
+        yield [ids[:cut], ids[cut:]]
+    yield [ids]
+
+
+def streams_alike(tokenizer, params, ids, **kwargs):
+    """Run the ids through TextStream in every grouping of every_split: all give the same (content,
+    reasoning, calls, end); returns it."""
+    results = {json.dumps(run(tokenizer, params, steps, **kwargs)[0]) for steps in every_split(ids)}
+    assert len(results) == 1, results
+    return json.loads(results.pop())
+
+
 def splits(ids, seed_cuts):
     points = sorted({c % (len(ids) + 1) for c in seed_cuts} | {0, len(ids)})
     yield [ids[a:b] for a, b in zip(points, points[1:])]

@@ -4,7 +4,10 @@
     {"name": "get_weather", "arguments": {"city": "Paris"}}
     </tool_call>
 
-possibly several, with content before, between or after them.
+possibly several, with content before, between or after them. Qwen3 sometimes drafts a call inside its
+<think> block and closes the block later: an opening there is no call and does not end the reasoning
+(vLLM's qwen3 reasoning parser ends it only at Qwen3.5's XML calls, <tool_call><function=...>, which
+qwen3_coder reads).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class HermesToolParser(JsonCallObjects, ToolParser):
     name = "hermes"
     special_tokens = ("<tool_call>", "</tool_call>")
     starts = (OPEN_TAG,)
+    call_ends_reasoning = False
 
     def _opening(self, final: bool) -> bool:
         return self._call_object(final, _HEAD, _WHOLE, len(OPEN_TAG), self._closing_mode)
