@@ -58,6 +58,11 @@ _PARSERS = {
     "functiongemma": ("functiongemma", "FunctionGemmaToolParser"),
     "lfm2": ("lfm2", "Lfm2ToolParser"),
     "llama4_pythonic": ("pythonic", "PythonicToolParser"),  # pythonic reads Llama 4's <|python_start|> wrapper
+    "gemma4": ("gemma4", "Gemma4ToolParser"),
+    "granite4": ("hermes", "Granite4ToolParser"),
+    "poolside_v1": ("poolside", "PoolsideV1ToolParser"),
+    "mimo": ("mimo", "MimoToolParser"),
+    "cohere_command4": ("cohere", "CohereCommand2ToolParser"),  # Command A Reasoning writes Command R7B's actions
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))

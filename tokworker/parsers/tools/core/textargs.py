@@ -174,8 +174,7 @@ class TextValuedArgs:
         types = self._param_types(key, param)
         self._wrapper = key if not self._arg_count and key in self.wrapper_keys and self._lacks(key) else None
         if self._wrapper is None:
-            self._args(("{" if not self._arg_count else ", ") + dumps(key) + ": ")
-            self._arg_count += 1
+            self._write_key(key)
         self._value_types = types
         self._value_streams = self._wrapper is None and streams_as_string(types, self.untyped_as_json)
         self._value_raw = []
@@ -183,6 +182,10 @@ class TextValuedArgs:
         if self._value_streams:
             self._args('"')
         self._mode = self._value_mode
+
+    def _write_key(self, key: str) -> None:
+        self._args(("{" if not self._arg_count else ", ") + dumps(key) + ": ")
+        self._arg_count += 1
 
     def _properties(self) -> dict:
         properties = (self._schemas.get(self._call_name) or {}).get("properties")
@@ -203,8 +206,7 @@ class TextValuedArgs:
                     self._args("{" + members[0])
                 self._arg_count = members[1]
                 return
-            self._args("{" + dumps(self._wrapper) + ": ")
-            self._arg_count = 1
+            self._write_key(self._wrapper)
         self._args(convert(raw, self._value_types, self.untyped_as_json))
 
     def _param_types(self, key: str, param) -> tuple[str, ...]:

@@ -30,15 +30,7 @@ class FunctionGemmaToolParser(TextValuedArgs, ToolParser):
     call_end = regex.compile(r"\s*\}")
 
     def _opening(self, final: bool) -> bool:
-        m = self._match(self._open, final)
-        if m is None:
-            return False
-        if not m:
-            return self._reject_opening(len(START))
-        self._consume(m.end())
-        self._open_call(m["fname"])
-        self._begin_args()
-        return True
+        return self._invoke(self._open, final, len(self.starts[0]))
 
     def _mode_after_call(self, end):
         return self._closing

@@ -34,3 +34,9 @@ class HermesToolParser(JsonCallObjects, ToolParser):
 
     def _closing_mode(self, final: bool) -> bool:
         return self._expect_closing(_CLOSE, final)
+
+
+class Granite4ToolParser(HermesToolParser):
+    """granite4: IBM Granite 4 writes hermes's calls (vLLM's granite4 parser reads the same tags)."""
+
+    name = "granite4"
