@@ -53,7 +53,7 @@ WRITE_FILE_FORMATS = {
                    "</parameter>\n</function>\n</tool_call>",
     "minimax_m2": '<minimax:tool_call>\n<invoke name="write_file">\n<parameter name="path">fib.py</parameter>\n'
                   '<parameter name="content">{code}</parameter>\n</invoke>\n</minimax:tool_call>',
-    # the rest of vLLM's list (tests/test_tool_parsers_vllm.py)
+    # the rest of vLLM's list
     "deepseek_v32": '<｜DSML｜function_calls>\n<｜DSML｜invoke name="write_file">\n<｜DSML｜parameter name="path" string="true">'
                     'fib.py</｜DSML｜parameter>\n<｜DSML｜parameter name="content" string="true">{code}</｜DSML｜parameter>\n'
                     "</｜DSML｜invoke>\n</｜DSML｜function_calls>",

@@ -19,7 +19,8 @@ from datetime import datetime
 import pytest
 
 from tests.realdata import chat_templates
-from tokworker.parsers.tools import get_tool_parser
+from tests.tool_formats import stream
+from tokworker.parsers.tools import TOOL_PARSERS, get_tool_parser
 from tokworker.parsers.tools.core.callids import call_id
 
 CALLS_PER_STREAM = 500
@@ -118,8 +119,33 @@ def test_the_templates_take_the_ids_back(pooled_ids, file, ids_of):
         assert "done " + i in rendered
 
 
-def test_kimi_ids_are_the_models_own_and_mistral_keeps_a_valid_own_id():
-    """Where a template links results by the model's own id, that id is kept, not a random one."""
-    text = "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:3<|tool_call_argument_begin|>{}<|tool_call_end|>"
-    assert get_tool_parser("kimi_k2").parse(text)[1][0]["id"] == "functions.f:3"
-    assert get_tool_parser("mistral").parse("[TOOL_CALLS]f[CALL_ID]a1B2c3D4e[ARGS]{}")[1][0]["id"] == "a1B2c3D4e"
+def _ids(name, text, tools=None):
+    deltas = stream(name, list(text), tools)
+    return [part.id for d in deltas for part in d.tool_calls or () if part.id is not None]
+
+
+def test_mistral_ids_are_nine_alphanumerics_and_unique():
+    ids = _ids("mistral", "[TOOL_CALLS]f[ARGS]{}[TOOL_CALLS]g[ARGS]{}") + _ids("mistral", '[TOOL_CALLS][{"name": "f", "arguments": {}}]')
+    ids += [get_tool_parser("mistral").parse("[TOOL_CALLS]f[ARGS]{}")[1][0]["id"] for _ in range(200)]
+    assert all(re.fullmatch(r"[A-Za-z0-9]{9}", i) for i in ids), ids
+    assert len(set(ids)) == len(ids)
+
+
+def test_mistral_keeps_a_call_id_the_model_wrote_when_the_templates_take_it():
+    assert _ids("mistral", '[TOOL_CALLS]f[CALL_ID]a1B2c3D4e[ARGS]{"x": 1}') == ["a1B2c3D4e"]
+    other = _ids("mistral", "[TOOL_CALLS]f[CALL_ID]call_1[ARGS]{}")  # not 9 alphanumerics: ours instead
+    assert len(other) == 1 and re.fullmatch(r"[A-Za-z0-9]{9}", other[0]) and other[0] != "call_1"
+
+
+def test_kimi_ids_are_the_ones_the_model_wrote():
+    """Kimi K2's template writes each call under functions.NAME:IDX and its result as "## Return of ID"."""
+    text = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:3<|tool_call_argument_begin|>{}"
+            "<|tool_call_end|><|tool_call_begin|>now<|tool_call_argument_begin|>{}<|tool_call_end|>"
+            "<|tool_calls_section_end|>")
+    assert _ids("kimi_k2", text) == ["functions.get_weather:3", "functions.now:1"]
+    assert [c["id"] for c in get_tool_parser("kimi_k2").parse(text)[1]] == ["functions.get_weather:3", "functions.now:1"]
+
+
+@pytest.mark.parametrize("name", sorted(set(TOOL_PARSERS) - {"mistral", "kimi_k2"}))
+def test_other_formats_issue_openai_ids(name):
+    assert re.fullmatch(r"call_[0-9a-f]{24}", call_id(get_tool_parser(name).id_style, "f", 0))

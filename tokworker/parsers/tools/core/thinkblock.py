@@ -51,4 +51,16 @@ class CallsOpenTheOutput:
         return True
 
     def _leading_think_body_mode(self, final: bool) -> bool:
-        return self._pass_until(THINK_END, final, as_reasoning=False, keep_end=True, then=self._output_start())
+        return self._pass_until(THINK_END, final, as_reasoning=False, keep_end=True, then=self._after_think_mode)
+
+    def _after_think_mode(self, final: bool) -> bool:
+        """Whitespace after the block is formatting (held as content: dropped if a call follows)."""
+        buf = self._buf
+        body = buf.lstrip(_WHITESPACE)
+        if not body and not final and len(buf) <= HEADER_LIMIT:
+            return False
+        if len(body) < len(buf):
+            self._content(buf[:len(buf) - len(body)])
+            self._consume(len(buf) - len(body))
+        self._mode = self._output_start()
+        return True

@@ -18,8 +18,9 @@ from ..core.textargs import convert, marker_prefixes
 from .functiongemma import FunctionGemmaToolParser
 
 START, END, QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
-_BARE_KEY = regex.compile(r"\s*([^\s:{}\[\],<>]{1,256})\s*:")
+_BARE_KEY = regex.compile(r"\s*([^\s:{}\[\],<>'\"()]{1,256})\s*:")
 _SCALAR = regex.compile(r"[^,}\]]*")
+_NOT_GEMMA = regex.compile(r"['\"()]")  # quotes or parentheses: a Python or JSON literal, not Gemma's syntax
 _SCALARS = {"true": True, "false": False, "null": None, "none": None, "nil": None}
 _NUMBER = regex.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _DEPTH_LIMIT = 64  # a request's output is untrusted: bound the recursion
@@ -79,7 +80,8 @@ class Gemma4ToolParser(FunctionGemmaToolParser):
 
 
 def _bare_json(text: str, types: tuple[str, ...]) -> str:
-    """A bare value -> JSON: an object or array in Gemma's syntax, else a scalar typed by the schema."""
+    """A bare value -> JSON: an object or array in Gemma's syntax, else (a scalar, or JSON or a Python
+    literal the model wrote instead) typed by the schema."""
     text = text.strip()
     if text[:1] in ("{", "["):
         try:
@@ -131,7 +133,7 @@ def _read(text: str, i: int, depth: int):
                 items.append(value)
     m = _SCALAR.match(text, i)
     word = m[0].strip()
-    if not word:
+    if not word or _NOT_GEMMA.search(word):
         raise ValueError("expected a value")
     if word.lower() in _SCALARS:
         return _SCALARS[word.lower()], m.end()
