@@ -13,13 +13,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.realdata import vocabulary
-from tests.tool_formats import (SETTINGS, WEATHER_TOOLS, Format, as_json_text, assert_ids_stream_like_whole,
-                                assert_split_invariant, check_text_every_split, check_text_round_trip, cuts,
-                                nasty_text)
+from tests.tool_formats import (WEATHER_TOOLS, Format, as_json_text, assert_ids_stream_like_whole,
+                                assert_split_invariant, nasty_text, text_shape_tests)
 
 
 # ---- renderers, from the templates' literals ----
@@ -102,18 +100,7 @@ FORMATS = [
 ]
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=str)
-@SETTINGS
-@given(data=st.data(), before=nasty_text, after=nasty_text, chunking=cuts)
-def test_calls_round_trip_with_the_text_around_them(fmt, data, before, after, chunking):
-    check_text_round_trip(fmt, data, before, after, chunking)
-
-
-@pytest.mark.parametrize("fmt", FORMATS, ids=str)
-@settings(max_examples=6, deadline=None)
-@given(data=st.data(), before=nasty_text)
-def test_every_split_and_every_prefix(fmt, data, before):
-    check_text_every_split(fmt, data, before)
+test_calls_round_trip_with_the_text_around_them, test_every_split_and_every_prefix = text_shape_tests(FORMATS)
 
 
 # ---- cases: real model-output shapes (from vLLM's tests and issues), malformed openings, vLLM's bugs ----

@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
 
 from tests.test_stream_state import qwen
-from tests.tool_formats import (SETTINGS, WEATHER_TOOLS, WS, Format, assert_ids_stream_like_whole,
-                                assert_split_invariant, calls_lists, check_json_every_split, check_json_round_trip,
-                                cuts, dumps, expected_content, nasty_text, small_calls)
+from tests.tool_formats import (WEATHER_TOOLS, WS, Format, assert_ids_stream_like_whole, assert_split_invariant, dumps,
+                                expected_content, json_shape_tests)
 
 
 # ---- renderers, from the templates' literals ----
@@ -135,18 +133,7 @@ FORMATS = [
 ]
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=str)
-@SETTINGS
-@given(calls=calls_lists, before=nasty_text, after=nasty_text, chunking=cuts)
-def test_calls_round_trip_with_the_text_around_them(fmt, calls, before, after, chunking):
-    check_json_round_trip(fmt, calls, before, after, chunking)
-
-
-@pytest.mark.parametrize("fmt", FORMATS, ids=str)
-@settings(max_examples=8, deadline=None)
-@given(calls=small_calls, before=nasty_text)
-def test_every_split_and_every_prefix(fmt, calls, before):
-    check_json_every_split(fmt, calls, before)
+test_calls_round_trip_with_the_text_around_them, test_every_split_and_every_prefix = json_shape_tests(FORMATS)
 
 
 # ---- cases: malformed openings, formats' own edges, real model-output shapes ----

@@ -7,11 +7,11 @@ literals and JSON spellings without eval); whole and streamed results agree howe
 from __future__ import annotations
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tests.tool_formats import (SETTINGS, WS, Format, assert_split_invariant, check_json_every_split,
-                                check_json_round_trip, cuts, dumps, json_scalars, json_values, names, nasty_text)
+from tests.tool_formats import (SETTINGS, WS, Format, assert_split_invariant, cuts, dumps, json_scalars,
+                                json_shape_tests, json_values, names, nasty_text)
 
 
 # ---- renderers ----
@@ -50,19 +50,10 @@ FORMATS = [
 python_calls = st.lists(st.tuples(names, st.dictionaries(names, json_values, max_size=3)), min_size=1, max_size=3)
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=str)
-@SETTINGS
-@given(calls=python_calls, before=nasty_text, after=nasty_text, chunking=cuts)
-def test_calls_round_trip_with_the_text_around_them(fmt, calls, before, after, chunking):
-    check_json_round_trip(fmt, calls, before, after, chunking)
-
-
-@pytest.mark.parametrize("fmt", FORMATS, ids=str)
-@settings(max_examples=8, deadline=None)
-@given(calls=st.lists(st.tuples(names, st.dictionaries(names, json_scalars, max_size=2)), min_size=1, max_size=2),
-       before=nasty_text)
-def test_every_split_and_every_prefix(fmt, calls, before):
-    check_json_every_split(fmt, calls, before, arguments_grow=False)  # an argument is sent whole, once complete
+# an argument is sent whole, once complete: a cut-off call's arguments are not a prefix of the full ones
+test_calls_round_trip_with_the_text_around_them, test_every_split_and_every_prefix = json_shape_tests(
+    FORMATS, python_calls, st.lists(st.tuples(names, st.dictionaries(names, json_scalars, max_size=2)), min_size=1,
+                                    max_size=2), arguments_grow=False)
 
 
 @SETTINGS

@@ -14,12 +14,11 @@ import json
 import weakref
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_stream_state import qwen
-from tests.tool_formats import (SETTINGS, WS, Format, as_json_text, assert_ids_stream_like_whole, assert_split_invariant,
-                                check_text_every_split, check_text_round_trip, cuts, expected_content, nasty_text, summary)
+from tests.tool_formats import (WS, Format, as_json_text, assert_ids_stream_like_whole, assert_split_invariant,
+                                expected_content, nasty_text, summary, text_shape_tests)
 from tokworker.parsers.tools import get_tool_parser
 
 
@@ -126,18 +125,7 @@ FORMATS = [
 ]
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=str)
-@SETTINGS
-@given(data=st.data(), before=nasty_text, after=nasty_text, chunking=cuts)
-def test_calls_round_trip_with_the_text_around_them(fmt, data, before, after, chunking):
-    check_text_round_trip(fmt, data, before, after, chunking)
-
-
-@pytest.mark.parametrize("fmt", FORMATS, ids=str)
-@settings(max_examples=8, deadline=None)
-@given(data=st.data(), before=nasty_text)
-def test_every_split_and_every_prefix(fmt, data, before):
-    check_text_every_split(fmt, data, before)
+test_calls_round_trip_with_the_text_around_them, test_every_split_and_every_prefix = text_shape_tests(FORMATS)
 
 
 # ---- cases: real model-output shapes ----

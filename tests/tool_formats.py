@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import msgspec
-from hypothesis import HealthCheck, assume, settings
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionChunk
 
@@ -283,6 +284,39 @@ def check_text_every_split(fmt: Format, data, before: str) -> None:
     before = _around(fmt, before, "")
     full = assert_every_split_and_prefix(fmt.name, fmt.render(calls, before), tools, arguments_grow=False)
     assert [(n, json.loads(a)) for n, a in full["calls"]] == [(n, {k: v for k, (_, v) in p.items()}) for n, p in calls]
+
+
+def json_shape_tests(formats: list[Format], calls=None, split_calls=None, arguments_grow: bool = True) -> tuple:
+    """The two property tests of a JSON shape's formats (round trip with the text around, every split and
+    prefix), for its test file to bind: `test_round_trip, test_every_split = json_shape_tests(FORMATS)`."""
+    @pytest.mark.parametrize("fmt", formats, ids=str)
+    @SETTINGS
+    @given(calls=calls or calls_lists, before=nasty_text, after=nasty_text, chunking=cuts)
+    def round_trip(fmt, calls, before, after, chunking):
+        check_json_round_trip(fmt, calls, before, after, chunking)
+
+    @pytest.mark.parametrize("fmt", formats, ids=str)
+    @settings(max_examples=8, deadline=None)
+    @given(calls=split_calls or small_calls, before=nasty_text)
+    def every_split(fmt, calls, before):
+        check_json_every_split(fmt, calls, before, arguments_grow)
+    return round_trip, every_split
+
+
+def text_shape_tests(formats: list[Format]) -> tuple:
+    """The two property tests of a text-valued shape's formats, as json_shape_tests."""
+    @pytest.mark.parametrize("fmt", formats, ids=str)
+    @SETTINGS
+    @given(data=st.data(), before=nasty_text, after=nasty_text, chunking=cuts)
+    def round_trip(fmt, data, before, after, chunking):
+        check_text_round_trip(fmt, data, before, after, chunking)
+
+    @pytest.mark.parametrize("fmt", formats, ids=str)
+    @settings(max_examples=6, deadline=None)
+    @given(data=st.data(), before=nasty_text)
+    def every_split(fmt, data, before):
+        check_text_every_split(fmt, data, before)
+    return round_trip, every_split
 
 
 # ---- text-valued arguments: calls whose values fit the schema the request declares ----

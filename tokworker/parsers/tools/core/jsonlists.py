@@ -20,6 +20,8 @@ cannot swallow the answer after the list.
 
 from __future__ import annotations
 
+import re
+
 import regex
 
 from .base import ToolParser
@@ -119,50 +121,50 @@ class JsonListToolParser(JsonCallObjects, ToolParser):
         return True
 
     def _skip_entry(self, brackets: str, in_string: bool) -> None:
-        self._skip = [brackets, in_string, False]  # brackets open, inside a string, after a backslash
+        self._skip = (brackets, in_string)  # the brackets the entry has open, and whether inside a string
         self._mode = self._skip_mode
 
     def _skip_mode(self, final: bool) -> bool:
         """Drop the rest of a bad entry: through the bracket that closes it (outside strings), up to a
         bracket it did not open (the list's "]"), or up to the list's closing marker, which ends the list.
         Text scanned is dropped as it comes."""
-        buf, skip = self._buf, self._skip
-        brackets, in_string, escaped = skip
+        buf, (brackets, in_string) = self._buf, self._skip
         markers = self.closing_markers
         i, n = 0, len(buf)
         while i < n:
+            if in_string:  # on to the closing quote; a piece ending inside an escape waits for the rest
+                i = _STRING_REST.match(buf, i).end()
+                if i == n or buf[i] == "\\":
+                    break
+                in_string, i = False, i + 1
+                continue
             c = buf[i]
-            if in_string:
-                if escaped:
-                    escaped = False
-                elif c == "\\":
-                    escaped = True
-                elif c == '"':
-                    in_string = False
-            elif c == '"':
+            if c == '"':
                 in_string = True
             elif c in "{[":
                 brackets += c
             elif c in "}]":
                 opened = brackets.rfind("{" if c == "}" else "[")  # it closes that one and any left open inside
                 if opened < 0:  # a bracket the entry did not open (the list's "]"): the list goes on from it
-                    self._consume(i)
-                    self._mode = self._next_call_mode
-                    return True
+                    return self._end_skip(i, self._next_call_mode)
                 brackets = brackets[:opened]
                 if not brackets:  # the entry's own closing bracket
-                    self._consume(i + 1)
-                    self._mode = self._next_call_mode
-                    return True
+                    return self._end_skip(i + 1, self._next_call_mode)
             elif markers and any(m.startswith(buf[i:i + len(m)]) for m in markers):
                 if any(buf.startswith(m, i) for m in markers):
-                    self._consume(i)
                     self._end_list()
-                    self._mode = self._list_closing_mode if self._closing else self._next_call_mode
-                    return True
+                    return self._end_skip(i, self._list_closing_mode if self._closing else self._next_call_mode)
                 if i + max(map(len, markers)) > n and not final:
                     break  # maybe the closing marker, not all here yet
             i += 1
-        self._consume(i)
-        skip[:] = brackets, in_string, escaped
+        self._consume(n if final else i)
+        self._skip = (brackets, in_string)
         return False
+
+    def _end_skip(self, at: int, mode) -> bool:
+        self._consume(at)
+        self._mode = mode
+        return True
+
+
+_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*', re.S)  # a JSON string's characters and whole escapes
