@@ -53,6 +53,16 @@ CASES = [
     ("deepseek_v4", "<｜Assistant｜></think>", "answer", (None, "answer")),
     ("holo2", None, "plan</think>answer", ("plan", "answer")),
     ("mimo", None, "<think>plan</think>answer", ("plan", "answer")),
+    # hy_v3: <think> only when reasoning_effort asks for it; without a prompt, the model's own tags decide
+    ("hy_v3", None, "<think>\nplan\n</think>\nanswer", ("plan", "answer")),
+    ("hy_v3", None, "just the answer", (None, "just the answer")),
+    ("hy_v3", "<|hy_User|>hi<|hy_Assistant|><think></think>", "answer", (None, "answer")),
+    # step3p5 (vLLM's tests): the template opens the block; the newline before and after </think> is formatting
+    ("step3p5", None, "plan\n</think>\nanswer", ("plan", "answer")),
+    ("step3p5", "<|im_start|>assistant\n<think>\n", "still thinking", ("still thinking", None)),
+    # poolside_v1: V3's switch; the current turn begins at <assistant>
+    ("poolside_v1", "<user>q</user><assistant><think>", "plan</think>answer", ("plan", "answer")),
+    ("poolside_v1", None, "answer", (None, "answer")),
     ("mistral", None, "[THINK]hm[/THINK]Yes.", ("hm", "Yes.")),
     ("mistral", None, "Yes.[/THINK] Sure.", (None, "Yes. Sure.")),
     ("apertus", None, "<|inner_prefix|>hm<|inner_suffix|>ok", ("hm", "ok")),
@@ -78,7 +88,7 @@ def test_model_output_shapes_whole_and_one_character_at_a_time(name, prompt, tex
 
 def test_every_name_of_vllms_list_is_served():
     for name in ("nemotron_v3", "olmo3", "ernie45", "hunyuan_a13b", "step3", "gemma4", "cohere", "minimax_m2",
-                 "minimax_m2_append_think", "deepseek_v4", "holo2", "mimo", "mistral"):
+                 "minimax_m2_append_think", "deepseek_v4", "holo2", "mimo", "mistral", "hy_v3", "step3p5", "poolside_v1"):
         get_reasoning_parser(name)
 
 
@@ -97,6 +107,13 @@ PREFILLS = [
     # an earlier assistant turn's closed block does not close this one
     ("deepseek_r1", "<｜User｜>a<｜Assistant｜></think>b<｜end▁of▁sentence｜><｜User｜>c<｜Assistant｜>", "x</think>y",
      ("x", "y")),
+    # Gemma 4's turns: <|turn>ROLE ... <turn|>; an earlier answer's closed thought says nothing of this one
+    ("gemma4", "<bos><|turn>system\n<|think|>Think first.<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n"
+               "Greet back.<channel|>Hello!<turn|>\n<|turn>user\nWhat is 2+2?<turn|>\n<|turn>model\n",
+     "<|channel>thought\nLet me add.<channel|>4", ("Let me add.", "4")),
+    # Poolside's turns: <system>, <user>, <assistant>
+    ("poolside_v1", "<user>a</user><assistant><think>x</think>b</assistant><user>c</user><assistant>", "<think>y</think>z",
+     ("y", "z")),
 ]
 
 
