@@ -244,6 +244,8 @@ BAD_ENTRIES = [
     ("xlam", '[{"x": 1}]', [], '[{"x": 1}]'),
     ("xlam", '[{"name": "f", "arguments": {}}, {"x": 1}, {"name": "g", "arguments": {}}] ok', [("f", "{}"), ("g", "{}")],
      "ok"),
+    ("xlam", '[{"name": "f", "arguments": {"a": yes}}, {"name": "g", "arguments": {}}] ok', [("f", '{"a": '), ("g", "{}")],
+     "ok"),
     ("firefunction_v2", 'see functools[{"x": 1}]', [], 'see functools[{"x": 1}]'),
 ]
 

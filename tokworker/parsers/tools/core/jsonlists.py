@@ -33,7 +33,7 @@ class JsonListToolParser(JsonCallObjects, ToolParser):
     list_close = ""  # regex source: what follows the list's "]", when closing_markers do not say it
     list_separator = r"\s*,\s*"  # regex source: between two call objects
     list_end = r"\s*\]"  # regex source: what ends the list
-    closing_markers: tuple[str, ...] = ()  # the literal tags after the "]" (or that end the list): a skipped entry ends there too
+    closing_markers: tuple[str, ...] = ()  # literal tags after the "]" (or ending the list): a skip ends there too
     call_keys = CALL_KEYS
     stray_markers: tuple[str, ...] = ()  # closing markers (also in `starts`) dropped when met outside a list
     _listing = False  # reading a list's entries

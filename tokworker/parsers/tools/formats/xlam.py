@@ -25,6 +25,7 @@ class XlamToolParser(CallsOpenTheOutput, JsonListToolParser):
     def _bare_list_mode(self, final: bool) -> bool:
         if not self._buf and not final:
             return False
+        self._listing = True
         return self._list_call(final, _BARE, 0, self._next_call_mode)
 
 
