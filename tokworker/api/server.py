@@ -1,0 +1,348 @@
+"""The HTTP front door: OpenAI's and Anthropic's APIs over a TokenizerPool and an Engine, on aiohttp.
+
+    api = Api(pool, engine, ApiOptions(served_model_name=["my-model"]))
+    await api.start()                    # the engine, then the step loop
+    app = api.app()                      # an aiohttp Application: run it, or mount it (app.add_subapp)
+
+Routes: POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages (streamed and whole),
+/tokenize, /detokenize (vLLM's shapes); GET /v1/models, /health, /metrics (Prometheus). A request body is
+read once, bounded by `max_request_bytes`, decoded strictly into its Struct, mapped by plan.py, rendered by
+the pool, and handed to the engine; its streams are opened with the response's chunk format, so a streamed
+body is the SSE bytes the workers wrote, ending in `data: [DONE]` (chat and completions). Errors are
+OpenAI's body (Anthropic's on /v1/messages) with the status their code implies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import Callable
+
+import msgspec
+from aiohttp import web
+
+from tokworker.api import whole
+from tokworker.api.errors import NOT_FOUND, ApiError, anthropic_body, openai_body
+from tokworker.api.metrics import Metrics
+from tokworker.api.plan import (Plan, Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
+                                plan_responses)
+from tokworker.api.requests import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, MessagesRequest,
+                                    ResponsesRequest, TokenizeRequest)
+from tokworker.api.serving import DONE, Choice, Exchange, Serving
+from tokworker.frontend.errors import PoolError
+from tokworker.protocol.deltas import ChunkFormat
+from tokworker.protocol.messages import ErrorCode
+from tokworker.sse.chat import usage_event
+
+log = logging.getLogger("tokworker.api")
+ACCESS_FORMAT = '%a "%r" %s %b %Tf'
+ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "anthropic": "msg_"}
+_JSON = {"Content-Type": "application/json"}
+_SSE = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class ApiOptions(msgspec.Struct, kw_only=True):
+    """The front door's settings (each is a `tokworker api` flag)."""
+
+    served_model_name: list[str] = []        # the names requests may give as `model`; the first is reported
+    max_model_len: int | None = None         # None: the engine's
+    max_request_bytes: int = 32 * 1024 * 1024
+    max_concurrent_requests: int = 4096
+    max_buffer_bytes: int = 4 * 1024 * 1024  # a streamed response this far behind its client is cut
+    drain_timeout: float = 30.0
+
+
+class Api:
+    """See the module's docstring."""
+
+    def __init__(self, pool, engine, options: ApiOptions | None = None, model_root: str = ""):
+        self.pool = pool
+        self.engine = engine
+        self.options = options or ApiOptions()
+        self.names = list(self.options.served_model_name) or [model_root or "default"]
+        self.model_root = model_root
+        self.metrics = Metrics()
+        self.serving = Serving(pool, engine, self.metrics, self.options.max_buffer_bytes)
+        self.served: Served | None = None
+        self.draining = False
+        self.created = int(time.time())
+        self._loop_task: asyncio.Task | None = None
+        self.metrics.gauges = self._gauges
+
+    async def start(self) -> None:
+        await self.engine.start(self.pool)
+        max_len = self.options.max_model_len or self.engine.max_model_len or 32768
+        self.served = Served(self.names[0], self.pool.info.tool_parser, max_len)
+        self._loop_task = asyncio.create_task(self.serving.run(), name="tokworker-step-loop")
+        self._loop_task.add_done_callback(_report_crash)
+
+    async def close(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        await self.engine.close()
+
+    async def drain(self) -> None:
+        """Take no new requests (503) and wait for those in flight, at most drain_timeout."""
+        self.draining = True
+        deadline = time.monotonic() + self.options.drain_timeout
+        while self.serving.exchanges and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.options.max_request_bytes, middlewares=[self._errors])
+        post = [("/v1/chat/completions", self.chat), ("/v1/completions", self.completions),
+                ("/v1/responses", self.responses), ("/v1/messages", self.messages),
+                ("/tokenize", self.tokenize), ("/detokenize", self.detokenize)]
+        get = [("/v1/models", self.models), ("/health", self.health), ("/metrics", self.prometheus)]
+        for path, handler in post:
+            app.router.add_post(path, handler)
+        for path, handler in get:
+            app.router.add_get(path, handler)
+        return app
+
+    # ------------------------------------------------------------ generation routes
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, ChatCompletionRequest, plan_chat)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, CompletionRequest, plan_completion)
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, ResponsesRequest, plan_responses)
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, MessagesRequest, plan_messages)
+
+    async def _generate(self, request: web.Request, kind: type, planner: Callable) -> web.StreamResponse:
+        if self.draining:
+            raise ApiError(ErrorCode.SHUTTING_DOWN, "the server is shutting down")
+        if self.serving.exchanges >= self.options.max_concurrent_requests:
+            raise ApiError(ErrorCode.OVERLOADED, f"{self.serving.exchanges} requests in flight, the server's "
+                                                 f"limit (--max-concurrent-requests)")
+        body = await self._decode(request, kind)
+        return await self._serve(request, planner(body, self.served))
+
+    async def _decode(self, request: web.Request, kind: type):
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(ErrorCode.TOO_LARGE, f"the request body is over {self.options.max_request_bytes} bytes "
+                                                f"(--max-request-bytes)") from None
+        try:
+            body = msgspec.json.decode(raw, type=kind)
+        except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            raise ApiError.of(error) from None
+        model = getattr(body, "model", None)
+        if model is not None and model not in self.names:
+            raise ApiError(NOT_FOUND, f"the model `{model}` does not exist (this server serves "
+                                      f"{', '.join(self.names)})", "model")
+        return body
+
+    async def _prompts(self, plan: Plan) -> list[list[int]]:
+        if plan.render is not None:
+            return [(await self.pool.render(**plan.render)).ids]
+        texts = [p for p in plan.prompts if isinstance(p, str)]
+        encoded = iter(await self.pool.encode(texts, add_special_tokens=plan.add_special_tokens) if texts else ())
+        prompts = [next(encoded) if isinstance(p, str) else p for p in plan.prompts]
+        vocab = self.pool.info.vocab_size
+        for prompt in prompts:
+            bad = next((i for i in prompt if not 0 <= i < vocab), None)
+            if bad is not None:
+                raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab - 1})", "prompt")
+        return prompts
+
+    def _max_tokens(self, plan: Plan, prompt: list[int]) -> int:
+        limit = self.served.max_model_len
+        field = "prompt" if plan.prompts is not None else "input" if plan.api == "responses" else "messages"
+        if len(prompt) >= limit:
+            raise ApiError(ErrorCode.TOO_LARGE, f"the prompt is {len(prompt)} tokens, and this model's context is "
+                                                f"{limit} tokens", field)
+        if plan.max_tokens is None:
+            return limit - len(prompt)
+        if len(prompt) + plan.max_tokens > limit:
+            raise ApiError.invalid(f"this model's context is {limit} tokens, and the request asks for "
+                                   f"{len(prompt) + plan.max_tokens} ({len(prompt)} in the prompt, "
+                                   f"{plan.max_tokens} to generate)", "max_tokens")
+        return plan.max_tokens
+
+    async def _serve(self, request: web.Request, plan: Plan) -> web.StreamResponse:
+        exchange = Exchange(plan, ID_PREFIX[plan.api] + secrets.token_hex(12), int(time.time()))
+        prompts = await self._prompts(plan)
+        limits = [self._max_tokens(plan, prompt) for prompt in prompts]
+        exchange.prompt_ids = prompts
+        exchange.prompt_tokens = sum(len(p) for p in prompts)
+        self.metrics.prompt_tokens += exchange.prompt_tokens
+        total = len(prompts) * plan.n
+        for p, prompt in enumerate(prompts):
+            for j in range(plan.n):
+                index = p * plan.n + j
+                exchange.choices.append(Choice(f"{exchange.id}-{index}", index, exchange, not plan.stream))
+        params = [msgspec.structs.replace(plan.params, max_tokens=limit) for limit in limits]
+        sampling = [msgspec.structs.replace(plan.sampling, max_tokens=limit) for limit in limits]
+        await self._open(exchange, prompts, params, total)
+        self.serving.admit(exchange)
+        try:
+            await asyncio.gather(*(self.engine.add(c.name, prompts[c.index // plan.n], sampling[c.index // plan.n])
+                                   for c in exchange.choices))
+        except Exception as error:
+            self.serving._fail(exchange, _guide_error(error, plan))
+        if exchange.error is not None:
+            raise exchange.error
+        response = None
+        if plan.stream:
+            response = web.StreamResponse(headers=_SSE)
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            exchange.begin(request.transport)
+        try:
+            await exchange.done
+        except asyncio.CancelledError:
+            self.serving.end(exchange, "the client disconnected")
+            raise
+        if response is None:
+            if exchange.error is not None:
+                raise exchange.error
+            return web.Response(body=msgspec.json.encode(self._whole(exchange)), headers=_JSON)
+        if not exchange.gone:
+            await response.write(self._tail(exchange, total))
+            await response.write_eof()
+        return response
+
+    async def _open(self, exchange: Exchange, prompts, params, total: int) -> None:
+        plan = exchange.plan
+        opened = []
+
+        async def open_one(choice: Choice):
+            p = choice.index // plan.n
+            chunks = ChunkFormat(id=exchange.id, model=plan.model, created=exchange.created, index=choice.index,
+                                 api=plan.api, n=total, echo=plan.echo) if plan.stream else None
+            await self.pool.open_stream(choice.name, params[p], prompt_ids=prompts[p], buffer=False, chunks=chunks)
+            opened.append(choice.name)
+
+        try:
+            await asyncio.gather(*(open_one(c) for c in exchange.choices))
+        except BaseException:
+            if opened:
+                await asyncio.shield(self.pool.close_stream(*opened))
+            raise
+        if plan.echo and not plan.stream:
+            texts = await self.pool.decode(prompts, skip_special_tokens=plan.params.skip_special_tokens)
+            exchange.prefixes = [texts[c.index // plan.n] for c in exchange.choices]
+
+    def _tail(self, exchange: Exchange, total: int) -> bytes:
+        """What follows a streamed response's last event: the one usage chunk of several choices, [DONE]."""
+        plan = exchange.plan
+        if plan.api not in ("chat", "completions"):
+            return b""
+        tail = b""
+        if plan.include_usage and total > 1:
+            tail = usage_event(exchange.id, plan.model, exchange.created, [c.usage for c in exchange.choices],
+                               object="chat.completion.chunk" if plan.api == "chat" else "text_completion")
+        return tail + DONE
+
+    def _whole(self, exchange: Exchange) -> dict:
+        plan = exchange.plan
+        collected = [c.collected for c in exchange.choices]
+        logprobs = plan.params.logprobs is not None
+        if plan.api == "chat":
+            return whole.chat_completion(exchange.id, plan.model, exchange.created, collected, exchange.prompt_tokens,
+                                         exchange.prompt_ids[0] if plan.return_token_ids else None, logprobs)
+        if plan.api == "completions":
+            prefixes = exchange.prefixes or [""] * len(collected)
+            return whole.text_completion(exchange.id, plan.model, exchange.created, collected,
+                                         exchange.prompt_tokens, prefixes, logprobs, plan.return_token_ids)
+        if plan.api == "responses":
+            return whole.response_object(exchange.id, plan.model, exchange.created, collected[0],
+                                         exchange.prompt_tokens, logprobs)
+        return whole.anthropic_message(exchange.id, plan.model, collected[0], exchange.prompt_tokens)
+
+    # ------------------------------------------------------------ the other routes
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await self._decode(request, TokenizeRequest)
+        if (body.prompt is None) == (body.messages is None):
+            raise ApiError.invalid("give either prompt or messages", "prompt")
+        if body.messages is not None:
+            tools = [plain(t) for t in body.tools] if body.tools else None
+            ids = (await self.pool.render(chat_messages(body.messages), tools,
+                                          add_generation_prompt=body.add_generation_prompt,
+                                          continue_final_message=body.continue_final_message,
+                                          chat_template=body.chat_template,
+                                          **(body.chat_template_kwargs or {}))).ids
+        else:
+            add_special = True if body.add_special_tokens is None else body.add_special_tokens
+            ids = await self.pool.encode(body.prompt, add_special_tokens=add_special)
+        strings = [await self.pool.decode([i]) for i in ids] if body.return_token_strs else None
+        return _json({"count": len(ids), "max_model_len": self.served.max_model_len, "tokens": ids,
+                      "token_strs": strings})
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        body = await self._decode(request, DetokenizeRequest)
+        vocab = self.pool.info.vocab_size
+        bad = next((i for i in body.tokens if i >= vocab), None)
+        if bad is not None:
+            raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab - 1})", "tokens")
+        return _json({"prompt": await self.pool.decode(body.tokens)})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return _json({"object": "list", "data": [
+            {"id": name, "object": "model", "created": self.created, "owned_by": "tokworker",
+             "root": self.model_root or name, "parent": None, "max_model_len": self.served.max_model_len}
+            for name in self.names]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        ready = not self.draining and any(link.ready for link in self.pool.links)
+        return web.Response(status=200 if ready else 503)
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.text(), content_type="text/plain", charset="utf-8")
+
+    def _gauges(self) -> dict:
+        return {"tokworker_requests_running": ("HTTP requests being served.", self.serving.exchanges),
+                "tokworker_streams_open": ("Streams open on the pool.", self.pool.open_streams),
+                "tokworker_pool_queue_depth": ("Requests in flight to the pool's workers.",
+                                               sum(link.load for link in self.pool.links))}
+
+    # ------------------------------------------------------------ errors
+    @web.middleware
+    async def _errors(self, request: web.Request, handler) -> web.StreamResponse:
+        route = request.match_info.route.resource.canonical if request.match_info.route.resource else "other"
+        try:
+            response = await handler(request)
+        except web.HTTPException as http:
+            code = NOT_FOUND if http.status == 404 else ErrorCode.INVALID
+            error = ApiError(code, f"{request.method} {request.path}: {http.reason}")
+            response = self._error_response(request, error, http.status)
+        except (ApiError, PoolError, msgspec.ValidationError) as failure:
+            response = self._error_response(request, ApiError.of(failure))
+        except asyncio.CancelledError:
+            self.metrics.request(route, 499)
+            raise
+        except Exception as failure:
+            log.exception("%s %s failed", request.method, request.path)
+            response = self._error_response(request, ApiError.of(failure))
+        self.metrics.request(route, response.status)
+        return response
+
+    def _error_response(self, request: web.Request, error: ApiError, status: int | None = None) -> web.Response:
+        body = anthropic_body(error) if request.path == "/v1/messages" else openai_body(error)
+        return web.Response(status=status or error.status, body=body, headers=_JSON)
+
+
+def _guide_error(error: Exception, plan: Plan) -> ApiError:
+    """An engine's refusal; a constraint's names the field that asked for it."""
+    api_error = ApiError.of(error)
+    if plan.guide_param is not None and api_error.param is None and api_error.status == 400:
+        api_error.param = plan.guide_param
+    return api_error
+
+
+def _json(data) -> web.Response:
+    return web.Response(body=msgspec.json.encode(data), headers=_JSON)
+
+
+def _report_crash(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the step loop stopped", exc_info=task.exception())
