@@ -45,6 +45,7 @@ class ReplayEngine(InProcessEngine):
         else:
             text = REPLY
         running.script = await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
+        self.vocab_size = self.pool.info.vocab_size
 
     def step(self, batch: list[Running]) -> list[EngineOutput]:
         outputs = []
@@ -57,15 +58,15 @@ class ReplayEngine(InProcessEngine):
                     ErrorCode.INVALID, f"the replay script's token {token} at {at} is outside the constraint")))
                 continue
             top = r.sampling.logprobs
-            logprobs = None if top is None else [_logprob(token, at, top)]
+            logprobs = None if top is None else [_logprob(token, at, top, self.vocab_size)]
             outputs.append(EngineOutput(r.request_id, [token], logprobs))
         return outputs
 
 
-def _logprob(token: int, at: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+def _logprob(token: int, at: int, top: int, vocab_size: int) -> tuple[float, list[tuple[int, float]]]:
     """A made-up but well-formed entry: the sampled token first among its alternatives."""
     own = -0.125 * (1 + at % 4)
-    return own, [(token, own)] + [(token + k, own - k) for k in range(1, top)]
+    return own, [(token, own)] + [((token + k) % vocab_size, own - k) for k in range(1, top)]
 
 
 def shortest_match(pattern: str) -> str:
