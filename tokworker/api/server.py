@@ -302,6 +302,7 @@ class Api:
     def _gauges(self) -> dict:
         return {"tokworker_requests_running": ("HTTP requests being served.", self.serving.exchanges),
                 "tokworker_streams_open": ("Streams open on the pool.", self.pool.open_streams),
+                "tokworker_engine_requests_running": ("Requests the engine is working on.", self.engine.running()),
                 "tokworker_pool_queue_depth": ("Requests in flight to the pool's workers.",
                                                sum(link.load for link in self.pool.links))}
 

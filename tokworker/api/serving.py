@@ -44,8 +44,8 @@ class Exchange:
     """One HTTP request being served: its choices, its transport (streamed) and the future its handler
     awaits. `error` is set when it failed before the response began (then the handler answers it)."""
 
-    __slots__ = ("plan", "id", "created", "choices", "transport", "backlog", "done", "started_at", "first_at",
-                 "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "prefixes")
+    __slots__ = ("plan", "id", "created", "choices", "transport", "backlog", "done", "closed", "started_at",
+                 "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "prefixes")
 
     def __init__(self, plan, id: str, created: int):
         self.plan = plan
@@ -55,6 +55,7 @@ class Exchange:
         self.transport = None
         self.backlog: list[bytes] | None = [] if plan.stream else None   # events before the headers went out
         self.done = asyncio.get_running_loop().create_future()
+        self.closed = False                # over: done, failed or dropped (a cancelled handler cancels `done`)
         self.started_at = time.monotonic()
         self.first_at: float | None = None
         self.tokens = 0
@@ -172,12 +173,16 @@ class Serving:
             self.engine.abort([choice.name])
         exchange = choice.exchange
         exchange.open -= 1
-        if exchange.open == 0 and not exchange.done.done():
+        if exchange.open == 0:
             self._close(exchange)
 
     def _close(self, exchange: Exchange) -> None:
+        if exchange.closed:
+            return
+        exchange.closed = True
         self.exchanges -= 1
-        exchange.done.set_result(None)
+        if not exchange.done.done():
+            exchange.done.set_result(None)
         end = time.monotonic()
         self.metrics.latency.observe(end - exchange.started_at)
         self.metrics.generation_tokens += exchange.tokens
@@ -187,7 +192,7 @@ class Serving:
     def _fail(self, exchange: Exchange, error: ApiError) -> None:
         """A choice failed: a whole response fails as a whole (its handler answers the error); a streamed one
         gets the error event and ends."""
-        if exchange.done.done():
+        if exchange.closed:
             return
         if exchange.transport is not None:            # the response began: the error is its last event
             exchange.write(sse_error(error), self.max_buffer_bytes)
@@ -196,7 +201,7 @@ class Serving:
 
     def end(self, exchange: Exchange, why: str) -> None:
         """The client is gone (or hopelessly behind): abort its engine requests and close its streams now."""
-        if exchange.done.done():
+        if exchange.closed:
             return
         exchange.gone = True
         log.info("%s: %s; its engine requests are aborted", exchange.id, why)

@@ -103,6 +103,10 @@ class Engine:
     async def close(self) -> None:
         pass
 
+    def running(self) -> int:
+        """Requests the engine is working on (for /metrics and the tests' abort checks)."""
+        return 0
+
     # ------------------------------------------------------------ what every engine shares
     def emit(self, request_id: str, ids: list[int], logprobs: list | None = None, finish: str | None = None,
              error: EngineError | None = None) -> None:

@@ -61,7 +61,7 @@ class InProcessEngine(Engine):
         super().__init__()
         self.pool = None
         self.eos_ids: frozenset[int] = frozenset()
-        self.running: dict[str, Running] = {}       # the engine thread's own table
+        self.running_table: dict[str, Running] = {}  # the engine thread's own table
         self.step_cpu_s = 0.0                       # CPU the engine thread spent in step() (bench subtracts it)
         self._inbox: list = []                      # ("add", Running) / ("abort", id), from the event loop
         self._wake = threading.Condition()
@@ -103,6 +103,11 @@ class InProcessEngine(Engine):
     def step(self, batch: list[Running]) -> list[EngineOutput]:
         raise NotImplementedError
 
+    def running(self) -> int:
+        with self._wake:
+            adds = sum(kind == "add" for kind, _ in self._inbox)
+            return len(self.running_table) + adds
+
     # ------------------------------------------------------------ the engine thread
     def _post(self, item) -> None:
         with self._wake:
@@ -110,7 +115,7 @@ class InProcessEngine(Engine):
             self._wake.notify()
 
     def _run(self) -> None:
-        running = self.running
+        running = self.running_table
         while True:
             with self._wake:
                 while not (running or self._inbox or self._closing):
@@ -158,7 +163,7 @@ class InProcessEngine(Engine):
     def _finish(self, outputs: list[EngineOutput]) -> None:
         """Append each output's ids and end what is over: the engine's own finish, else eos (past
         min_tokens, unless ignore_eos), a stop token id, or max_tokens."""
-        running, eos_ids = self.running, self.eos_ids
+        running, eos_ids = self.running_table, self.eos_ids
         for out in outputs:
             r = running.get(out.request_id)
             if r is None:

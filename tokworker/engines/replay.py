@@ -1,7 +1,7 @@
 """ReplayEngine: scripted replies at a fixed step rate, one token per request per step, for the demo, the
 tests and the bench. It generates nothing: every reply is a script, and it says so.
 
-The reply of a request is `script(prompt_text, sampling)` when a script is given, else:
+The reply of a request is `script(prompt_text, sampling)` when a script is given and returns text, else:
 - a constrained request (tool_choice required or named, response_format): the shortest text the
   constraint's regex accepts (its DFA's nearest accepting path), so it is a valid call or JSON value;
 - otherwise REPLY.
@@ -24,12 +24,12 @@ REPLY = "This reply is scripted: tokworker's replay engine plays it back one tok
 
 
 class ReplayEngine(InProcessEngine):
-    """`script(prompt_text, sampling) -> reply text` (None: see the module's docstring); `step_interval`
+    """`script(prompt_text, sampling) -> reply text or None` (None: see the module's docstring); `step_interval`
     seconds a step (the engine's fixed step rate)."""
 
     name = "replay"
 
-    def __init__(self, script: Callable[[str, SamplingParams], str] | None = None, step_interval: float = 0.01,
+    def __init__(self, script: Callable[[str, SamplingParams], str | None] | None = None, step_interval: float = 0.01,
                  max_model_len: int = 32768):
         super().__init__()
         self.script = script
@@ -37,13 +37,11 @@ class ReplayEngine(InProcessEngine):
         self.max_model_len = max_model_len
 
     async def prepare(self, running: Running) -> None:
-        sampling = running.sampling
+        text = None
         if self.script is not None:
-            text = self.script(await self.pool.decode(running.prompt_ids), sampling)
-        elif running.constraint is not None:
-            text = shortest_match(running.constraint.pattern)
-        else:
-            text = REPLY
+            text = self.script(await self.pool.decode(running.prompt_ids), running.sampling)
+        if text is None:
+            text = shortest_match(running.constraint.pattern) if running.constraint is not None else REPLY
         running.script = await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
         self.vocab_size = self.pool.info.vocab_size
 
