@@ -31,7 +31,8 @@ OPENAI_TYPE = {400: "invalid_request_error", 403: "permission_error", 404: "inva
 ANTHROPIC_TYPE = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error",
                   413: "request_too_large", 429: "rate_limit_error", 501: "invalid_request_error",
                   503: "overloaded_error", 504: "timeout_error"}
-_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
+_PATH = re.compile(r" - at (?:`key` in )?`\$\.?([^`]*)`$")
+_MISSING = re.compile(r"missing required field `([^`]*)`")
 
 
 class ApiError(CodedError):
@@ -65,17 +66,23 @@ class ApiError(CodedError):
 
 
 def from_validation(error: msgspec.ValidationError) -> ApiError:
-    """msgspec's message names the path (`... - at `$.messages[0].role``): that path is the param.
+    """msgspec's message names the path (`... - at `$.messages[0].role``): that path, and a missing field's
+    name, make the param.
 
     >>> e = from_validation(msgspec.ValidationError("Invalid enum value 'robot' - at `$.messages[0].role`"))
     >>> e.param, e.message
     ('messages[0].role', "Invalid enum value 'robot' - at `messages[0].role`")
+    >>> from_validation(msgspec.ValidationError("Object missing required field `function` - at `$.tools[0]`")).param
+    'tools[0].function'
     """
     text = str(error)
     match = _PATH.search(text)
     param = match.group(1) if match and match.group(1) else None
-    if param is not None:
-        text = text[:match.start()] + f" - at `{param}`"
+    if match is not None:
+        text = text[:match.start()] + (f" - at `{param}`" if param else "")
+    missing = _MISSING.search(text)
+    if missing is not None:
+        param = f"{param}.{missing.group(1)}" if param else missing.group(1)
     return ApiError(ErrorCode.INVALID, text, param)
 
 

@@ -54,13 +54,18 @@ def plain(value):
     return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
+def _tag(value: msgspec.Struct) -> str:
+    """A tagged Struct's tag (the JSON "type" it was decoded from)."""
+    return value.__struct_config__.tag
+
+
 def chat_messages(messages: list[Message]) -> list[dict]:
     out = []
     for i, message in enumerate(messages):
         if isinstance(message.content, list):
             for j, part in enumerate(message.content):
-                if not isinstance(part, TextPart) and not (message.role == "assistant" and part.type == "refusal"):
-                    raise ApiError.invalid(f"content parts of type {part.type!r} are not supported: this server "
+                if not isinstance(part, TextPart) and not (message.role == "assistant" and _tag(part) == "refusal"):
+                    raise ApiError.invalid(f"content parts of type {_tag(part)!r} are not supported: this server "
                                            f"serves text", f"messages[{i}].content[{j}].type")
         out.append(plain(message))
     return out
@@ -325,8 +330,8 @@ def _anthropic_messages(request: MessagesRequest) -> list[dict]:
                 messages.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
             elif isinstance(block, AnthropicThinking) and message.role == "assistant":
                 thinking = block.thinking
-            elif block.type != "redacted_thinking":
-                raise ApiError.invalid(f"{block.type} blocks are not supported in {message.role} messages",
+            elif _tag(block) != "redacted_thinking":
+                raise ApiError.invalid(f"{_tag(block)} blocks are not supported in {message.role} messages",
                                        f"messages[{i}].content[{j}].type")
         if text or calls or thinking is not None:
             turn = {"role": message.role, "content": "".join(text) if text or not calls else None}
