@@ -94,8 +94,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="accepted for vLLM's command lines: tool calls are parsed whenever a request has tools")
     _add_worker_settings(api)
 
-    demo = commands.add_parser("demo", help="one chat turn through a local pool on the bundled tokenizer")
+    demo = commands.add_parser("demo", help="the front door on the replay engine, read with the openai SDK")
     demo.add_argument("--model-dir", help="another tokenizer folder (default: the bundled one)")
+    demo.add_argument("--chat-template", help="a template file, its text, or chatml, in place of the model's")
     return parser
 
 
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
               "its own <name>.key_secret")
         return 0
     from tokworker.demo import main as demo
-    return demo(args.model_dir)
+    return demo(args.model_dir, args.chat_template)
 
 
 if __name__ == "__main__":

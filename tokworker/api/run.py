@@ -32,16 +32,18 @@ def engine_for(name: str, url: str | None = None, *, replay_step_interval: float
 
 
 async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "127.0.0.1", port: int = 8000,
-                     ready=None, model_root: str = "") -> None:
+                     ready=None, model_root: str = "", signals: bool = True) -> None:
     """Run until SIGTERM (drain: no new requests, those in flight finish within options.drain_timeout)
-    or SIGINT. `spawn`: TokenizerPool.spawn's keyword arguments. `ready(port)` is called once serving."""
+    or SIGINT (with `signals`), or until cancelled. `spawn`: TokenizerPool.spawn's keyword arguments.
+    `ready(port)` is called once serving."""
     from tokworker.frontend import TokenizerPool
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     drain = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, drain.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
+    if signals:
+        loop.add_signal_handler(signal.SIGTERM, drain.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
     async with await TokenizerPool.spawn(**spawn) as pool:
         api = Api(pool, engine, options, model_root=model_root)
         await api.start()
@@ -57,11 +59,13 @@ async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "1
         if ready is not None:
             ready(bound)
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(drain.wait())]
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        if drain.is_set() and not stop.is_set():
-            log.info("SIGTERM: draining (at most %.0f s)", options.drain_timeout)
-            await api.drain()
-        for waiter in waiters:
-            waiter.cancel()
-        await runner.cleanup()
-        await api.close()
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if drain.is_set() and not stop.is_set():
+                log.info("SIGTERM: draining (at most %.0f s)", options.drain_timeout)
+                await api.drain()
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await runner.cleanup()
+            await api.close()
