@@ -87,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="requests served at once; more get 429")
     api.add_argument("--max-buffer-bytes", type=int, default=4 << 20,
                      help="bytes a streamed response may fall behind its client before it is cut")
+    api.add_argument("--max-queued-bytes", type=int, default=64 << 20,
+                     help="request bytes that may wait for the pool to take their prompts; more get 429")
     api.add_argument("--replay-step-interval", type=float, default=0.01,
                      help="seconds per step of the replay engine (default: 0.01)")
     api.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -151,7 +153,8 @@ def _api(args: argparse.Namespace) -> int:
     spawn.update(model_dir=args.model_dir, workers=args.workers, log_level=args.log_level)
     options = ApiOptions(served_model_name=args.served_model_name, max_model_len=args.max_model_len,
                          max_request_bytes=args.max_request_bytes, max_concurrent_requests=args.max_concurrent_requests,
-                         max_buffer_bytes=args.max_buffer_bytes, drain_timeout=args.drain_timeout_s)
+                         max_buffer_bytes=args.max_buffer_bytes, max_queued_bytes=args.max_queued_bytes,
+                         drain_timeout=args.drain_timeout_s)
     uvloop.run(serve_http(spawn, options, engine, host=args.host, port=args.port,
                           model_root=args.model_dir or str(DEFAULT_MODEL_DIR)))
     return 0

@@ -39,6 +39,7 @@ from tokworker.sse.chat import usage_event
 log = logging.getLogger("tokworker.api")
 ACCESS_FORMAT = '%a "%r" %s %b %Tf'
 ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "anthropic": "msg_"}
+PROMPTS_PER_WORKER = 64      # requests in their prompt phase at once, per worker (the pool bounds its in-flight)
 _JSON = {"Content-Type": "application/json"}
 _SSE = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
@@ -51,6 +52,7 @@ class ApiOptions(msgspec.Struct, kw_only=True):
     max_request_bytes: int = 32 * 1024 * 1024
     max_concurrent_requests: int = 4096
     max_buffer_bytes: int = 4 * 1024 * 1024  # a streamed response this far behind its client is cut
+    max_queued_bytes: int = 64 * 1024 * 1024 # request bodies waiting for the pool to take their prompts
     drain_timeout: float = 30.0
 
 
@@ -69,12 +71,17 @@ class Api:
         self.draining = False
         self.created = int(time.time())
         self._loop_task: asyncio.Task | None = None
+        self._prompts_gate: asyncio.Semaphore | None = None
+        self.queued_bytes = 0
         self.metrics.gauges = self._gauges
 
     async def start(self) -> None:
         await self.engine.start(self.pool)
         max_len = self.options.max_model_len or self.engine.max_model_len or 32768
         self.served = Served(self.names[0], self.pool.info.tool_parser, max_len)
+        # A burst of new requests waits here for the pool, rather than overrunning its bounded in-flight
+        # requests (which would answer 429 to work that only had to wait a moment).
+        self._prompts_gate = asyncio.Semaphore(PROMPTS_PER_WORKER * len(self.pool.links))
         self._loop_task = asyncio.create_task(self.serving.run(), name="tokworker-step-loop")
         self._loop_task.add_done_callback(_report_crash)
 
@@ -122,15 +129,30 @@ class Api:
         if self.serving.exchanges >= self.options.max_concurrent_requests:
             raise ApiError(ErrorCode.OVERLOADED, f"{self.serving.exchanges} requests in flight, the server's "
                                                  f"limit (--max-concurrent-requests)")
-        body = await self._decode(request, kind)
-        return await self._serve(request, planner(body, self.served))
-
-    async def _decode(self, request: web.Request, kind: type):
+        raw = await self._read(request)
+        plan = planner(self._decode(raw, kind), self.served)
+        if self.queued_bytes + len(raw) > self.options.max_queued_bytes:
+            raise ApiError(ErrorCode.OVERLOADED, f"{self.queued_bytes} bytes of requests wait for the pool, the "
+                                                 f"server's limit (--max-queued-bytes)")
+        self.queued_bytes += len(raw)
         try:
-            raw = await request.read()
+            await self._prompts_gate.acquire()
+        finally:
+            self.queued_bytes -= len(raw)
+        try:
+            exchange, response = await self._start(request, plan)
+        finally:
+            self._prompts_gate.release()
+        return await self._finish(exchange, response)
+
+    async def _read(self, request: web.Request) -> bytes:
+        try:
+            return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise ApiError(ErrorCode.TOO_LARGE, f"the request body is over {self.options.max_request_bytes} bytes "
                                                 f"(--max-request-bytes)") from None
+
+    def _decode(self, raw: bytes, kind: type):
         try:
             body = msgspec.json.decode(raw, type=kind)
         except (msgspec.ValidationError, msgspec.DecodeError) as error:
@@ -168,9 +190,13 @@ class Api:
                                    f"{plan.max_tokens} to generate)", "max_tokens")
         return plan.max_tokens
 
-    async def _serve(self, request: web.Request, plan: Plan) -> web.StreamResponse:
+    async def _start(self, request: web.Request, plan: Plan) -> tuple[Exchange, web.StreamResponse | None]:
+        """The prompt phase: render or encode, check against the context, open the streams, hand the
+        requests to the engine, and (streamed) send the headers."""
         exchange = Exchange(plan, ID_PREFIX[plan.api] + secrets.token_hex(12), int(time.time()))
+        began = time.perf_counter()
         prompts = await self._prompts(plan)
+        rendered = time.perf_counter()
         limits = [self._max_tokens(plan, prompt) for prompt in prompts]
         exchange.prompt_ids = prompts
         exchange.prompt_tokens = sum(len(p) for p in prompts)
@@ -183,20 +209,27 @@ class Api:
         params = [msgspec.structs.replace(plan.params, max_tokens=limit) for limit in limits]
         sampling = [msgspec.structs.replace(plan.sampling, max_tokens=limit) for limit in limits]
         await self._open(exchange, prompts, params, total)
+        opened = time.perf_counter()
         self.serving.admit(exchange)
         try:
             await asyncio.gather(*(self.engine.add(c.name, prompts[c.index // plan.n], sampling[c.index // plan.n])
                                    for c in exchange.choices))
         except Exception as error:
-            self.serving._fail(exchange, _guide_error(error, plan))
+            self.serving.fail(exchange, _guide_error(error, plan))
         if exchange.error is not None:
             raise exchange.error
+        exchange.timing = (f"prompt;dur={(rendered - began) * 1e3:.2f}, open;dur={(opened - rendered) * 1e3:.2f}, "
+                           f"engine;dur={(time.perf_counter() - opened) * 1e3:.2f}")
         response = None
         if plan.stream:
-            response = web.StreamResponse(headers=_SSE)
+            response = web.StreamResponse(headers={**_SSE, "Server-Timing": exchange.timing})
             response.enable_chunked_encoding()
             await response.prepare(request)
             exchange.begin(request.transport)
+        return exchange, response
+
+    async def _finish(self, exchange: Exchange, response: web.StreamResponse | None) -> web.StreamResponse:
+        """Wait for the step loop to end the exchange; a whole response's body is written now."""
         try:
             await exchange.done
         except asyncio.CancelledError:
@@ -205,9 +238,10 @@ class Api:
         if response is None:
             if exchange.error is not None:
                 raise exchange.error
-            return web.Response(body=msgspec.json.encode(self._whole(exchange)), headers=_JSON)
+            return web.Response(body=msgspec.json.encode(self._whole(exchange)),
+                                headers={**_JSON, "Server-Timing": exchange.timing})
         if not exchange.gone:
-            await response.write(self._tail(exchange, total))
+            await response.write(self._tail(exchange))
             await response.write_eof()
         return response
 
@@ -232,13 +266,13 @@ class Api:
             texts = await self.pool.decode(prompts, skip_special_tokens=plan.params.skip_special_tokens)
             exchange.prefixes = [texts[c.index // plan.n] for c in exchange.choices]
 
-    def _tail(self, exchange: Exchange, total: int) -> bytes:
+    def _tail(self, exchange: Exchange) -> bytes:
         """What follows a streamed response's last event: the one usage chunk of several choices, [DONE]."""
         plan = exchange.plan
         if plan.api not in ("chat", "completions"):
             return b""
         tail = b""
-        if plan.include_usage and total > 1:
+        if plan.include_usage and len(exchange.choices) > 1:
             tail = usage_event(exchange.id, plan.model, exchange.created, [c.usage for c in exchange.choices],
                                object="chat.completion.chunk" if plan.api == "chat" else "text_completion")
         return tail + DONE
@@ -261,7 +295,7 @@ class Api:
 
     # ------------------------------------------------------------ the other routes
     async def tokenize(self, request: web.Request) -> web.Response:
-        body = await self._decode(request, TokenizeRequest)
+        body = self._decode(await self._read(request), TokenizeRequest)
         if (body.prompt is None) == (body.messages is None):
             raise ApiError.invalid("give either prompt or messages", "prompt")
         if body.messages is not None:
@@ -279,7 +313,7 @@ class Api:
                       "token_strs": strings})
 
     async def detokenize(self, request: web.Request) -> web.Response:
-        body = await self._decode(request, DetokenizeRequest)
+        body = self._decode(await self._read(request), DetokenizeRequest)
         vocab = self.pool.info.vocab_size
         bad = next((i for i in body.tokens if i >= vocab), None)
         if bad is not None:

@@ -45,7 +45,7 @@ class Exchange:
     awaits. `error` is set when it failed before the response began (then the handler answers it)."""
 
     __slots__ = ("plan", "id", "created", "choices", "transport", "backlog", "done", "closed", "started_at",
-                 "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "prefixes")
+                 "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "prefixes", "timing")
 
     def __init__(self, plan, id: str, created: int):
         self.plan = plan
@@ -65,6 +65,7 @@ class Exchange:
         self.prompt_tokens = 0
         self.prompt_ids: list[list[int]] = []
         self.prefixes: list[str] = []      # Completions with echo: each choice's prompt text
+        self.timing = ""                   # the Server-Timing header: the prompt phase's parts
 
     def write(self, data: bytes, limit: int) -> bool:
         """Write one HTTP/1.1 chunk; False when the client is gone or more than `limit` bytes behind."""
@@ -116,7 +117,7 @@ class Serving:
                     continue
                 if out.error is not None:
                     choice.engine_done = True
-                    self._fail(choice.exchange, ApiError.of(out.error))
+                    self.fail(choice.exchange, ApiError.of(out.error))
                     continue
                 ids = out.ids
                 choice.exchange.tokens += len(ids)
@@ -136,7 +137,7 @@ class Serving:
                 for name in step:
                     choice = choices.get(name)
                     if choice is not None:
-                        self._fail(choice.exchange, ApiError.of(error))
+                        self.fail(choice.exchange, ApiError.of(error))
                 continue
             for name, update in updates.items():
                 choice = choices.get(name)
@@ -158,7 +159,7 @@ class Serving:
         if finish_reason is None:
             return
         if finish_reason == "error" and choice.collected is not None:
-            self._fail(exchange, ApiError(getattr(update, "code", ErrorCode.INTERNAL),
+            self.fail(exchange, ApiError(getattr(update, "code", ErrorCode.INTERNAL),
                                           getattr(update, "message", "") or "the stream failed"))
             return
         choice.usage = update.usage
@@ -189,7 +190,7 @@ class Serving:
         if exchange.first_at is not None and exchange.tokens > 1:
             self.metrics.per_token.observe((end - exchange.first_at) / (exchange.tokens - 1))
 
-    def _fail(self, exchange: Exchange, error: ApiError) -> None:
+    def fail(self, exchange: Exchange, error: ApiError) -> None:
         """A choice failed: a whole response fails as a whole (its handler answers the error); a streamed one
         gets the error event and ends."""
         if exchange.closed:

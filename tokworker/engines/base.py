@@ -126,8 +126,13 @@ class Engine:
         self._loop.call_soon_threadsafe(self._emit_all, outputs)
 
     def _emit_all(self, outputs: list[EngineOutput]) -> None:
-        for out in outputs:
-            self.emit(out.request_id, out.ids, out.logprobs, out.finish, out.error)
+        if self._pending:
+            for out in outputs:
+                self.emit(out.request_id, out.ids, out.logprobs, out.finish, out.error)
+            return
+        self._pending = {out.request_id: out for out in outputs}     # the usual step: nothing waiting
+        if outputs:
+            self._ready.set()
 
     async def outputs(self) -> list[EngineOutput]:
         """Everything emitted since the last call (waits for something)."""
