@@ -177,14 +177,14 @@ def _adjust_specials(fields: _Fields, tokens: list[str], vocab: dict[str, int], 
     eog = {ids[name] for name in ("fim_pad", "fim_rep", "fim_sep") if name in ids}
     for name, texts in FIM_TEXTS.items():
         if name not in ids:
-            for token_id in filter(None.__ne__, map(vocab.get, texts)):
+            for token_id in _ids_of(vocab, texts):
                 attrs[token_id] |= CONTROL
                 if name in ("fim_pad", "fim_rep", "fim_sep"):
                     eog.add(token_id)
-    for token_id in filter(None.__ne__, map(vocab.get, EOG_TEXTS)):
+    for token_id in _ids_of(vocab, EOG_TEXTS):
         eog.add(token_id)
         attrs[token_id] |= CONTROL
-    for token_id in filter(None.__ne__, map(vocab.get, _ALWAYS_TEXT)):
+    for token_id in _ids_of(vocab, _ALWAYS_TEXT):
         attrs[token_id] = USER_DEFINED
     eog.update(ids[name] for name in ("eos", "eot", "eom") if name in ids)
     texts = {tokens[i]: i for i in eog}
@@ -196,6 +196,10 @@ def _adjust_specials(fields: _Fields, tokens: list[str], vocab: dict[str, int], 
         eog.discard(texts["</s>"])
         attrs[texts["</s>"]] = NORMAL
     return eog
+
+
+def _ids_of(vocab: dict[str, int], texts) -> list[int]:
+    return [token_id for token_id in map(vocab.get, texts) if token_id is not None]
 
 
 def _refuse_overlaps(path: Path, contents: list[str]) -> None:

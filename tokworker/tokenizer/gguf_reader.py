@@ -44,7 +44,13 @@ def type_name(code: int) -> str:
     return _TYPE_NAMES.get(code, f"type {code}")
 
 
-def read_metadata(path: str | Path, prefixes: tuple[str, ...] = ("general.", "tokenizer.")) -> dict:
+class Metadata(dict):
+    """key -> value, and `size`: the bytes from the file's start to the end of its key-value section."""
+
+    size = 0
+
+
+def read_metadata(path: str | Path, prefixes: tuple[str, ...] = ("general.", "tokenizer.")) -> Metadata:
     """key -> value for the keys starting with one of `prefixes` (others are walked over, not decoded).
     Strings are str, arrays of numbers `array` objects (bools: 0/1 bytes), arrays of strings lists."""
     path = Path(path)
@@ -101,7 +107,7 @@ class _Reader:
         count = self.unpack("Q", "the key count")
         if count * 13 > len(self.data) - self.pos:            # a key takes 13 bytes at least
             raise self.error(f"claims {count} keys, more than its {len(self.data)} bytes can hold")
-        found, seen = {}, set()
+        found, seen = Metadata(), set()
         for index in range(count):
             self.key = f"key {index}"
             key = self.string("a key name")
@@ -113,6 +119,7 @@ class _Reader:
             value = self.value(code, 0, decode=key.startswith(prefixes))
             if key.startswith(prefixes):
                 found[key] = value
+        found.size = self.pos
         return found
 
     def value(self, code: int, depth: int, decode: bool):
