@@ -39,7 +39,9 @@ class Tokenizer:
 
     def __init__(self, model, *, normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None,
                  added_tokens: list[dict] | None = None, config: TokenizerConfig | None = None,
-                 keep_added_ids: bool = False):
+                 keep_added_ids: bool = False, prefix_after_special: bool | None = None):
+        """prefix_after_special: whether one space right after a special token is SentencePiece's dummy
+        prefix (None: whenever the normalizer writes that prefix, see AddedVocabulary.split)."""
         self.model = model
         self.normalizer = normalizer
         self.pre_tokenizer = pre_tokenizer
@@ -55,7 +57,8 @@ class Tokenizer:
         self._normalize = normalize
         # SentencePiece-born pipelines: the space after a special token is the dummy prefix (see
         # AddedVocabulary.split), as the models were prompted (mistral-common), not doubled as tokenizers does
-        self._space_is_prefix = normalizers.is_dummy_prefix(normalizer)
+        self._space_is_prefix = normalizers.is_dummy_prefix(normalizer) if prefix_after_special is None \
+            else prefix_after_special
         self.added = AddedVocabulary(specs, model.vocab, normalize, keep_added_ids)
         self.added_tokens: dict[str, int] = dict(self.added.ids)
         self.special_ids: frozenset[int] = self.added.special_ids
@@ -128,13 +131,29 @@ class Tokenizer:
     @classmethod
     def from_dir(cls, directory: str | Path) -> "Tokenizer":
         """A Hugging Face model folder: tokenizer.json plus the config files beside it; a Mistral folder with
-        only tekken.json (as Mistral's own repositories ship it) is read as mistral-common reads it."""
+        only tekken.json (as Mistral's own repositories ship it) is read as mistral-common reads it; a
+        .gguf file, or a folder holding one and neither of those, as llama.cpp reads it."""
         directory = Path(directory)
+        if directory.suffix == ".gguf" and directory.is_file():
+            return cls.from_gguf(directory)
         if (directory / "tokenizer.json").is_file():
             return cls.from_file(directory / "tokenizer.json", TokenizerConfig.from_dir(directory))
         if (directory / "tekken.json").is_file():
             return cls.from_tekken(directory / "tekken.json", TokenizerConfig.from_dir(directory))
-        raise ValueError(f"{directory} has no tokenizer.json (nor tekken.json)")
+        ggufs = sorted(directory.glob("*.gguf")) if directory.is_dir() else []
+        if len(ggufs) == 1:
+            return cls.from_gguf(ggufs[0])
+        if ggufs:
+            raise ValueError(f"{directory} holds {len(ggufs)} .gguf files ({', '.join(p.name for p in ggufs)}); "
+                             "give the one to read")
+        raise ValueError(f"{directory} has no tokenizer.json (nor tekken.json, nor a .gguf file)")
+
+    @classmethod
+    def from_gguf(cls, path) -> "Tokenizer":
+        """A GGUF file's tokenizer and chat template, with llama.cpp's ids; see gguf_loader."""
+        from .gguf_loader import gguf_tokenizer
+        with _collection_paused():
+            return gguf_tokenizer(cls, path)
 
     @classmethod
     def from_tiktoken(cls, path, pattern: str, special_tokens: dict[str, int], **options) -> "Tokenizer":

@@ -64,12 +64,21 @@ def model_fingerprint(model_dir: str, operator_template: str | None = None) -> s
     digest = hashlib.sha256()
     path = Path(model_dir)
     files = [path] if path.is_file() else sorted(p for p in path.iterdir()
-                                                  if p.name in TOKENIZER_FILES or p.suffix == ".tiktoken")
+                                                  if p.name in TOKENIZER_FILES or p.suffix in (".tiktoken", ".gguf"))
     for file in files:
-        digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+        digest.update(file.name.encode() + b"\0" + _tokenizer_bytes(file) + b"\0")
     if operator_template is not None:          # its text, not its path: the same file elsewhere renders the same
         digest.update(b"operator chat template\0" + operator_template.encode("utf-8", "surrogatepass") + b"\0")
     return digest.hexdigest()[:32]
+
+
+def _tokenizer_bytes(file: Path) -> bytes:
+    """The file, or of a GGUF file its metadata only (the weights after it can be gigabytes)."""
+    if file.suffix != ".gguf":
+        return file.read_bytes()
+    from tokworker.tokenizer.gguf_reader import read_metadata
+    with open(file, "rb") as handle:
+        return handle.read(read_metadata(file, prefixes=()).size)
 
 
 def freeze_heap() -> None:
@@ -87,7 +96,9 @@ def load_tokenizer(model_dir: str, chat_template: str | None = None):
     from tokworker.tokenizer import Tokenizer
 
     path = Path(model_dir)
-    if path.is_file():          # a tekken file as mistral-common names them (tekken.json, tekken_240911.json)
+    if path.is_file() and path.suffix == ".gguf":
+        tokenizer = Tokenizer.from_gguf(path)
+    elif path.is_file():        # a tekken file as mistral-common names them (tekken.json, tekken_240911.json)
         is_tekken = "tekken" in path.name and path.suffix == ".json"
         tokenizer = Tokenizer.from_tekken(path) if is_tekken else Tokenizer.from_file(path)
     else:

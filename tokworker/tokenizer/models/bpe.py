@@ -35,8 +35,10 @@ class BPE:
 
     def __init__(self, vocab: dict[str, int], merges, *, unk_token=None, continuing_subword_prefix=None,
                  end_of_word_suffix=None, fuse_unk=False, byte_fallback=False, ignore_merges=False,
-                 pair_table: dict[int, int] | None = None, cache_key: str | None = None):
-        """`cache_key` (the source file's digest) lets the merge table come from precomputed's disk cache."""
+                 pair_table: dict[int, int] | None = None, cache_key: str | None = None, unknown_blocks: bool = False):
+        """`cache_key` (the source file's digest) lets the merge table come from precomputed's disk cache.
+        `unknown_blocks`: a character with no token (nor byte fallback, nor unk) stays a symbol that nothing
+        merges with and is dropped afterwards, as llama.cpp does; `tokenizers` drops it before merging."""
         self.vocab = vocab
         self.unk_token = unk_token
         self.prefix = continuing_subword_prefix or ""
@@ -44,6 +46,7 @@ class BPE:
         self.fuse_unk = fuse_unk
         self.byte_fallback = byte_fallback
         self.ignore_merges = ignore_merges
+        self.unknown_blocks = unknown_blocks
         size = max(vocab.values(), default=0) + 1
         self.shift = max(size.bit_length(), 1)
         self.id_mask = (1 << self.shift) - 1
@@ -164,7 +167,10 @@ class BPE:
             whole = self.vocab.get(word)
             if whole is not None:
                 return [whole]
-        return self.merge(self._initial_symbols(word))
+        symbols = self._initial_symbols(word)
+        if self.unknown_blocks and -1 in symbols:          # -1 pairs with nothing (every table key is >= 0)
+            return [symbol for symbol in self.merge(symbols) if symbol >= 0]
+        return self.merge(symbols)
 
     def tokenize_byte_word(self, word: str) -> list[int]:
         """Ids of a byte-level word given as raw text (`use_byte_alphabet` must have succeeded). Non-ASCII
@@ -215,6 +221,8 @@ class BPE:
                 if pending_unk is not None and not self.fuse_unk:
                     symbols.append(pending_unk)
                 pending_unk = unk_id
+            elif self.unknown_blocks:
+                symbols.append(-1)
         if pending_unk is not None:
             symbols.append(pending_unk)
         return symbols
