@@ -28,6 +28,9 @@ def engine_for(name: str, url: str | None = None, *, replay_step_interval: float
         raise ValueError(f"unknown engine {name!r}: one of {', '.join(ENGINES)}")
     if not url:
         raise ValueError(f"--engine {name} needs --engine-url (where the engine listens)")
+    if name == "llama.cpp":
+        from tokworker.engines.llama_cpp import LlamaCppEngine
+        return LlamaCppEngine(url)
     raise ValueError(f"--engine {name} is not available in this build")
 
 
