@@ -1,4 +1,5 @@
-"""A real front door for the tests: `tokworker.api` on a real pool of worker processes and the replay engine,
+"""A real front door for the tests: `tokworker.api` on a real pool of worker processes and an engine (the
+replay engine unless one is given),
 served by aiohttp on a free loopback port from a thread of its own (its own uvloop loop), so the tests drive
 it with the real, synchronous `openai` and `anthropic` SDKs and can still look at the server's state.
 
@@ -48,12 +49,13 @@ def script(prompt_text: str, sampling) -> str | None:
 class Server:
     """The server's loop, its Api and its base URL; stop() shuts it all down."""
 
-    def __init__(self, step_interval: float = 0.002, options: ApiOptions | None = None, **spawn):
+    def __init__(self, step_interval: float = 0.002, options: ApiOptions | None = None, engine=None, **spawn):
         self.loop = uvloop.new_event_loop()
         self.started = threading.Event()
         self.failure: BaseException | None = None
         self._stop: asyncio.Event | None = None
-        self._args = (step_interval, options or ApiOptions(served_model_name=["tokworker-test"]), spawn)
+        self._args = (engine or ReplayEngine(script, step_interval=step_interval, max_model_len=4096),
+                      options or ApiOptions(served_model_name=["tokworker-test"]), spawn)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
         self.started.wait(120)
@@ -65,10 +67,9 @@ class Server:
         self.loop.run_until_complete(self._serve())
 
     async def _serve(self) -> None:
-        step_interval, options, spawn = self._args
+        self.engine, options, spawn = self._args
         try:
             self.pool = await TokenizerPool.spawn(workers=spawn.pop("workers", 2), **spawn)
-            self.engine = ReplayEngine(script, step_interval=step_interval, max_model_len=4096)
             self.api = Api(self.pool, self.engine, options)
             await self.api.start()
             self.runner = web.AppRunner(self.api.app(), handler_cancellation=True)
