@@ -116,17 +116,14 @@ def _one_guide(tool_guide: Guide | None, schema_guide: Guide | None, tool_param:
 
 
 def _sampling(request, *, max_tokens: int | None, logprobs: int | None, guide: Guide | None) -> SamplingParams:
-    return SamplingParams(
-        max_tokens=max_tokens or 0, temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        top_k=getattr(request, "top_k", None) or 0, min_p=getattr(request, "min_p", None) or 0.0,
-        seed=getattr(request, "seed", None),
-        presence_penalty=getattr(request, "presence_penalty", 0.0),
-        frequency_penalty=getattr(request, "frequency_penalty", 0.0),
-        repetition_penalty=getattr(request, "repetition_penalty", None) or 1.0,
-        stop_token_ids=list(getattr(request, "stop_token_ids", None) or ()),
-        ignore_eos=getattr(request, "ignore_eos", False), min_tokens=getattr(request, "min_tokens", 0),
-        logprobs=logprobs, logit_bias=getattr(request, "logit_bias", None), guide=guide)
+    """The engine's sampling: what the request set; what it left unset stays None (the engine's default)."""
+    knobs = {name: getattr(request, name, None) for name in (
+        "temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
+        "repetition_penalty")}
+    return SamplingParams(max_tokens=max_tokens or 0, **knobs,
+                          stop_token_ids=list(getattr(request, "stop_token_ids", None) or ()),
+                          ignore_eos=getattr(request, "ignore_eos", False), min_tokens=getattr(request, "min_tokens", 0),
+                          logprobs=logprobs, logit_bias=getattr(request, "logit_bias", None), guide=guide)
 
 
 def _stream_options(request) -> tuple[bool, bool]:

@@ -41,25 +41,34 @@ class Guide(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fiel
 
 class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """One request's sampling, by vLLM's SamplingParams names (the server fans n out into n requests).
-    `max_tokens` is always set: the request's, or what the context leaves after the prompt. `logprobs`: how
-    many alternatives per token (0: the sampled token's own), None: none. Stop strings are not here: the
-    text side finds them and aborts the request."""
+    `max_tokens` is always set: the request's, or what the context leaves after the prompt. A knob left None
+    was not in the request: the engine's own default applies (vLLM takes it from the model's
+    generation_config, llama-server from its flags). `logprobs`: how many alternatives per token (0: the
+    sampled token's own), None: none. Stop strings are not here: the text side finds them and aborts."""
 
     max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0                   # 0: off
-    min_p: float = 0.0
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
     seed: int | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
     stop_token_ids: list[int] = []
     ignore_eos: bool = False
     min_tokens: int = 0
     logprobs: int | None = None
     logit_bias: dict[int, float] | None = None
     guide: Guide | None = None
+
+    def knobs(self, names: dict[str, str]) -> dict:
+        """The knobs the request set, under the engine's names: {our name: theirs}.
+
+        >>> SamplingParams(max_tokens=8, temperature=0.0).knobs({"temperature": "temp", "top_k": "top_k"})
+        {'temp': 0.0}
+        """
+        return {theirs: value for ours, theirs in names.items() if (value := getattr(self, ours)) is not None}
 
 
 class EngineOutput(msgspec.Struct, gc=False):

@@ -27,6 +27,9 @@ log = logging.getLogger("tokworker.engines")
 STATUS_CODES = {400: ErrorCode.INVALID, 404: ErrorCode.UNAVAILABLE, 413: ErrorCode.TOO_LARGE,
                 429: ErrorCode.OVERLOADED, 501: ErrorCode.UNAVAILABLE, 503: ErrorCode.OVERLOADED}
 STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}
+KNOBS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
+         "repetition_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
+         "frequency_penalty": "frequency_penalty"}
 
 
 class _Top(msgspec.Struct):
@@ -95,10 +98,7 @@ class LlamaCppEngine(Engine):
     def body(self, prompt_ids: list[int], sampling: SamplingParams) -> dict:
         """The /completion request for these ids and this sampling (llama-server's own names)."""
         body = {"prompt": prompt_ids, "stream": True, "return_tokens": True, "cache_prompt": self.cache_prompt,
-                "n_predict": sampling.max_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
-                "top_k": sampling.top_k, "min_p": sampling.min_p, "repeat_penalty": sampling.repetition_penalty,
-                "presence_penalty": sampling.presence_penalty, "frequency_penalty": sampling.frequency_penalty,
-                "ignore_eos": sampling.ignore_eos, "seed": -1 if sampling.seed is None else sampling.seed}
+                "n_predict": sampling.max_tokens, "ignore_eos": sampling.ignore_eos, **sampling.knobs(KNOBS)}
         if sampling.logprobs is not None:
             body["n_probs"] = max(sampling.logprobs, 1)       # the sampled token's own needs one
         if sampling.logit_bias:
