@@ -9,8 +9,8 @@ Special tokens follow llama.cpp's token types, after its adjustments by token te
 texts such as "<|im_end|>" become CONTROL, gpt-oss's channel markers USER_DEFINED, ...). CONTROL and
 UNKNOWN tokens are matched in text only when special tokens are parsed (llama-server's `parse_special`,
 on for /tokenize and chats; split_special_tokens=False here); USER_DEFINED tokens always. llama.cpp takes
-special tokens longest first over the whole text, `tokenizers` leftmost-longest: the two agree unless a
-token's end can start another token, which is refused (UnsupportedComponent) rather than guessed.
+special tokens longest first over the whole text (AddedVocabulary's longest_first), not leftmost-longest
+as `tokenizers` does; the two differ only where a token's end can start another token (DeepSeek V3's).
 
 encode(..., add_special_tokens=True) adds bos / eos as llama.cpp's add_special does; eos_token_ids are
 llama.cpp's end-of-generation ids.
@@ -99,14 +99,13 @@ def gguf_tokenizer(cls, path):
     add_eos = fields.get("tokenizer.ggml.add_eos_token", bool, False) and "eos" in ids
     added = [{"id": i, "content": tokens[i], "special": bool(attrs[i] & (CONTROL | UNKNOWN)),
               "normalized": False} for i in range(len(tokens)) if attrs[i] & (CONTROL | USER_DEFINED | UNKNOWN)]
-    _refuse_overlaps(path, [spec["content"] for spec in added])
     text = {name: tokens[token_id] for name, token_id in ids.items()}
     config = TokenizerConfig(bos_token=text.get("bos"), eos_token=text.get("eos"), pad_token=text.get("padding"),
                              unk_token=text.get("unknown"), chat_template=_chat_template(fields),
                              generation_eos_ids=sorted(eog))
     return cls(model, normalizer=normalizer, pre_tokenizer=pre_tokenizer, decoder=decoder, added_tokens=added,
                post_processor=_bos_eos(ids, add_bos, add_eos), config=config, keep_added_ids=True,
-               prefix_after_special=prefix_after_special)
+               prefix_after_special=prefix_after_special, longest_tokens_first=True)
 
 
 class _Fields:
@@ -200,16 +199,6 @@ def _adjust_specials(fields: _Fields, tokens: list[str], vocab: dict[str, int], 
 
 def _ids_of(vocab: dict[str, int], texts) -> list[int]:
     return [token_id for token_id in map(vocab.get, texts) if token_id is not None]
-
-
-def _refuse_overlaps(path: Path, contents: list[str]) -> None:
-    """Longest-first and leftmost-longest matching agree when no token's proper suffix starts another."""
-    starts = {content[:length] for content in contents for length in range(1, len(content))}
-    for content in contents:
-        for cut in range(1, len(content)):
-            if content[cut:] in starts:
-                raise UnsupportedComponent("GGUF special tokens", content, "its end can start another special "
-                                           "token, where llama.cpp's longest-first matching is not reproduced")
 
 
 def _bpe_model(fields: _Fields, tokens: list[str], vocab: dict[str, int], ignore_merges: bool) -> BPE:

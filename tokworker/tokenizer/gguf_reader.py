@@ -54,17 +54,21 @@ def read_metadata(path: str | Path, prefixes: tuple[str, ...] = ("general.", "to
     """key -> value for the keys starting with one of `prefixes` (others are walked over, not decoded).
     Strings are str, arrays of numbers `array` objects (bools: 0/1 bytes), arrays of strings lists."""
     path = Path(path)
+    failure = None
     try:
         with open(path, "rb") as handle:
             size = handle.seek(0, 2)
             if size < 24:
                 raise MalformedVocabulary(path, f"is not a GGUF file: {size} bytes, shorter than its header")
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return _Reader(path, memoryview(mapped)).metadata(prefixes)
-    except (OSError, ValueError) as error:
-        if isinstance(error, MalformedVocabulary):
-            raise
+                try:
+                    return _Reader(path, memoryview(mapped)).metadata(prefixes)
+                except MalformedVocabulary as error:
+                    # raised afresh once the map is closed: this one's traceback holds views into it
+                    failure = MalformedVocabulary(path, error.problem)
+    except OSError as error:
         raise MalformedVocabulary(path, f"cannot be read: {error}") from None
+    raise failure
 
 
 class _Reader:

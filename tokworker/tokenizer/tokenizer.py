@@ -39,9 +39,11 @@ class Tokenizer:
 
     def __init__(self, model, *, normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None,
                  added_tokens: list[dict] | None = None, config: TokenizerConfig | None = None,
-                 keep_added_ids: bool = False, prefix_after_special: bool | None = None):
+                 keep_added_ids: bool = False, prefix_after_special: bool | None = None,
+                 longest_tokens_first: bool = False):
         """prefix_after_special: whether one space right after a special token is SentencePiece's dummy
-        prefix (None: whenever the normalizer writes that prefix, see AddedVocabulary.split)."""
+        prefix (None: whenever the normalizer writes that prefix, see AddedVocabulary.split).
+        longest_tokens_first: added tokens are matched as llama.cpp matches them (AddedVocabulary)."""
         self.model = model
         self.normalizer = normalizer
         self.pre_tokenizer = pre_tokenizer
@@ -59,7 +61,7 @@ class Tokenizer:
         # AddedVocabulary.split), as the models were prompted (mistral-common), not doubled as tokenizers does
         self._space_is_prefix = normalizers.is_dummy_prefix(normalizer) if prefix_after_special is None \
             else prefix_after_special
-        self.added = AddedVocabulary(specs, model.vocab, normalize, keep_added_ids)
+        self.added = AddedVocabulary(specs, model.vocab, normalize, keep_added_ids, longest_tokens_first)
         self.added_tokens: dict[str, int] = dict(self.added.ids)
         self.special_ids: frozenset[int] = self.added.special_ids
 

@@ -55,7 +55,8 @@ class BPE:
             build = lambda: self._pair_table(merges)                      # noqa: E731
             pair_table = precomputed.pair_table(cache_key, build, self._consistent) if cache_key else build()
         self.pairs = pair_table
-        self.byte_ids = None        # byte value -> id of its byte-level symbol, when all 256 exist
+        self.byte_ids = None        # byte value -> id of its byte-level symbol (see use_byte_alphabet)
+        self._missing_bytes = b""
         self._latin1_to_symbols = None   # str.translate table: chr(byte) -> byte-level symbol
 
     @classmethod
@@ -149,11 +150,13 @@ class BPE:
         return regex.compile(f"{marker}*[^{marker}]+|{marker}+").findall
 
     def use_byte_alphabet(self, byte_symbols: list[str]) -> bool:
-        """Enable `tokenize_byte_word` when every byte's symbol is in the vocabulary (byte-level BPE)."""
+        """Enable `tokenize_byte_word` when every byte's symbol is in the vocabulary (byte-level BPE), or
+        with unknown_blocks, where a missing byte is the symbol -1 that nothing merges with."""
         vocab = self.vocab
-        if self.prefix or self.suffix or not all(symbol in vocab for symbol in byte_symbols):
+        if self.prefix or self.suffix or not (self.unknown_blocks or all(symbol in vocab for symbol in byte_symbols)):
             return False
-        self.byte_ids = [vocab[symbol] for symbol in byte_symbols]
+        self.byte_ids = [vocab.get(symbol, -1) for symbol in byte_symbols]
+        self._missing_bytes = bytes(byte for byte, token_id in enumerate(self.byte_ids) if token_id < 0)
         self._latin1_to_symbols = {byte: symbol for byte, symbol in enumerate(byte_symbols)}
         self._chars = CharSymbols(self, byte_symbols)
         return True
@@ -182,8 +185,13 @@ class BPE:
                 return [whole]
         if len(data) == len(word):
             byte_ids = self.byte_ids
-            return self.merge([byte_ids[b] for b in data])
-        return self.merge(self._chars.symbols(word))
+            ids = self.merge([byte_ids[b] for b in data])
+        else:
+            ids = self.merge(self._chars.symbols(word))
+        missing = self._missing_bytes
+        if missing and len(data.translate(None, missing)) != len(data):
+            return [token_id for token_id in ids if token_id >= 0]
+        return ids
 
     def _initial_symbols(self, word: str) -> list[int]:
         """Characters to ids the way `tokenizers` does: prefix/suffix, then byte fallback, then (fused) unk.
