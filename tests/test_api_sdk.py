@@ -270,6 +270,9 @@ def test_models_tokenize_detokenize_health_metrics(server, client, tokenizer):
     assert tokens["count"] == len(tokens["tokens"]) and tokens["max_model_len"] == 4096
     chat = requests.post(url + "/tokenize", json={"messages": ask("plain")}).json()
     assert chat["tokens"] == tokenizer.apply_chat_template(ask("plain"), add_generation_prompt=True)
+    # the tools reach the template as sent: no optional field the client left out comes back as null
+    with_tools = requests.post(url + "/tokenize", json={"messages": ask("plain"), "tools": TOOLS}).json()
+    assert with_tools["tokens"] == tokenizer.apply_chat_template(ask("plain"), tools=TOOLS, add_generation_prompt=True)
     assert requests.post(url + "/detokenize", json={"tokens": tokens["tokens"]}).json() == {"prompt": "Hello world"}
     assert requests.get(url + "/health").status_code == 200
     metrics = requests.get(url + "/metrics").text

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from pathlib import Path
 
 import jsonschema
 import openai
@@ -166,3 +167,45 @@ def test_tool_choice_required_beside_llama_servers_own_chat(client, theirs):
     assert not reference.message.tool_calls and reference.message.content
     ours = client.chat.completions.create(**kwargs).choices[0]
     assert ours.finish_reason == "tool_calls" and ours.message.tool_calls[0].function.name == "get_weather"
+
+
+HERMES_TEMPLATE = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "chat_templates" / \
+    "Qwen-Qwen2.5-7B-Instruct.jinja"
+
+
+@pytest.fixture(scope="module")
+def hermes_pair():
+    """Both sides on Qwen2.5's template (ChatML with hermes tool calls, which SmolLM2's tokens fit): llama-server
+    with --chat-template-file, tokworker with --chat-template; both render the tools into the prompt."""
+    if not HERMES_TEMPLATE.is_file():
+        pytest.skip("../shared/fixtures/chat_templates is not present")
+    with serve(smollm2(), "-c", "4096", "-np", "4", "--chat-template-file", str(HERMES_TEMPLATE)) as llama:
+        with running(engine=LlamaCppEngine(llama.url, cache_prompt=False), options=ApiOptions(
+                served_model_name=[MODEL]), model_dir=str(smollm2()), workers=1,
+                chat_template=str(HERMES_TEMPLATE)) as front:
+            yield (openai.OpenAI(base_url=front.url + "/v1", api_key="unused", max_retries=0),
+                   openai.OpenAI(base_url=llama.url + "/v1", api_key="unused", max_retries=0))
+
+
+TWO_TOOLS = TOOLS + [{"type": "function", "function": {"name": "get_time", "description": "The time in a city.",
+                                                       "parameters": WEATHER}}]
+
+
+def test_with_tools_in_a_hermes_template_auto_equals_and_required_is_kept_by_tokworker_only(hermes_pair):
+    """tool_choice "auto": the same prompt (tools rendered by the template on both sides) gives the same greedy
+    answer. "required" and a named tool: tokworker constrains the output to a call of the right tool and
+    parses it; this llama-server build renders the tools but neither forces nor parses a call for this
+    template (the answer comes back as prose, tool_calls empty), so there is no call of its to compare. By
+    OpenAI's contract "required" must return a call: tokworker's answer is the right one."""
+    ours, theirs = hermes_pair
+    for question in ("What's the weather in Paris?", "What time is it in Tokyo?"):
+        kwargs = dict(model=MODEL, messages=ask(question), tools=TWO_TOOLS, temperature=0, max_tokens=40,
+                      extra_body={"cache_prompt": False})
+        auto = [client.chat.completions.create(tool_choice="auto", **kwargs).choices[0].message
+                for client in (ours, theirs)]
+        assert auto[0].content == auto[1].content and not auto[0].tool_calls and not auto[1].tool_calls
+        for choice, name in (("required", None), ({"type": "function", "function": {"name": "get_time"}}, "get_time")):
+            (call,) = ours.chat.completions.create(tool_choice=choice, **kwargs).choices[0].message.tool_calls
+            assert call.function.name == (name or call.function.name) and "city" in json.loads(call.function.arguments)
+            reference = theirs.chat.completions.create(tool_choice=choice, **kwargs).choices[0].message
+            assert not reference.tool_calls and reference.content

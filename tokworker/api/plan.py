@@ -48,10 +48,9 @@ class Plan(msgspec.Struct, kw_only=True):
     guide_param: str | None = None              # the field whose constraint the engine enforces
 
 
-def plain(value):
-    """to_builtins without the fields left unset (transformers drops None-valued keys before rendering)."""
-    data = msgspec.to_builtins(value)
-    return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+def plain(value) -> dict:
+    """A request Struct as the dict a template reads (the Structs that reach templates omit unset fields)."""
+    return msgspec.to_builtins(value)
 
 
 def _tag(value: msgspec.Struct) -> str:

@@ -25,7 +25,9 @@ Bias = dict[int, Annotated[float, Meta(ge=-100, le=100)]]
 
 
 class Body(Struct, kw_only=True):
-    """Every body: unknown fields are ignored (OpenAI's SDKs and vLLM's clients send extras)."""
+    """Every body: unknown fields are ignored (OpenAI's SDKs and vLLM's clients send extras). What reaches a
+    chat template (messages, tool definitions) omits the optional fields the client did not send, so the
+    template renders exactly what was sent (a `"strict": null` the client never wrote changes the prompt)."""
 
 
 # ---------------------------------------------------------------- chat messages and tools
@@ -60,7 +62,7 @@ class ToolCall(Body, kw_only=True):
     function: FunctionCall
 
 
-class Message(Body, kw_only=True):
+class Message(Body, kw_only=True, omit_defaults=True):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -70,7 +72,7 @@ class Message(Body, kw_only=True):
     reasoning: str | None = None
 
 
-class FunctionDefinition(Body, kw_only=True):
+class FunctionDefinition(Body, kw_only=True, omit_defaults=True):
     name: Name
     description: str | None = None
     parameters: dict | None = None
@@ -193,7 +195,7 @@ class ResponsesText(Body, kw_only=True):
     format: ResponsesTextFormat | None = None
 
 
-class ResponsesTool(Body, kw_only=True):
+class ResponsesTool(Body, kw_only=True, omit_defaults=True):
     type: Literal["function"]
     name: Name
     description: str | None = None
