@@ -275,6 +275,7 @@ def test_models_tokenize_detokenize_health_metrics(server, client, tokenizer):
     assert with_tools["tokens"] == tokenizer.apply_chat_template(ask("plain"), tools=TOOLS, add_generation_prompt=True)
     assert requests.post(url + "/detokenize", json={"tokens": tokens["tokens"]}).json() == {"prompt": "Hello world"}
     assert requests.get(url + "/health").status_code == 200
+    client.chat.completions.create(model=MODEL, messages=ask("plain"), max_tokens=2)
     metrics = requests.get(url + "/metrics").text
     assert 'tokworker_http_requests_total{route="/v1/chat/completions",code="200"}' in metrics
     assert "tokworker_time_to_first_token_seconds_count" in metrics
