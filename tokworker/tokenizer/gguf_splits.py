@@ -20,9 +20,8 @@ from dataclasses import dataclass
 import regex
 
 from .errors import UnsupportedComponent
-from .unicode_data import boundaries
-from .unicode_data import charset
-from .unicode_data import TABLES
+from .unicode import bracket_body
+from .unicode_data import TABLES, boundaries, charset
 
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -92,15 +91,10 @@ def pre_split(name: str) -> PreSplit:
 def _classes() -> dict[str, str]:
     """Class name -> `regex` bracket body: L, N, P, S, M and s (whitespace)."""
     stored = json.loads(zlib.decompress(TABLES.with_name("llama_cpp.zlib").read_bytes()))
-    bodies = {name: _body(boundaries(deltas)) for name, deltas in stored["classes"].items()}
+    bodies = {name: bracket_body(boundaries(deltas)) for name, deltas in stored["classes"].items()}
     spaces = stored["whitespace"]
     bodies["s"] = "".join(charset.escape(cp) for cp in spaces)
     return bodies
-
-
-def _body(bounds: list[int]) -> str:
-    return "".join(charset.escape(a) if b == a + 1 else f"{charset.escape(a)}-{charset.escape(b - 1)}"
-                   for a, b in charset.ranges(bounds))
 
 
 _CLASS = regex.compile(r"\\p\{(L[ultmo]?|N|P|S|M)\}|\\([sS])|(\[\^?)|(\\.)|(\])")
