@@ -22,6 +22,11 @@ from .json_numbers import serde_f64
 
 _CACHE_LIMIT = 100_000       # words
 _CACHEABLE_WORD = 256        # characters; longer words are merged every time
+# Whole pieces between added tokens (a chat prompt's turns): a conversation's next turn re-renders every
+# earlier one, and their ids are a pure function of the piece. Pieces shorter than this cost less than a
+# lookup saves; the cache is cleared when its pieces' characters and ids pass the byte bound.
+_CACHEABLE_PIECE = 64        # characters
+_PIECE_CACHE_BYTES = 32 << 20
 _SUPPORTED_VERSIONS = ("1.0",)
 
 
@@ -92,6 +97,8 @@ class Tokenizer:
         self._pieces = model.independent_pieces() if unsplit and hasattr(model, "independent_pieces") else None
         # word -> ids; the cached lists are only ever read (copied into the output), never changed
         self._cache: dict[str, list[int]] = {}
+        self._pieces_seen: dict[tuple[str, bool], list[int]] = {}
+        self._pieces_bytes = 0
         self._word_ids = model.tokenize_byte_word if self._byte_words else self._model_word_ids
         self._token_bytes: list[bytes] | None = None
         form = decoders.bytewise_form(decoder, filter(None, self._id_to_token), getattr(model, "suffix", ""))
@@ -206,12 +213,29 @@ class Tokenizer:
         ids: list[int] = []
         for piece, token_id, at_start in self.added.split(text, self._normalize, split_special_tokens, spans,
                                                             self._space_is_prefix):
-            if token_id is None:
+            if token_id is not None:
+                ids.append(token_id)
+            elif len(piece) < _CACHEABLE_PIECE:
                 self._encode_normalized(piece, at_start, ids)
             else:
-                ids.append(token_id)
+                ids += self._piece_ids(piece, at_start)
         if add_special_tokens and self.post_processor is not None:
             ids = self.post_processor.process(ids)
+        return ids
+
+    def _piece_ids(self, piece: str, at_start: bool) -> list[int]:
+        key = (piece, at_start)
+        ids = self._pieces_seen.get(key)
+        if ids is None:
+            ids = []
+            self._encode_normalized(piece, at_start, ids)
+            size = 4 * len(piece) + 8 * len(ids)
+            if self._pieces_bytes + size > _PIECE_CACHE_BYTES:
+                self._pieces_seen.clear()
+                self._pieces_bytes = 0
+            if size <= _PIECE_CACHE_BYTES:
+                self._pieces_seen[key] = ids
+                self._pieces_bytes += size
         return ids
 
     def _encode_normalized(self, text: str, at_start: bool, out: list[int]) -> None:
