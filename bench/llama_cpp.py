@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.http import _children, _cpu
+from bench.front_door import _children, _cpu
 
 REPO = Path(__file__).resolve().parent.parent
 QUESTION = [{"role": "user", "content": "Tell me a story about a lighthouse keeper."}]

@@ -16,7 +16,7 @@ client in this process. Reported per S (1, 64, 256, 1,024):
 A `first_byte` row: p50/p90 from sending a ~4,000-token chat with a tool to the response's first byte (its
 headers, sent once the prompt is rendered and the request is in the engine), each a new conversation.
 
-`python -m bench --only http [--quick]`; `python -m bench.http serve ...` is the server process.
+`python -m bench --only front_door [--quick]`; `python -m bench.front_door serve ...` is the server process.
 """
 
 from __future__ import annotations
@@ -221,13 +221,13 @@ def _in_process_us_per_token(tokens: int) -> float:
 
 
 def _server(mode: str) -> tuple[subprocess.Popen, str, int]:
-    server = subprocess.Popen([sys.executable, "-m", "bench.http", mode, str(STEP_S)], stdout=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, "-m", "bench.front_door", mode, str(STEP_S)], stdout=subprocess.PIPE,
                               cwd=REPO, text=True)
     port, engine = map(int, server.stdout.readline().split())
     return server, f"http://127.0.0.1:{port}", engine
 
 
-def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[dict]:
+def run(quick: bool = False, model_dirs=()) -> list[dict]:
     counts = [1, 64] if quick else [1, 64, 256, 1024]
     tokens = 40 if quick else 150
     rows, floors = [], {}
@@ -249,14 +249,6 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
     for row in rows:
         if row["case"] == "streams":
             row["in_process_us_per_token"] = in_process
-    if python is not None:
-        from bench.beside_vllm import run as beside_vllm
-        vllm = [r for r in beside_vllm(quick, model_dirs, python) if r.get("case") == "stop strings"]
-        if vllm and "vllm_us_per_token" in vllm[0]:
-            for row in rows:
-                if row["case"] == "streams":
-                    row["vllm_us_per_token"] = vllm[0]["vllm_us_per_token"]
-                    row["vllm_over_api"] = round(vllm[0]["vllm_us_per_token"] / row["api_us_per_token"], 2)
     return rows
 
 
