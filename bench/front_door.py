@@ -9,12 +9,16 @@ client in this process. Reported per S (1, 64, 256, 1,024):
   process's CPU per request for the rest (render, open, headers, the end);
 - `worker_us_per_token`: the tokenizer worker's CPU per token in the same window;
 - `rss_mb`: the API process's resident memory with the S streams open;
+- `floor_us_per_token`: a bare uvloop server writing one event per step to every open response (the floor
+  under any Python front door: the write per token per stream);
 - beside them, `in_process_us_per_token`: the same text work in one process without HTTP (TextStream.push +
   the chat ChunkWriter per token, what a server without a pool pays before its HTTP write), measured in this
-  run; and, where `--vllm-python` is given, vLLM's per-token figure of the beside_vllm section (its output
-  processor and chat stream processor, which stops short of HTTP and of pydantic chunks).
-A `first_byte` row: p50/p90 from sending a ~4,000-token chat with a tool to the response's first byte (its
-headers, sent once the prompt is rendered and the request is in the engine), each a new conversation.
+  run; and, where `--vllm-python` is given, vLLM's per-token figure from the same run's beside_vllm section
+  (its output processor and chat stream processor on stop strings, which stops short of HTTP and of
+  pydantic chunks), joined into these rows by bench/__main__.py.
+`first_byte` rows: p50/p90 from sending a ~4,800-token chat with a tool to the response's first byte (its
+headers, sent once the prompt is rendered and the request is in the engine), for new conversations and for
+each one's next turn; `own` leaves out the engine's part (the response's Server-Timing header).
 
 `python -m bench --only front_door [--quick]`; `python -m bench.front_door serve ...` is the server process.
 """
