@@ -61,9 +61,10 @@ def main(argv=None):
 
 
 def _join_vllm(results: dict[str, list[dict]]) -> None:
-    """The front door's per-token CPU beside vLLM's path measured in the same run (its stop-strings row)."""
+    """The front door's per-token CPU beside vLLM's path measured in the same run: its stop strings with chat
+    chunks, everything its API process does per token but the HTTP write."""
     vllm = next((row["vllm_us_per_token"] for row in results.get("beside_vllm", ())
-                 if row.get("case") == "stop strings" and "vllm_us_per_token" in row), None)
+                 if row.get("case") == "stop strings + chat chunks" and "vllm_us_per_token" in row), None)
     for row in results.get("front_door", ()) if vllm is not None else ():
         if row.get("case") == "streams":
             row["vllm_us_per_token"] = vllm
