@@ -69,6 +69,7 @@ def _join_vllm(results: dict[str, list[dict]]) -> None:
         if row.get("case") == "streams":
             row["vllm_us_per_token"] = vllm
             row["vllm_ratio"] = round(vllm / row["api_us_per_token"], 2)
+            row["vllm_ratio_direct"] = round(vllm / row["direct_api_us_per_token"], 2)
 
 
 if __name__ == "__main__":

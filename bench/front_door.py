@@ -8,6 +8,8 @@ client in this process. Reported per S (1, 64, 256, 1,024):
   has its first event to the first one's end), so the requests' setup is not in it; `setup_ms`: the API
   process's CPU per request for the rest (render, open, headers, the end);
 - `worker_us_per_token`: the tokenizer worker's CPU per token in the same window;
+- `direct_api_us_per_token`, `direct_worker_us_per_token`: the same with `--direct-streaming`, where the
+  worker writes each stream's events to its client itself and the API process only moves ids;
 - `rss_mb`: the API process's resident memory with the S streams open;
 - `floor_us_per_token`: a bare uvloop server writing one event per step to every open response (the floor
   under any Python front door: the write per token per stream);
@@ -41,7 +43,7 @@ TEXT = ("Streaming through the front door: every token becomes a chunk the worke
 STEP_S = 0.02
 
 
-def _serve(step_interval: float) -> None:
+def _serve(step_interval: float, direct: bool) -> None:
     """The server process: `tokworker api` on a long scripted reply, its port on stdout."""
     import uvloop
 
@@ -50,7 +52,7 @@ def _serve(step_interval: float) -> None:
     from tokworker.engines.replay import ReplayEngine
 
     engine = ReplayEngine(lambda prompt, sampling: TEXT, step_interval=step_interval, max_model_len=65536)
-    options = ApiOptions(served_model_name=["bench"], max_concurrent_requests=8192)
+    options = ApiOptions(served_model_name=["bench"], max_concurrent_requests=8192, direct_streaming=direct)
     uvloop.run(serve_http({"workers": 1, "max_streams": 16384}, options, engine, port=0,
                           ready=lambda port: print(port, engine.thread_id, flush=True)))
 
@@ -224,9 +226,9 @@ def _in_process_us_per_token(tokens: int) -> float:
     return round(best * 1e6, 2)
 
 
-def _server(mode: str) -> tuple[subprocess.Popen, str, int]:
-    server = subprocess.Popen([sys.executable, "-m", "bench.front_door", mode, str(STEP_S)], stdout=subprocess.PIPE,
-                              cwd=REPO, text=True)
+def _server(mode: str, *flags: str) -> tuple[subprocess.Popen, str, int]:
+    server = subprocess.Popen([sys.executable, "-m", "bench.front_door", mode, str(STEP_S), *flags],
+                              stdout=subprocess.PIPE, cwd=REPO, text=True)
     port, engine = map(int, server.stdout.readline().split())
     return server, f"http://127.0.0.1:{port}", engine
 
@@ -234,19 +236,23 @@ def _server(mode: str) -> tuple[subprocess.Popen, str, int]:
 def run(quick: bool = False, model_dirs=()) -> list[dict]:
     counts = [1, 64] if quick else [1, 64, 256, 1024]
     tokens = 40 if quick else 150
-    rows, floors = [], {}
+    rows = []
     server, url, engine = _server("serve")
+    direct, direct_url, direct_engine = _server("serve", "--direct")
     floor, floor_url, _ = _server("serve-floor")
     try:
-        worker = _children(server.pid)[0]
+        worker, direct_worker = _children(server.pid)[0], _children(direct.pid)[0]
         for count in counts:
             row = {"case": "streams", **asyncio.run(_streams(url, count, tokens, server.pid, engine, worker))}
+            written = asyncio.run(_streams(direct_url, count, tokens, direct.pid, direct_engine, direct_worker))
             bare = asyncio.run(_streams(floor_url, count, tokens, floor.pid, None, None))
-            row["floor_us_per_token"] = bare["api_us_per_token"]
+            row.update(floor_us_per_token=bare["api_us_per_token"],
+                       direct_api_us_per_token=written["api_us_per_token"],
+                       direct_worker_us_per_token=written["worker_us_per_token"])
             rows.append(row)
         rows += asyncio.run(_first_bytes(url, 8 if quick else 40))
     finally:
-        for process in (server, floor):
+        for process in (server, direct, floor):
             process.terminate()
             process.wait(30)
     in_process = _in_process_us_per_token(tokens)
@@ -258,7 +264,7 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        _serve(float(sys.argv[2]))
+        _serve(float(sys.argv[2]), "--direct" in sys.argv)
     elif sys.argv[1:2] == ["serve-floor"]:
         _serve_floor(float(sys.argv[2]))
     else:

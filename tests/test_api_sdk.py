@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from api_server import SCENARIOS, TOOLS, running
+from tokworker.api.server import ApiOptions
 from tokworker.engines.replay import REPLY
 from tokworker import Tokenizer
 from tokworker.worker.options import DEFAULT_MODEL_DIR
@@ -23,9 +24,10 @@ MODEL = "tokworker-test"
 WEATHER_SCHEMA = TOOLS[0]["function"]["parameters"]
 
 
-@pytest.fixture(scope="module")
-def server():
-    with running() as server:
+@pytest.fixture(scope="module", params=["forwarded", "direct"])
+def server(request):
+    """Streamed bodies forwarded by the API process, or written by the workers themselves (direct)."""
+    with running(options=ApiOptions(served_model_name=[MODEL], direct_streaming=request.param == "direct")) as server:
         yield server
 
 
@@ -244,8 +246,9 @@ def test_anthropic_messages_whole_and_streamed(server):
 
 # ---------------------------------------------------------------- a client that goes away
 
-def test_disconnect_aborts_the_engine_request_and_closes_the_stream():
-    with running(step_interval=0.05) as server:
+@pytest.mark.parametrize("direct", [False, True])
+def test_disconnect_aborts_the_engine_request_and_closes_the_stream(direct):
+    with running(step_interval=0.05, options=ApiOptions(served_model_name=[MODEL], direct_streaming=direct)) as server:
         with requests.Session() as http:
             with http.post(server.url + "/v1/chat/completions", stream=True, timeout=30, json={
                     "model": MODEL, "stream": True, "messages": ask("long")}) as response:

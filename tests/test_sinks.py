@@ -51,30 +51,30 @@ def pair():
 
 def test_events_arrive_as_chunks_and_end_closes(pair):
     server, client = pair
-    sink = Sink(max_bytes=1 << 20)
+    sink = Sink(max_bytes=1 << 20, waiting=set())
     sink.write(b"data: one\n\n")                       # before the socket: it waits
     sink.attach(os.dup(server.fileno()))
     sink.write(b"data: two\n\n")
     sink.end(b"data: [DONE]\n\n")
-    assert sink.fd == -1 and sink.done
+    assert sink.fd == -1 and sink.closed
     assert chunks(read_all(client)) == [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n", b""]
 
 
 def test_a_full_socket_holds_the_rest_until_it_drains_and_cuts_past_the_bound(pair):
     server, client = pair
-    sink = Sink(max_bytes=8 << 20)
+    sink = Sink(max_bytes=8 << 20, waiting=set())
     sink.attach(os.dup(server.fileno()))
     event = b"data: " + b"x" * 4000 + b"\n\n"
     for _ in range(200):                               # 800 KB: more than a socket pair buffers
         sink.write(event)
-    assert sink.waiting and sink.pending_bytes > 0
+    assert sink.waiting == {sink.fd} and sink.pending_bytes > 0
     received = b""
     while sink.waiting:
         received += read_all(client)
         sink.flush()
     received += read_all(client)
     assert chunks(received) == [event] * 200
-    small = Sink(max_bytes=64 << 10)
+    small = Sink(max_bytes=64 << 10, waiting=set())
     small.attach(os.dup(server.fileno()))
     while small.failed is None:
         small.write(event)
@@ -83,12 +83,12 @@ def test_a_full_socket_holds_the_rest_until_it_drains_and_cuts_past_the_bound(pa
 
 def test_a_client_that_went_away_fails_the_sink(pair):
     server, client = pair
-    sink = Sink(max_bytes=1 << 20)
+    sink = Sink(max_bytes=1 << 20, waiting=set())
     sink.attach(os.dup(server.fileno()))
     client.close()
     sink.write(b"data: lost\n\n")
     sink.write(b"data: lost\n\n")
-    assert sink.failed is not None and "refused a write" in sink.failed and sink.done
+    assert sink.failed is not None and "refused a write" in sink.failed and sink.closed
 
 
 def test_sockets_handed_over_reach_their_stream(tmp_path, pair):
@@ -98,7 +98,7 @@ def test_sockets_handed_over_reach_their_stream(tmp_path, pair):
     sender = SinkSender(path)
     try:
         table.on_readable(table.listener.fileno())       # the connection
-        sink = table.sink("session-a", "req-1")
+        sink = table.open("session-a", "req-1")
         sink.write(b"data: early\n\n")
         sender.hand("session-a", "req-1", server.fileno())
         sender.hand("session-a", "nobody", server.fileno())    # no such stream: closed at once
@@ -106,9 +106,11 @@ def test_sockets_handed_over_reach_their_stream(tmp_path, pair):
             table.on_readable(fd)
         sink.end()
         assert chunks(read_all(client)) == [b"data: early\n\n", b""]
-        assert sink.fd == -1 and table.writable() == []
+        assert sink.fd == -1 and not table.waiting
+        table.release("session-a", "req-1")
+        assert table.sinks == {}
         assert sinks_path("tcp://127.0.0.1:7000") is None
     finally:
         sender.close()
-        table.close()
+        table.close_all()
     assert not os.path.exists(path)

@@ -87,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="requests served at once; more get 429")
     api.add_argument("--max-buffer-bytes", type=int, default=4 << 20,
                      help="bytes a streamed response may fall behind its client before it is cut")
+    api.add_argument("--direct-streaming", action="store_true",
+                     help="local workers write single-choice streamed responses to the client themselves: the "
+                          "API process only moves ids (a worker's death then ends its direct streams)")
     api.add_argument("--max-queued-bytes", type=int, default=64 << 20,
                      help="request bytes that may wait for the pool to take their prompts; more get 429")
     api.add_argument("--replay-step-interval", type=float, default=0.01,
@@ -154,6 +157,7 @@ def _api(args: argparse.Namespace) -> int:
     options = ApiOptions(served_model_name=args.served_model_name, max_model_len=args.max_model_len,
                          max_request_bytes=args.max_request_bytes, max_concurrent_requests=args.max_concurrent_requests,
                          max_buffer_bytes=args.max_buffer_bytes, max_queued_bytes=args.max_queued_bytes,
+                         direct_streaming=args.direct_streaming,
                          drain_timeout=args.drain_timeout_s)
     uvloop.run(serve_http(spawn, options, engine, host=args.host, port=args.port,
                           model_root=args.model_dir or str(DEFAULT_MODEL_DIR)))

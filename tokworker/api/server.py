@@ -53,6 +53,7 @@ class ApiOptions(msgspec.Struct, kw_only=True):
     max_concurrent_requests: int = 4096
     max_buffer_bytes: int = 4 * 1024 * 1024  # a streamed response this far behind its client is cut
     max_queued_bytes: int = 64 * 1024 * 1024 # request bodies waiting for the pool to take their prompts
+    direct_streaming: bool = False           # local workers write single-choice streamed bodies themselves
     drain_timeout: float = 30.0
 
 
@@ -224,9 +225,21 @@ class Api:
         if plan.stream:
             response = web.StreamResponse(headers={**_SSE, "Server-Timing": exchange.timing})
             response.enable_chunked_encoding()
+            if exchange.direct:
+                response.force_close()          # "Connection: close": the connection ends with the worker's body
             await response.prepare(request)
+            if exchange.direct:
+                self._hand_over(exchange, request.transport)
             exchange.begin(request.transport)
         return exchange, response
+
+    def _hand_over(self, exchange: Exchange, transport) -> None:
+        """Direct streaming: the headers are out; the stream's worker writes the rest of the body itself."""
+        choice = exchange.choices[0]
+        try:
+            self.pool.hand_over(choice.name, transport.get_extra_info("socket").fileno())
+        except (OSError, PoolError) as error:
+            self.serving.end(exchange, f"its worker cannot take the client's socket: {error}")
 
     async def _finish(self, exchange: Exchange, response: web.StreamResponse | None) -> web.StreamResponse:
         """Wait for the step loop to end the exchange; a whole response's body is written now."""
@@ -240,7 +253,11 @@ class Api:
                 raise exchange.error
             return web.Response(body=msgspec.json.encode(self._whole(exchange)),
                                 headers={**_JSON, "Server-Timing": exchange.timing})
-        if not exchange.gone:
+        if exchange.direct:
+            # the worker wrote the body, its end included, and holds the socket until its bytes are out;
+            # closing ours lets aiohttp's own end of the response fail quietly (nothing more is written)
+            exchange.transport.close()
+        elif not exchange.gone:
             await response.write(self._tail(exchange))
             await response.write_eof()
         return response
@@ -249,11 +266,15 @@ class Api:
         plan = exchange.plan
         opened = []
 
+        direct = plan.stream and total == 1 and self.options.direct_streaming
+
         async def open_one(choice: Choice):
             p = choice.index // plan.n
             chunks = ChunkFormat(id=exchange.id, model=plan.model, created=exchange.created, index=choice.index,
                                  api=plan.api, n=total, echo=plan.echo) if plan.stream else None
-            await self.pool.open_stream(choice.name, params[p], prompt_ids=prompts[p], buffer=False, chunks=chunks)
+            stream = await self.pool.open_stream(choice.name, params[p], prompt_ids=prompts[p], buffer=False,
+                                                 chunks=chunks, sink=direct)
+            exchange.direct = stream.sink
             opened.append(choice.name)
 
         try:

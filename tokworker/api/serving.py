@@ -45,7 +45,8 @@ class Exchange:
     awaits. `error` is set when it failed before the response began (then the handler answers it)."""
 
     __slots__ = ("plan", "id", "created", "choices", "transport", "backlog", "done", "closed", "started_at",
-                 "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "prefixes", "timing")
+                 "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "prefixes", "timing",
+                 "direct")
 
     def __init__(self, plan, id: str, created: int):
         self.plan = plan
@@ -66,9 +67,14 @@ class Exchange:
         self.prompt_ids: list[list[int]] = []
         self.prefixes: list[str] = []      # Completions with echo: each choice's prompt text
         self.timing = ""                   # the Server-Timing header: the prompt phase's parts
+        self.direct = False                # its worker writes the body to the client (direct streaming)
 
     def write(self, data: bytes, limit: int) -> bool:
-        """Write one HTTP/1.1 chunk; False when the client is gone or more than `limit` bytes behind."""
+        """Write one HTTP/1.1 chunk; False when the client is gone or more than `limit` bytes behind. A
+        directly streamed body is its worker's to write: nothing is written here (an error ends it by
+        closing the connection, since the worker may have been cut off mid-chunk)."""
+        if self.direct:
+            return True
         transport = self.transport
         if transport is None:
             if self.backlog is None:
@@ -163,6 +169,9 @@ class Serving:
                                           getattr(update, "message", "") or "the stream failed"))
             return
         choice.usage = update.usage
+        if finish_reason == "abort":                      # a direct stream's client can no longer be written to
+            self.end(exchange, "the client went away")
+            return
         self._end_choice(choice)
 
     def _end_choice(self, choice: Choice) -> None:
@@ -209,6 +218,8 @@ class Serving:
         self._drop(exchange)
 
     def _drop(self, exchange: Exchange) -> None:
+        if exchange.direct and exchange.transport is not None:
+            exchange.transport.close()
         names = [c.name for c in exchange.choices if not c.ended]
         for choice in exchange.choices:
             choice.ended = True

@@ -31,6 +31,7 @@ from pathlib import Path
 import msgspec
 import zmq
 
+from tokworker.protocol.endpoints import sinks_path
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CodedError, CloseStreams, Compile, Decode, Encode, ErrorCode,
                                ErrorReply, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
                                StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
@@ -45,6 +46,7 @@ from tokworker.worker.launcher import notify_ready
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit, disable_core_dumps
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.security import check_bind, secure_server
+from tokworker.worker.sinks import SinkTable
 from tokworker.worker.streams import StreamTable
 
 log = logging.getLogger("tokworker.worker")
@@ -150,6 +152,8 @@ class Worker:
 
     def _capabilities(self) -> list[str]:
         caps = ["render", "encode", "decode", "stream", "step"]
+        if sinks_path(self.options.bind) is not None:
+            caps.append("sinks")                            # it takes client sockets: direct streaming
         if self.options.allow_request_templates:
             caps.append("request_templates")
         try:
@@ -178,6 +182,8 @@ class Worker:
             os.umask(old_umask)
         log.info("worker %s (%d of %d) serving %s on %s", self.worker_id, options.index, options.pool_size,
                  options.model_dir, options.bind)
+        path = sinks_path(options.bind)
+        sinks = self.streams.sinks = SinkTable(path, options.sink_bytes) if path is not None else None
         notify_ready()
         parent = os.getppid()
         work = context.socket(zmq.PAIR)                     # stateless work to this thread and its replies back
@@ -226,6 +232,8 @@ class Worker:
             wake_write.close()
             for closing in (work, lane_end, sock):
                 closing.close(linger=0)
+            if sinks is not None:
+                sinks.close_all()
             if options.bind.startswith("ipc://"):
                 Path(options.bind[len("ipc://"):]).unlink(missing_ok=True)
             if authenticator is not None:

@@ -4,14 +4,16 @@ worker's endpoint), and the worker writes each step's server-sent events to it a
 engine's process then neither receives those bytes nor writes them: per token it only sends ids.
 
     table = SinkTable(path, max_bytes=4 << 20)      # the worker's listener, at <endpoint path>.sinks
-    sink = table.sink(session, "req-1")             # when the stream opens; its socket arrives after
+    sink = table.open(session, "req-1")             # when the stream opens; its socket arrives after
     sink.write(b'data: {...}\\n\\n')                 # framed; what the socket does not take waits (bounded)
     sink.end(b"data: [DONE]\\n\\n")                   # the last events and the chunked body's end
+    table.release(session, "req-1")                 # the stream is over: the sink goes once it is flushed
 
-Writes never block: a socket that is full keeps the rest in its Sink (the lane polls it for writability and
-calls flush), up to `max_bytes`, past which the client is cut (as a slow HTTP client is cut in the API
-process). A write that fails (the client went away) marks the sink `failed`; the step reply then tells the
-API process to abort the request. Only a peer of the same user may hand sockets over (SO_PEERCRED).
+Writes never block: what a full socket does not take waits in its Sink, and the lane polls the socket for
+writability (`table.waiting`), up to `max_bytes`, past which the client is cut (as a slow HTTP client is cut
+in the API process). A write that fails (the client went away) marks the sink `failed`: the stream's next
+update tells the API process to abort the request. A finished stream's sink that its client never drains is
+closed after LINGER_S. Only a peer of the same user may hand sockets over (SO_PEERCRED).
 """
 
 from __future__ import annotations
@@ -20,19 +22,23 @@ import errno
 import os
 import socket
 import struct
+import time
 from collections import deque
 
 END = b"0\r\n\r\n"
 MAX_KEY = 512                     # bytes of "session\0stream id" in one hand-over message
+LINGER_S = 60.0                   # how long a finished stream's unread bytes may wait for its client
 _CREDENTIALS = struct.Struct("3i")
 
 
 class Sink:
-    """One response body: its socket once handed over (-1 before), and what waits to be written."""
+    """One response body: its socket once handed over (-1 before), and what waits to be written. `waiting`
+    is the table's set of sockets with bytes waiting (the lane polls them for writability)."""
 
-    __slots__ = ("fd", "pending", "pending_bytes", "max_bytes", "failed", "ending", "closed")
+    __slots__ = ("fd", "pending", "pending_bytes", "max_bytes", "failed", "ending", "closed", "released",
+                 "waiting")
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, waiting: set):
         self.fd = -1
         self.pending: deque[bytes] = deque()
         self.pending_bytes = 0
@@ -40,6 +46,8 @@ class Sink:
         self.failed: str | None = None       # why the client can no longer be written to
         self.ending = False                  # END is queued: close once it is out
         self.closed = False                  # the socket is ours no more (the body ended, or it failed)
+        self.released = 0.0                  # when its stream ended (the sink only flushes from then on)
+        self.waiting = waiting
 
     def write(self, data: bytes) -> None:
         """One event (or several) as one HTTP chunk."""
@@ -54,15 +62,6 @@ class Sink:
             self.ending = True
             self._send(END)
 
-    @property
-    def waiting(self) -> bool:
-        """Bytes wait for the socket to take them (the lane polls it for writability)."""
-        return self.fd >= 0 and bool(self.pending) and self.failed is None
-
-    @property
-    def done(self) -> bool:
-        return self.closed
-
     def attach(self, fd: int) -> None:
         self.fd = fd
         self.flush()
@@ -74,6 +73,7 @@ class Sink:
             try:
                 sent = os.write(self.fd, data)
             except BlockingIOError:
+                self.waiting.add(self.fd)
                 return
             except OSError as error:
                 self._fail(f"the client's socket refused a write: {os.strerror(error.errno)}")
@@ -81,14 +81,17 @@ class Sink:
             self.pending_bytes -= sent
             if sent < len(data):
                 pending[0] = data[sent:]
+                self.waiting.add(self.fd)
                 return
             pending.popleft()
+        self.waiting.discard(self.fd)
         if self.ending and not pending:
             self.close()
 
     def close(self) -> None:
         self.closed = True
         if self.fd >= 0:
+            self.waiting.discard(self.fd)
             os.close(self.fd)
             self.fd = -1
         self.pending.clear()
@@ -107,7 +110,8 @@ class Sink:
             return
         if sent < len(data):
             self._queue(data[sent:])
-        elif self.ending and data is END:
+            self.waiting.add(self.fd)
+        elif data is END:
             self.close()
 
     def _queue(self, data: bytes) -> None:
@@ -130,6 +134,7 @@ class SinkTable:
         self.max_bytes = max_bytes
         self.sinks: dict[tuple[str, str], Sink] = {}
         self.peers: dict[int, socket.socket] = {}
+        self.waiting: set[int] = set()
         if os.path.exists(path):
             os.unlink(path)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -141,12 +146,23 @@ class SinkTable:
         self.listener.listen(16)
         self.listener.setblocking(False)
 
-    def sink(self, session: str, stream_id: str) -> Sink:
+    def open(self, session: str, stream_id: str) -> Sink:
         """A new stream's sink: its events wait in it until the socket arrives."""
-        sink = self.sinks[(session, stream_id)] = Sink(self.max_bytes)
+        self.close(session, stream_id)
+        sink = self.sinks[(session, stream_id)] = Sink(self.max_bytes, self.waiting)
         return sink
 
-    def drop(self, session: str, stream_id: str) -> None:
+    def release(self, session: str, stream_id: str) -> None:
+        """The stream is over: its sink stays only while its last bytes wait for the client."""
+        sink = self.sinks.get((session, stream_id))
+        if sink is not None:
+            if sink.closed:
+                del self.sinks[(session, stream_id)]
+            else:
+                sink.released = time.monotonic()
+
+    def close(self, session: str, stream_id: str) -> None:
+        """The stream was closed or aborted: its socket is let go now."""
         sink = self.sinks.pop((session, stream_id), None)
         if sink is not None:
             sink.close()
@@ -155,24 +171,32 @@ class SinkTable:
         """The descriptors to poll for input: the listener and the connected API processes."""
         return [self.listener.fileno(), *self.peers]
 
-    def writable(self) -> list[int]:
-        return [sink.fd for sink in self.sinks.values() if sink.waiting]
-
     def on_readable(self, fd: int) -> None:
         if fd == self.listener.fileno():
             self._accept()
-        else:
+        elif fd in self.peers:
             self._receive(fd)
 
-    def on_writable(self, fd: int) -> None:
-        for sink in self.sinks.values():
-            if sink.fd == fd:
+    def on_writable(self, fds) -> None:
+        """Flush the sinks of these sockets; sinks of ended streams go once flushed."""
+        fds = set(fds)
+        for key, sink in list(self.sinks.items()):
+            if sink.fd in fds:
                 sink.flush()
-                return
+                if sink.closed and sink.released:
+                    del self.sinks[key]
 
-    def close(self) -> None:
+    def evict(self, now: float) -> None:
+        """Ended streams' sinks whose clients did not take their last bytes within LINGER_S."""
+        for key, sink in list(self.sinks.items()):
+            if sink.released and (sink.closed or now - sink.released > LINGER_S):
+                sink.close()
+                del self.sinks[key]
+
+    def close_all(self) -> None:
         for sink in self.sinks.values():
             sink.close()
+        self.sinks.clear()
         for peer in self.peers.values():
             peer.close()
         self.listener.close()
@@ -185,8 +209,7 @@ class SinkTable:
                 peer, _ = self.listener.accept()
             except BlockingIOError:
                 return
-            pid, uid, gid = _CREDENTIALS.unpack(peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                _CREDENTIALS.size))
+            _, uid, _ = _CREDENTIALS.unpack(peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
             if uid != os.getuid():
                 peer.close()                             # the directory is private: this is not our user
                 continue
@@ -214,7 +237,7 @@ class SinkTable:
             if not fds:
                 continue
             sink = self.sinks.get((session, stream_id))
-            if sink is not None and sink.fd < 0 and sink.failed is None:
+            if sink is not None and sink.fd < 0 and not sink.closed:
                 sink.attach(fds[0])
             else:                                        # that stream is over (or never was): not ours to keep
                 os.close(fds[0])
