@@ -12,7 +12,7 @@ import signal
 
 from aiohttp import web
 
-from tokworker.api.server import ACCESS_FORMAT, Api, ApiOptions
+from tokworker.api.server import AccessLogger, Api, ApiOptions
 
 log = logging.getLogger("tokworker.api")
 ENGINES = ("replay", "llama.cpp", "vllm", "sglang")
@@ -51,7 +51,7 @@ async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "1
     async with await TokenizerPool.spawn(**spawn) as pool:
         api = Api(pool, engine, options, model_root=model_root)
         await api.start()
-        runner = web.AppRunner(api.app(), handler_cancellation=True, access_log_format=ACCESS_FORMAT,
+        runner = web.AppRunner(api.app(), handler_cancellation=True, access_log_class=AccessLogger,
                                access_log=logging.getLogger("tokworker.api.access"))
         await runner.setup()
         site = web.TCPSite(runner, host, port)

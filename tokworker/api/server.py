@@ -21,7 +21,7 @@ import time
 from typing import Callable
 
 import msgspec
-from aiohttp import web
+from aiohttp import web, web_log
 
 from tokworker.api import whole
 from tokworker.api.errors import NOT_FOUND, ApiError, anthropic_body, openai_body
@@ -37,8 +37,8 @@ from tokworker.protocol.messages import ErrorCode
 from tokworker.sse.chat import usage_event
 
 log = logging.getLogger("tokworker.api")
-ACCESS_FORMAT = '%a "%r" %s %b %Tf'
 ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "anthropic": "msg_"}
+EXCHANGE = web.RequestKey("tokworker.exchange", Exchange)
 PROMPTS_PER_WORKER = 64      # requests in their prompt phase at once, per worker (the pool bounds its in-flight)
 _JSON = {"Content-Type": "application/json"}
 _SSE = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -194,7 +194,7 @@ class Api:
     async def _start(self, request: web.Request, plan: Plan) -> tuple[Exchange, web.StreamResponse | None]:
         """The prompt phase: render or encode, check against the context, open the streams, hand the
         requests to the engine, and (streamed) send the headers."""
-        exchange = Exchange(plan, ID_PREFIX[plan.api] + secrets.token_hex(12), int(time.time()))
+        exchange = request[EXCHANGE] = Exchange(plan, ID_PREFIX[plan.api] + secrets.token_hex(12), int(time.time()))
         began = time.perf_counter()
         prompts = await self._prompts(plan)
         rendered = time.perf_counter()
@@ -385,6 +385,21 @@ class Api:
     def _error_response(self, request: web.Request, error: ApiError, status: int | None = None) -> web.Response:
         body = anthropic_body(error) if request.path == "/v1/messages" else openai_body(error)
         return web.Response(status=status or error.status, body=body, headers=_JSON)
+
+
+class AccessLogger(web_log.AbstractAccessLogger):
+    """One line per request: who, what, the status, the request's id, its tokens in and out, the bytes its
+    body took (written here, or by the worker for a direct stream: "direct"), and the time it took."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        exchange = request.get(EXCHANGE)
+        if exchange is None:
+            detail = f"{response.body_length}B"
+        else:
+            body = "direct" if exchange.direct else f"{exchange.bytes_out or response.body_length}B"
+            detail = f"{exchange.id} prompt={exchange.prompt_tokens} generated={exchange.tokens} {body}"
+        self.logger.info('%s "%s %s" %d %s %.3fs', request.remote, request.method, request.path_qs,
+                         response.status, detail, time)
 
 
 def _guide_error(error: Exception, plan: Plan) -> ApiError:

@@ -46,7 +46,7 @@ class Exchange:
 
     __slots__ = ("plan", "id", "created", "choices", "transport", "backlog", "done", "closed", "started_at",
                  "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "prefixes", "timing",
-                 "direct")
+                 "direct", "bytes_out")
 
     def __init__(self, plan, id: str, created: int):
         self.plan = plan
@@ -68,6 +68,7 @@ class Exchange:
         self.prefixes: list[str] = []      # Completions with echo: each choice's prompt text
         self.timing = ""                   # the Server-Timing header: the prompt phase's parts
         self.direct = False                # its worker writes the body to the client (direct streaming)
+        self.bytes_out = 0                 # body bytes written here (the access log's)
 
     def write(self, data: bytes, limit: int) -> bool:
         """Write one HTTP/1.1 chunk; False when the client is gone or more than `limit` bytes behind. A
@@ -84,6 +85,7 @@ class Exchange:
         if transport.is_closing() or transport.get_write_buffer_size() > limit:
             return False
         transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        self.bytes_out += len(data)
         return True
 
     def begin(self, transport) -> None:
