@@ -130,8 +130,10 @@ class Api:
         if self.serving.exchanges >= self.options.max_concurrent_requests:
             raise ApiError(ErrorCode.OVERLOADED, f"{self.serving.exchanges} requests in flight, the server's "
                                                  f"limit (--max-concurrent-requests)")
+        arrived = time.perf_counter()
         raw = await self._read(request)
         plan = planner(self._decode(raw, kind), self.served)
+        parsed = time.perf_counter()
         if self.queued_bytes + len(raw) > self.options.max_queued_bytes:
             raise ApiError(ErrorCode.OVERLOADED, f"{self.queued_bytes} bytes of requests wait for the pool, the "
                                                  f"server's limit (--max-queued-bytes)")
@@ -141,7 +143,7 @@ class Api:
         finally:
             self.queued_bytes -= len(raw)
         try:
-            exchange, response = await self._start(request, plan)
+            exchange, response = await self._start(request, plan, (parsed - arrived, time.perf_counter() - parsed))
         finally:
             self._prompts_gate.release()
         return await self._finish(exchange, response)
@@ -191,9 +193,11 @@ class Api:
                                    f"{plan.max_tokens} to generate)", "max_tokens")
         return plan.max_tokens
 
-    async def _start(self, request: web.Request, plan: Plan) -> tuple[Exchange, web.StreamResponse | None]:
+    async def _start(self, request: web.Request, plan: Plan, before: tuple[float, float]
+                     ) -> tuple[Exchange, web.StreamResponse | None]:
         """The prompt phase: render or encode, check against the context, open the streams, hand the
-        requests to the engine, and (streamed) send the headers."""
+        requests to the engine, and (streamed) send the headers. `before`: the seconds the body took to
+        read and map, and to wait for its turn (the Server-Timing header's first parts)."""
         exchange = request[EXCHANGE] = Exchange(plan, ID_PREFIX[plan.api] + secrets.token_hex(12), int(time.time()))
         began = time.perf_counter()
         prompts = await self._prompts(plan)
@@ -219,7 +223,8 @@ class Api:
             self.serving.fail(exchange, _guide_error(error, plan))
         if exchange.error is not None:
             raise exchange.error
-        exchange.timing = (f"prompt;dur={(rendered - began) * 1e3:.2f}, open;dur={(opened - rendered) * 1e3:.2f}, "
+        exchange.timing = (f"parse;dur={before[0] * 1e3:.2f}, queue;dur={before[1] * 1e3:.2f}, "
+                           f"prompt;dur={(rendered - began) * 1e3:.2f}, open;dur={(opened - rendered) * 1e3:.2f}, "
                            f"engine;dur={(time.perf_counter() - opened) * 1e3:.2f}")
         response = None
         if plan.stream:
