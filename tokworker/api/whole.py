@@ -59,10 +59,6 @@ class Collected:
                 for item in self.items if item[0] == CALL]
 
 
-def _entry(entry) -> dict:
-    return msgspec.to_builtins(entry)
-
-
 def chat_completion(id: str, model: str, created: int, choices: list[Collected], prompt_tokens: int,
                     prompt_ids: list[int] | None = None, logprobs: bool = False) -> dict:
     out = []
@@ -74,7 +70,7 @@ def chat_completion(id: str, model: str, created: int, choices: list[Collected],
         calls = choice.calls()
         message["tool_calls"] = calls
         entry = {"index": index, "message": message,
-                 "logprobs": {"content": [_entry(e) for e in choice.entries]} if logprobs else None,
+                 "logprobs": {"content": msgspec.to_builtins(choice.entries)} if logprobs else None,
                  "finish_reason": choice.finish_reason, "stop_reason": choice.stop_reason}
         if prompt_ids is not None:
             entry["token_ids"] = choice.ids
@@ -135,7 +131,7 @@ def response_object(id: str, model: str, created: int, choice: Collected, prompt
         elif kind == TEXT:
             output.append({"id": f"msg_{prefix}_{index}", "type": "message", "role": "assistant", "status": "completed",
                            "content": [{"type": "output_text", "text": item[1], "annotations": [],
-                                        "logprobs": [_entry(e) for e in choice.entries] if logprobs else []}]})
+                                        "logprobs": msgspec.to_builtins(choice.entries) if logprobs else []}]})
         else:
             output.append({"id": f"rs_{prefix}_{index}", "type": "reasoning", "summary": [], "status": "completed",
                            "content": [{"type": "reasoning_text", "text": item[1]}]})
