@@ -26,6 +26,9 @@ ANSWER = ("The capital of France is Paris. 日本の首都は東京です。 �
 REASONING = ("The user asks a few things. Let me think step by step: first the geography, then the code, "
              "then check the numbers twice. 中文推理也可以。 ")
 TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+# Qwen3.5's XML form of the same call, which ends a think block the model never closed
+XML_CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\ncelsius\n"
+            "</parameter>\n</function>\n</tool_call>")
 # An agent writing a file: most of the call is one long JSON string (code, with its escapes).
 CODE = ("def fibonacci(n: int) -> list[int]:\n    \"\"\"The first n Fibonacci numbers.\"\"\"\n    a, b = 0, 1\n"
         "    out = []\n    for _ in range(n):\n        out.append(a)\n        a, b = b, a + b\n    return out\n\n\n"
@@ -50,7 +53,7 @@ WRITE_FILE_FORMATS = {
                    "</parameter>\n</function>\n</tool_call>",
     "minimax_m2": '<minimax:tool_call>\n<invoke name="write_file">\n<parameter name="path">fib.py</parameter>\n'
                   '<parameter name="content">{code}</parameter>\n</invoke>\n</minimax:tool_call>',
-    # the rest of vLLM's list (tests/test_tool_parsers_vllm.py)
+    # the rest of vLLM's list
     "deepseek_v32": '<｜DSML｜function_calls>\n<｜DSML｜invoke name="write_file">\n<｜DSML｜parameter name="path" string="true">'
                     'fib.py</｜DSML｜parameter>\n<｜DSML｜parameter name="content" string="true">{code}</｜DSML｜parameter>\n'
                     "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
@@ -148,8 +151,8 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
         ("stop + ernie45 reasoning + <response>", generated(
             REASONING * repeats + "\n</think>\n\n<response>\n" + ANSWER * repeats + "\n</response>\n"),
          StreamParams(stop=["</answer>"], reasoning_parser="ernie45"), 1),
-        ("qwen3 reasoning ended by a hermes call", generated("<think>\n" + REASONING * repeats + "\n" + TOOL_CALL),
-         with_tools, 1),
+        ("qwen3 reasoning ended by a Qwen3.5 call", generated("<think>\n" + REASONING * repeats + "\n" + XML_CALL),
+         StreamParams(stop=["</answer>"], reasoning_parser="qwen3", tool_parser="qwen3_coder", tools=tools), 1),
     ]
     file_args = json.dumps({"path": "fib.py", "content": CODE * 4})
     file_tools = [{"type": "function", "function": {"name": "write_file", "parameters": {

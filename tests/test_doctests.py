@@ -7,6 +7,8 @@ import importlib
 import pytest
 
 MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker.parsers.tools",
+           "tokworker.parsers.tools.core.callids", "tokworker.parsers.tools.core.literals",
+           "tokworker.parsers.tools.core.textargs",
            "tokworker.parsers.reasoning", "tokworker.parsers.template_parsers", "tokworker.sse.chat",
            "tokworker.frontend.client", "tokworker.protocol.endpoints"]
 

@@ -74,7 +74,6 @@ def test_updates_with_nothing_make_no_chunks():
 
 def test_real_stream_with_reasoning_and_a_tool_call_validates():
     import pytest
-    pytest.importorskip("tokworker.parsers.tools.hermes")
     from tests.test_stream_state import qwen
     from tokworker.stream.state import TextStream
     tok, ref = qwen()

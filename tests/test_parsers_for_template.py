@@ -15,7 +15,7 @@ TOOL_NAMES = {
     "glm45", "seed_oss", "cohere_command", "cohere_command2", "minimax_m2", "nemotron_json", "firefunction_v2",
     "granite", "functionary_v31", "functionary_v32", "apriel", "apertus", "deepseek_v32", "glm47", "qwen3_xml",
     "llama4_json", "phi4_mini_json", "xlam", "internlm", "jamba", "hunyuan_a13b", "ernie45", "step3", "longcat",
-    "olmo3", "gigachat3", "lfm2",
+    "olmo3", "gigachat3", "lfm2", "gemma4",
 }
 
 EXPECTED = {
@@ -100,6 +100,15 @@ ANCHORS = [  # formats without a fixture template: the markup their templates wr
     ("<|system|><|tool|>[...]<|/tool|><|end|> functools[...]", "phi4_mini_json"),
     ("<|header_start|>assistant<|header_end|>", "llama4_json"),
     ("<tool_call>{...}</tool_call><think></think><response>x</response>", "ernie45"),
+    # GLM-4.7 writes <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>, GLM-4.5/4.6 a line each
+    ("{{- '<tool_call>' + tc.name -}}{% for k, v in _args.items() %}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}"
+     "</arg_value>{% endfor %}</tool_call>", "glm47"),
+    ("{{ '\\n<tool_call>' + tc.name }}\n{% for k, v in _args.items() %}\n<arg_key>{{ k }}</arg_key>\n<arg_value>"
+     "{{ v }}</arg_value>\n{% endfor %}", "glm45"),
+    # Qwen's thinking template with XML calls (Qwen3.5), and Qwen3-Coder's, which does not think
+    ("<|im_start|>assistant\n<think>\n{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}", "qwen3_xml"),
+    ("<|im_start|>assistant\n{{- '\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}", "qwen3_coder"),
+    ("<|turn>model\n<|tool_call>call:{{ name }}{<tool_call|>", "gemma4"),
 ]
 
 
@@ -112,3 +121,10 @@ def test_no_anchor_means_no_parser_and_bad_input_is_a_typed_error():
     assert parsers_for_template("{% for m in messages %}{{ m.content }}{% endfor %}") == (None, None)
     with pytest.raises(TypeError, match="chat template is a str"):
         parsers_for_template(None)
+
+
+def test_every_rule_names_a_registered_parser():
+    from tokworker.parsers.template_parsers import _REASONING_RULES, _TOOL_RULES
+    from tokworker.parsers.tools import TOOL_PARSERS
+    assert {name for name, _, _ in _TOOL_RULES} <= set(TOOL_PARSERS)
+    assert {name for name, _, _ in _REASONING_RULES} <= set(REASONING_PARSERS)

@@ -7,8 +7,10 @@ behaviour chosen here:
   reasoning. Here the prompt decides, and whole and stream agree.
 - ernie45: vLLM's whole-text parse keeps the newlines inside <response>\\n...\\n</response> while its stream
   strips some of them; here an answer wrapper's edge whitespace is formatting in both.
-- qwen3 with a tool parser: vLLM leaves a tool call opened inside a think block the model never closed
-  (Qwen3.5 does this) in the reasoning, so no call is made; here the call's opening ends the reasoning.
+- qwen3 with a tool parser: a call opened inside a think block the model never closed ends the reasoning
+  when the tool parser reads Qwen3.5's XML calls (qwen3_coder; vLLM ends it there too, at
+  <tool_call><function=...>), and not with hermes: Qwen3 drafts `<tool_call>{...}` while it thinks and
+  closes the block later, so the draft stays reasoning and the call after </think> is the call.
 - mistral: a [/THINK] without [THINK] is dropped from the content (as vLLM's whole-text parse does; its
   stream keeps it).
 """
@@ -51,6 +53,16 @@ CASES = [
     ("deepseek_v4", "<｜Assistant｜></think>", "answer", (None, "answer")),
     ("holo2", None, "plan</think>answer", ("plan", "answer")),
     ("mimo", None, "<think>plan</think>answer", ("plan", "answer")),
+    # hy_v3: <think> only when reasoning_effort asks for it; without a prompt, the model's own tags decide
+    ("hy_v3", None, "<think>\nplan\n</think>\nanswer", ("plan", "answer")),
+    ("hy_v3", None, "just the answer", (None, "just the answer")),
+    ("hy_v3", "<|hy_User|>hi<|hy_Assistant|><think></think>", "answer", (None, "answer")),
+    # step3p5 (vLLM's tests): the template opens the block; the newline before and after </think> is formatting
+    ("step3p5", None, "plan\n</think>\nanswer", ("plan", "answer")),
+    ("step3p5", "<|im_start|>assistant\n<think>\n", "still thinking", ("still thinking", None)),
+    # poolside_v1: V3's switch; the current turn begins at <assistant>
+    ("poolside_v1", "<user>q</user><assistant><think>", "plan</think>answer", ("plan", "answer")),
+    ("poolside_v1", None, "answer", (None, "answer")),
     ("mistral", None, "[THINK]hm[/THINK]Yes.", ("hm", "Yes.")),
     ("mistral", None, "Yes.[/THINK] Sure.", (None, "Yes. Sure.")),
     ("apertus", None, "<|inner_prefix|>hm<|inner_suffix|>ok", ("hm", "ok")),
@@ -76,7 +88,7 @@ def test_model_output_shapes_whole_and_one_character_at_a_time(name, prompt, tex
 
 def test_every_name_of_vllms_list_is_served():
     for name in ("nemotron_v3", "olmo3", "ernie45", "hunyuan_a13b", "step3", "gemma4", "cohere", "minimax_m2",
-                 "minimax_m2_append_think", "deepseek_v4", "holo2", "mimo", "mistral"):
+                 "minimax_m2_append_think", "deepseek_v4", "holo2", "mimo", "mistral", "hy_v3", "step3p5", "poolside_v1"):
         get_reasoning_parser(name)
 
 
@@ -95,6 +107,13 @@ PREFILLS = [
     # an earlier assistant turn's closed block does not close this one
     ("deepseek_r1", "<｜User｜>a<｜Assistant｜></think>b<｜end▁of▁sentence｜><｜User｜>c<｜Assistant｜>", "x</think>y",
      ("x", "y")),
+    # Gemma 4's turns: <|turn>ROLE ... <turn|>; an earlier answer's closed thought says nothing of this one
+    ("gemma4", "<bos><|turn>system\n<|think|>Think first.<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n"
+               "Greet back.<channel|>Hello!<turn|>\n<|turn>user\nWhat is 2+2?<turn|>\n<|turn>model\n",
+     "<|channel>thought\nLet me add.<channel|>4", ("Let me add.", "4")),
+    # Poolside's turns: <system>, <user>, <assistant>
+    ("poolside_v1", "<user>a</user><assistant><think>x</think>b</assistant><user>c</user><assistant>", "<think>y</think>z",
+     ("y", "z")),
 ]
 
 
@@ -109,9 +128,8 @@ QWEN35 = ("The user wants the weather. I will call the tool.\n\n<tool_call>\n<fu
           "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>")
 
 
-@pytest.mark.parametrize("tool_name", ["qwen3_coder", "hermes"])
-def test_a_tool_call_opened_inside_the_block_ends_the_reasoning(tool_name):
-    tools = get_tool_parser(tool_name)
+def test_a_tool_call_opened_inside_the_block_ends_the_reasoning():
+    tools = get_tool_parser("qwen3_coder")
     parser = get_reasoning_parser("qwen3", prompt_text=QWEN_PROMPT + "<think>\n", tool_parser=tools)
     reasoning, content = parser.parse(QWEN35)
     assert reasoning == "The user wants the weather. I will call the tool."
@@ -122,10 +140,24 @@ def test_a_tool_call_opened_inside_the_block_ends_the_reasoning(tool_name):
     assert get_reasoning_parser("qwen3", prompt_text=QWEN_PROMPT + "<think>\n").parse(QWEN35) == (QWEN35, None)
 
 
+QWEN3_DRAFT = ('The user wants the weather. I could call <tool_call>\n{"name": "get_weather", "arguments": {"city": '
+               '"Paris"}}\n</tool_call> but first check the city.\n</think>\n\n<tool_call>\n{"name": "get_weather", '
+               '"arguments": {"city": "Paris"}}\n</tool_call>')
+
+
+def test_a_call_drafted_inside_the_block_by_qwen3_with_hermes_stays_reasoning():
+    """Qwen3's template writes hermes calls: a <tool_call> inside the open block is a draft."""
+    prompt = QWEN_PROMPT + "<think>\n"
+    expected = (QWEN3_DRAFT.split("\n</think>")[0], QWEN3_DRAFT.split("</think>\n\n")[1])
+    for tools in (None, get_tool_parser("hermes")):
+        assert get_reasoning_parser("qwen3", prompt_text=prompt, tool_parser=tools).parse(QWEN3_DRAFT) == expected
+        assert streamed(get_reasoning_parser("qwen3", prompt_text=prompt, tool_parser=tools), QWEN3_DRAFT) == expected
+
+
 def test_a_later_end_tag_after_the_implicit_end_is_dropped():
-    parser = get_reasoning_parser("qwen3", tool_parser=get_tool_parser("hermes"))
-    text = 'plan<tool_call>{"name": "f", "arguments": {}}</tool_call>\n</think>\n\ndone'
-    assert parser.parse(text) == ("plan", '<tool_call>{"name": "f", "arguments": {}}</tool_call>\n\n\ndone')
+    parser = get_reasoning_parser("qwen3", tool_parser=get_tool_parser("qwen3_coder"))
+    call = "<tool_call>\n<function=f>\n</function>\n</tool_call>"
+    assert parser.parse("plan" + call + "\n</think>\n\ndone") == ("plan", call + "\n\n\ndone")
 
 
 # ---------------------------------------------------------------- markup never reaches the content

@@ -1,7 +1,8 @@
 """Reasoning ends where the model ends it, through TextStream on the real Qwen3 vocabulary: a tool call
-opened inside a think block the model never closed becomes a tool call; a prompt that ends inside an open
-block (a prefill) starts the stream in reasoning; every grouping of the ids gives what the whole-text path
-(reasoning parser, then tool parser) gives."""
+opened inside a think block the model never closed becomes a tool call when the template's call format is
+Qwen3.5's XML one (qwen3_coder), and is a draft that stays reasoning when it is Qwen3's hermes JSON; a prompt
+that ends inside an open block (a prefill) starts the stream in reasoning; every grouping of the ids gives
+what the whole-text path (reasoning parser, then tool parser) gives."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.test_stream_state import qwen, run, splits
+from tests.test_stream_state import qwen, run, splits, streams_alike
 from tokworker.parsers.reasoning import get_reasoning_parser
 from tokworker.parsers.tools import get_tool_parser
 from tokworker.protocol.deltas import StreamParams
@@ -35,21 +36,32 @@ def whole(text: str, reasoning_name: str, tool_name: str, prompt: str | None = N
     return reasoning, content, [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
 
 
-@pytest.mark.parametrize("tool_name", ["qwen3_coder", "hermes"])
-def test_a_call_in_an_unclosed_think_block_is_a_call_in_every_grouping(tok, tool_name):
-    text = QWEN35 if tool_name == "qwen3_coder" else QWEN35.split("<tool_call>")[0] + \
-        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
-    ids = tok.encode(text)
-    params = StreamParams(reasoning_parser="qwen3", tool_parser=tool_name, tools=TOOLS)
-    prompt_ids = tok.encode(PROMPT)
-    results = {json.dumps(run(tok, params, steps, prompt_ids=prompt_ids)[0]) for steps in splits(ids, [3, 11, 40])}
-    assert len(results) == 1
-    content, reasoning, calls, end = json.loads(results.pop())
+def test_a_qwen35_call_in_an_unclosed_think_block_is_a_call_in_every_grouping(tok):
+    ids = tok.encode(QWEN35)
+    params = StreamParams(reasoning_parser="qwen3", tool_parser="qwen3_coder", tools=TOOLS)
+    content, reasoning, calls, end = streams_alike(tok, params, ids, prompt_ids=tok.encode(PROMPT))
     assert reasoning == "The user wants the weather." and content == ""
     assert calls == {"0": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
     assert end == ["tool_calls", None, False]
-    assert whole(tok.decode(ids, skip_special_tokens=True), "qwen3", tool_name, PROMPT) == \
+    assert whole(tok.decode(ids, skip_special_tokens=True), "qwen3", "qwen3_coder", PROMPT) == \
         ("The user wants the weather.", None, [("get_weather", '{"city": "Paris"}')])
+
+
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+QWEN3_DRAFT = f"I could call {CALL} but the city comes first.\n</think>\n\nChecking.\n{CALL}<|im_end|>"
+
+
+def test_a_qwen3_call_drafted_in_the_think_block_stays_reasoning_in_every_grouping(tok):
+    """Qwen3's template writes hermes calls: the draft inside the open block is reasoning, the block ends at
+    the model's own </think>, and only the call after it is made."""
+    ids = tok.encode(QWEN3_DRAFT)
+    params = StreamParams(reasoning_parser="qwen3", tool_parser="hermes", tools=TOOLS)
+    content, reasoning, calls, end = streams_alike(tok, params, ids, prompt_ids=tok.encode(PROMPT))
+    assert reasoning == f"I could call {CALL} but the city comes first." and content == "Checking."
+    assert calls == {"0": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    assert end == ["tool_calls", None, False]
+    assert whole(tok.decode(ids, skip_special_tokens=True), "qwen3", "hermes", PROMPT) == \
+        (reasoning, "Checking.", [("get_weather", '{"city": "Paris"}')])
 
 
 def test_a_prefill_inside_an_open_block_continues_the_reasoning(tok):

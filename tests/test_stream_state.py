@@ -95,6 +95,22 @@ def reference(tok, ref, ids, params: StreamParams):
     return text, "", {}, (*finish, abort)
 
 
+def every_split(ids):
+    """One id per engine step, two steps cut at every position, and all ids in one step."""
+    yield [[i] for i in ids]
+    for cut in range(1, len(ids)):
+        yield [ids[:cut], ids[cut:]]
+    yield [ids]
+
+
+def streams_alike(tokenizer, params, ids, **kwargs):
+    """Run the ids through TextStream in every grouping of every_split: all give the same (content,
+    reasoning, calls, end); returns it."""
+    results = {json.dumps(run(tokenizer, params, steps, **kwargs)[0]) for steps in every_split(ids)}
+    assert len(results) == 1, results
+    return json.loads(results.pop())
+
+
 def splits(ids, seed_cuts):
     points = sorted({c % (len(ids) + 1) for c in seed_cuts} | {0, len(ids)})
     yield [ids[a:b] for a, b in zip(points, points[1:])]
@@ -266,7 +282,6 @@ def test_parser_special_tokens_survive_skip_special_tokens():
 
 
 def test_gpt_oss_harmony_channels_with_special_markers():
-    pytest.importorskip("tokworker.parsers.tools.openai")
     tok = special_markers_vocabulary()
     assert all(tok.token_to_id(m) in tok.special_ids for m in HARMONY)
     text = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
@@ -286,7 +301,6 @@ def test_gpt_oss_harmony_channels_with_special_markers():
 
 
 def test_tool_calls_finish_with_tool_calls(tok, ref):
-    pytest.importorskip("tokworker.parsers.tools.hermes")
     text = ('<think>\nweather?\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
             '</tool_call><|im_end|>')
     ids = ref.encode(text, add_special_tokens=False).ids
@@ -313,7 +327,6 @@ CALL_PIECES = ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pari
 def test_tool_calls_agree_across_groupings_and_with_whole_parse(tok, ref):
     """Whatever the grouping (one token, k, random: the last brace of a call arriving with the next
     tokens), the calls are those of the whole-text parse; a call with no arguments streams "{}"."""
-    pytest.importorskip("tokworker.parsers.tools.hermes")
     from tokworker.parsers.reasoning import get_reasoning_parser
     from tokworker.parsers.tools import get_tool_parser
     eos = tok.token_to_id(tok.eos_token)
@@ -343,7 +356,6 @@ def test_tool_calls_agree_across_groupings_and_with_whole_parse(tok, ref):
 
 
 def test_deepseek_reasoning_and_tool_call_markers_on_the_real_vocabulary():
-    pytest.importorskip("tokworker.parsers.tools.deepseek")
     path = vocabulary("deepseek")
     tok = Tokenizer.from_file(path, {"eos_token": "<｜end▁of▁sentence｜>"})
     text = ("Weather in Paris needed.\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"

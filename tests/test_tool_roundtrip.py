@@ -44,11 +44,11 @@ ENDS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>")
 
 class Case:
     """How one template writes an assistant turn: its parser, where the turn starts (header) and ends,
-    whether arguments go in as a dict or a JSON string, how many calls one turn can hold, the content
+    how arguments go in (a dict, a JSON string, or each in turn), how many calls one turn can hold, the content
     it wants next to calls, how it links results to calls ("ids": each id is written at its call and at
     its result; None: it writes no ids), and why a shape can't be rendered."""
 
-    def __init__(self, parser, header, ends=ENDS, args=dict, most=2, content="", links=None, skip=None,
+    def __init__(self, parser, header, ends=ENDS, args=(dict,), most=2, content="", links=None, skip=None,
                  bare_tools=False):
         self.parser, self.header, self.ends, self.args, self.most = parser, header, ends, args, most
         self.content, self.links, self.skip = content, links, skip
@@ -76,10 +76,10 @@ CASES = {
     "mistralai-Ministral-3-14B-Reasoning-2512.jinja": Case("mistral", "[/INST]", ("</s>",)),
     "vllm-examples-tool_chat_template_deepseekv3.jinja": Case("deepseek_v3", "<｜Assistant｜>", ("<｜end▁of▁sentence｜>",)),
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": Case(
-        "deepseek_v3", "<｜Assistant｜>", ("<｜end▁of▁sentence｜>",), str,
+        "deepseek_v3", "<｜Assistant｜>", ("<｜end▁of▁sentence｜>",), (str,),
         skip="the template writes calls only when content is none, and apply_chat_template drops None-valued keys "
              "(transformers writes no calls either); test_tool_templates.py renders it without that step"),
-    "deepseek-ai-DeepSeek-V3.1.jinja": Case("deepseek_v31", "<｜Assistant｜>", ("<｜end▁of▁sentence｜>",), str),
+    "deepseek-ai-DeepSeek-V3.1.jinja": Case("deepseek_v31", "<｜Assistant｜>", ("<｜end▁of▁sentence｜>",), (str,)),
     "moonshotai-Kimi-K2.jinja": Case("kimi_k2", "<|im_assistant|>assistant<|im_middle|>", ("<|im_end|>",), links="ids"),
     "Qwen3-Coder.jinja": Case("qwen3_coder", QWEN),
     "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": Case("qwen3_coder", QWEN),
@@ -93,14 +93,16 @@ CASES = {
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": Case(
         "cohere_command2", "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>", ("<|END_OF_TURN_TOKEN|>",), links="index"),
     "NVIDIA-Nemotron-Nano-v2.jinja": Case("nemotron_json", "<SPECIAL_11>Assistant\n", ("<SPECIAL_12>",)),
-    "fireworks-ai-llama-3-firefunction-v2.jinja": Case("firefunction_v2", LLAMA, args=str),
+    "fireworks-ai-llama-3-firefunction-v2.jinja": Case("firefunction_v2", LLAMA, args=(str,)),
     "ibm-granite-granite-3.3-2B-Instruct.jinja": Case(
         "granite", "<|start_of_role|>assistant<|end_of_role|>", ("<|end_of_text|>",),
         skip="the template renders no tool calls in the history (only message content); transformers writes none either"),
-    "meetkai-functionary-medium-v3.1.jinja": Case("functionary_v31", LLAMA, args=str),
-    "meetkai-functionary-medium-v3.2.jinja": Case("functionary_v32", LLAMA + ">>>", args=str),
-    "unsloth-Apriel-1.5.jinja": Case("apriel", "<|assistant|>\n", ("<|end|>",), args=str),
-    "Apertus-8B-Instruct.jinja": Case("apertus", "<|assistant_start|>", ("<|assistant_end|>",), args=str, bare_tools=True),
+    "meetkai-functionary-medium-v3.1.jinja": Case("functionary_v31", LLAMA, args=(str,)),
+    "meetkai-functionary-medium-v3.2.jinja": Case("functionary_v32", LLAMA + ">>>", args=(str,)),
+    # Apriel's template writes arguments|string: a dict comes out as Python's repr ({'city': ...}), which the
+    # model learns to write too; a JSON string comes out as JSON
+    "unsloth-Apriel-1.5.jinja": Case("apriel", "<|assistant|>\n", ("<|end|>",), args=(dict, str)),
+    "Apertus-8B-Instruct.jinja": Case("apertus", "<|assistant_start|>", ("<|assistant_end|>",), args=(str,), bare_tools=True),
 }
 
 
@@ -142,16 +144,17 @@ def render(entry, messages, add_generation_prompt, oracle, tools=TOOLS):
     return ours
 
 
-def tool_calls(case, calls, ids):
+def tool_calls(calls, ids, kind=dict):
+    """OpenAI tool_calls with the arguments as a dict or (kind str) a JSON string."""
     return [{"id": i, "type": "function",
-             "function": {"name": name, "arguments": args if case.args is dict else json.dumps(args, ensure_ascii=False)}}
+             "function": {"name": name, "arguments": args if kind is dict else json.dumps(args, ensure_ascii=False)}}
             for i, (name, args) in zip(ids, calls)]
 
 
-def assistant_text(entry, case, calls, oracle):
+def assistant_text(entry, case, calls, oracle, kind=dict):
     """The model's text for an assistant turn with these calls, as the template writes it in the history."""
     ids = [f"call{i}abcd" for i in range(len(calls))]  # 9 characters: every template takes them
-    messages = [USER, {"role": "assistant", "content": case.content, "tool_calls": tool_calls(case, calls, ids)}]
+    messages = [USER, {"role": "assistant", "content": case.content, "tool_calls": tool_calls(calls, ids, kind)}]
     full = render(entry, messages, False, oracle, case.tools)
     start = full.index(case.header, full.index(USER["content"]))  # some templates add a generation prompt anyway
     turn = full[start + len(case.header):]
@@ -172,7 +175,15 @@ def test_calls_round_trip_through_the_template(file, count, oracle):
     calls = CALLS[:count]
     prompt = render(entry, [USER], True, oracle, case.tools)
     assert case.header.rstrip(">") in prompt[-200:]  # the generation prompt opens the same assistant turn
-    text = assistant_text(entry, case, calls, oracle)
+    for kind in case.args:
+        _round_trip(entry, case, calls, kind, oracle)
+
+
+def _round_trip(entry, case, calls, kind, oracle):
+    """The calls written by the template (arguments given as `kind`) parse back, and their ids and results
+    go into the next turn."""
+    count = len(calls)
+    text = assistant_text(entry, case, calls, oracle, kind)
 
     result = assert_split_invariant(case.parser, text, TOOLS)  # whole, in one piece, one character at a time
     assert [(name, json.loads(args)) for name, args in result["calls"]] == calls, text
@@ -185,8 +196,8 @@ def test_calls_round_trip_through_the_template(file, count, oracle):
     ids = [call["id"] for call in parsed]
     assert len(set(ids)) == len(ids)
     history = [USER, {"role": "assistant", "content": case.content,
-                      "tool_calls": tool_calls(case, [(c["function"]["name"], json.loads(c["function"]["arguments"]))
-                                                      for c in parsed], ids)}]
+                      "tool_calls": tool_calls([(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                                                for c in parsed], ids, kind)}]
     history += [{"role": "tool", "tool_call_id": i, "name": n, "content": r} for i, (n, _), r in zip(ids, calls, RESULTS)]
     try:
         turn2 = render(entry, history, True, oracle, case.tools)
@@ -211,7 +222,7 @@ def test_kimi_links_results_under_the_models_own_ids(oracle):
     text = assistant_text(entry, case, CALLS, oracle)
     _, parsed = get_tool_parser("kimi_k2").parse(text)
     assert [c["id"] for c in parsed] == ["functions.get_weather:0", "functions.now:1"]
-    history = [USER, {"role": "assistant", "content": "", "tool_calls": tool_calls(case, CALLS, [c["id"] for c in parsed])}]
+    history = [USER, {"role": "assistant", "content": "", "tool_calls": tool_calls(CALLS, [c["id"] for c in parsed])}]
     history += [{"role": "tool", "tool_call_id": c["id"], "content": r} for c, r in zip(parsed, RESULTS)]
     turn2 = render(entry, history, True, oracle)
     assert "<|tool_call_begin|>functions.now:1<|tool_call_argument_begin|>" in turn2
@@ -224,7 +235,7 @@ def test_mistral_templates_refuse_openai_ids_and_take_ours(oracle):
     if file not in TEMPLATES:
         pytest.skip(f"{file} is not in ../shared/fixtures")
     entry, case = TEMPLATES[file], CASES[file]
-    history = [USER, {"role": "assistant", "content": "", "tool_calls": tool_calls(case, CALLS[:1], ["call_" + "0" * 24])},
+    history = [USER, {"role": "assistant", "content": "", "tool_calls": tool_calls(CALLS[:1], ["call_" + "0" * 24])},
                {"role": "tool", "tool_call_id": "call_" + "0" * 24, "content": "x"}]
     with pytest.raises(TemplateError, match="alphanumeric strings with length 9"):
         render_chat(entry["text"], history, tools=TOOLS, now=NOW, **_variables(entry, TOOLS))
@@ -251,13 +262,13 @@ def test_generated_ids_stream_through_text_stream(file, oracle, llama3):
     special-token keeping, parser): the calls equal the whole-text parse, and a stream the engine stops
     ends in "tool_calls"."""
     from tokworker.parsers.tools import get_tool_parser
-    from tokworker.parsers.tools.base import assemble
+    from tokworker.parsers.tools.core.base import assemble
     from tokworker.protocol.deltas import StreamParams
     from tokworker.stream.state import TextStream
     if file not in TEMPLATES:
         pytest.skip(f"{file} is not in ../shared/fixtures")
     tokenizer, case = llama3, CASES[file]
-    text = assistant_text(TEMPLATES[file], case, CALLS, oracle)
+    text = assistant_text(TEMPLATES[file], case, CALLS, oracle, case.args[0])
     if case.parser == "functionary_v31":
         text += '<|python_tag|>print("hi")'  # the python tool: its special token must survive detokenizing
     ids = tokenizer.encode(text)

@@ -1,5 +1,9 @@
-"""Tool-call formats whose arguments are tagged text values (qwen3_coder, glm45): the parser writes the
-arguments JSON itself, typed by the request's tool schemas, and streams it as it goes; whole and
+"""Formats whose arguments are tagged text values, the parser writing the JSON itself, typed by the request's
+tool schemas: qwen3_coder (and qwen3_xml, step3p5, mimo), glm45, glm47, poolside_v1, seed_oss, functiongemma,
+gemma4; and the typing every text-valued format shares (textargs.py), the invoke formats' too: a value
+typed ["string", "null"] written as null is null, an object or array may be a Python literal.
+
+Model text is rendered the way each model writes calls (format literals next to each renderer); whole and
 streamed results agree however the text is split.
 """
 
@@ -10,54 +14,15 @@ import json
 import weakref
 
 import pytest
-from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.tool_formats import (SETTINGS, WS, assert_every_prefix, assert_split_invariant, cuts, dumps,
-                                expected_content, json_values, names, nasty_text, summary)
+from tests.test_stream_state import qwen
+from tests.tool_formats import (WS, Format, as_json_text, assert_ids_stream_like_whole, assert_split_invariant,
+                                expected_content, nasty_text, summary, text_shape_tests)
 from tokworker.parsers.tools import get_tool_parser
 
 
-# ---- text-valued formats: the parser writes the JSON, typed by the tools' schemas ----
-
-TYPED_VALUES = {
-    "string": nasty_text,
-    "integer": st.integers(-10**15, 10**15),
-    "number": st.floats(allow_nan=False, allow_infinity=False),
-    "boolean": st.booleans(),
-    "object": st.dictionaries(nasty_text, json_values, max_size=3),
-    "array": st.lists(json_values, max_size=3),
-}
-
-
-@st.composite
-def typed_calls(draw, forbidden: tuple[str, ...], untyped=st.just(None)):
-    """[(name, {key: (schema type or None, value)})] with values that fit the schema."""
-    calls = []
-    for function in draw(st.lists(names, min_size=1, max_size=3, unique=True)):  # one schema per name
-        params = {}
-        for key in draw(st.lists(names, max_size=4, unique=True)):
-            kind = draw(st.sampled_from([*TYPED_VALUES, None]))
-            value = draw(TYPED_VALUES[kind] if kind else untyped)
-            if kind is None and value is None:
-                continue
-            assume(not any(f in json.dumps(value, ensure_ascii=False) or f in str(value) for f in forbidden))
-            params[key] = (kind, value)
-        calls.append((function, params))
-    return calls
-
-
-def tools_for(calls):
-    """The OpenAI tools list describing the parameters' types (untyped ones left out)."""
-    tools = {}
-    for name, params in calls:
-        properties = tools.setdefault(name, {})
-        for key, (kind, _) in params.items():
-            if kind:
-                properties[key] = {"type": kind}
-    return [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": props}}}
-            for name, props in tools.items()]
-
+# ---- renderers, from the templates' literals ----
 
 def qwen3_coder(calls, before="", after=""):
     # Qwen3-Coder.jinja: '\n<tool_call>\n<function=' NAME '>\n', per argument '<parameter=' K '>\n' V '\n</parameter>\n'
@@ -70,65 +35,226 @@ def qwen3_coder(calls, before="", after=""):
     return (before.rstrip("\n") if before.strip(WS) else "") + body + after
 
 
+def mimo(calls, before="", after=""):
+    # MiMo (vLLM's mimo tests): qwen3_coder's tags with each value written right between them
+    body = "".join("<tool_call>\n<function=%s>\n%s</function>\n</tool_call>"
+                   % (name, "".join("<parameter=%s>%s</parameter>\n" % (k, as_json_text(v)) for k, (_, v) in params.items()))
+                   for name, params in calls)
+    return before + body + after
+
+
 def glm45(calls, before="", after=""):
     # GLM-4.6.jinja: '\n<tool_call>' NAME '\n', per argument '<arg_key>' K '</arg_key>\n<arg_value>' V
     # '</arg_value>\n' (V: strings as they are, else tojson), then '</tool_call>'
-    def text(value):
-        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     body = "".join("\n<tool_call>%s\n%s</tool_call>"
-                   % (name, "".join("<arg_key>%s</arg_key>\n<arg_value>%s</arg_value>\n" % (k, text(v))
+                   % (name, "".join("<arg_key>%s</arg_key>\n<arg_value>%s</arg_value>\n" % (k, as_json_text(v))
                                     for k, (_, v) in params.items()))
                    for name, params in calls)
     return (before.rstrip("\n") if before.strip(WS) else "") + body + after
 
 
+def glm47(calls, before="", after=""):
+    # GLM-4.7's template: content + '<tool_call>' NAME + per argument '<arg_key>' K '</arg_key><arg_value>' V
+    # '</arg_value>' (V: strings as they are, else tojson) + '</tool_call>', nothing in between
+    body = "".join("<tool_call>%s%s</tool_call>" % (n, "".join("<arg_key>%s</arg_key><arg_value>%s</arg_value>"
+                                                            % (k, as_json_text(v)) for k, (_, v) in p.items()))
+                   for n, p in calls)
+    return before + body + after
+
+
+def seed_oss(calls, before="", after=""):
+    # ByteDance-Seed-OSS.jinja: '\n' + content|trim + '\n' (when content), then per call '\n<seed:tool_call>\n<function='
+    # NAME '>\n', per argument '<parameter=' K '>' V '</parameter>\n' (V: strings as they are, else |string;
+    # objects written as JSON here, as the model is told), then '</function>\n</seed:tool_call>'
+    def text(v):
+        return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else str(v)
+    body = "".join("\n<seed:tool_call>\n<function=%s>\n%s</function>\n</seed:tool_call>"
+                   % (n, "".join("<parameter=%s>%s</parameter>\n" % (k, text(v)) for k, (_, v) in p.items()))
+                   for n, p in calls)
+    return ("\n" + before.strip() + "\n" if before.strip() else "") + body + after
+
+
+def functiongemma(calls, before="", after=""):
+    # FunctionGemma's template: '<start_function_call>call:' NAME '{' + 'K:<escape>V<escape>' joined by ',' + '}'
+    # + '<end_function_call>' (V: strings as they are, else JSON)
+    body = "".join("<start_function_call>call:%s{%s}<end_function_call>"
+                   % (n, ",".join("%s:<escape>%s<escape>" % (k, as_json_text(v)) for k, (_, v) in p.items()))
+                   for n, p in calls)
+    return before + body + after
+
+
+Q = '<|"|>'
+
+
+def gemma_value(value) -> str:
+    """Gemma 4's own syntax: strings between <|"|>, everything else bare, object keys quoted."""
+    if isinstance(value, str):
+        return Q + value + Q
+    if isinstance(value, dict):
+        return "{" + ",".join(Q + k + Q + ":" + gemma_value(v) for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(gemma_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def gemma4(calls, before="", after=""):
+    # Gemma 4 (vLLM's gemma4 tests): '<|tool_call>call:' NAME '{' + 'K:' V joined by ',' + '}<tool_call|>' per call
+    body = "".join("<|tool_call>call:%s{%s}<tool_call|>" % (n, ",".join("%s:%s" % (k, gemma_value(v))
+                                                                        for k, (_, v) in p.items()))
+                   for n, p in calls)
+    return before + body + after
+
+
 QWEN3_CODER_END = ("</parameter>", "<parameter=", "</function>")
-TEXT_FORMATS = [
-    # name, renderer, strings a value may not contain, strategy for values of parameters the schema omits
-    ("qwen3_coder", qwen3_coder, QWEN3_CODER_END, nasty_text),
-    ("glm45", glm45, ("</arg_value>",), st.none() | st.integers() | st.lists(st.integers(), max_size=2)),
+SMALL_UNTYPED = st.none() | st.integers() | st.lists(st.integers(), max_size=2)
+FORMATS = [
+    Format("qwen3_coder", qwen3_coder, ("<tool_call>", "<function="), forbidden=QWEN3_CODER_END, untyped=nasty_text),
+    Format("qwen3_xml", qwen3_coder, ("<tool_call>", "<function="), forbidden=QWEN3_CODER_END, untyped=nasty_text),
+    Format("step3p5", qwen3_coder, ("<tool_call>", "<function="), forbidden=QWEN3_CODER_END, untyped=nasty_text),
+    Format("mimo", mimo, ("<tool_call>", "<function="), forbidden=QWEN3_CODER_END, untyped=nasty_text),
+    Format("glm45", glm45, ("<tool_call>",), forbidden=("</arg_value>",), untyped=SMALL_UNTYPED),
+    Format("glm47", glm47, ("<tool_call>",), forbidden=("</arg_value>",), untyped=SMALL_UNTYPED),
+    Format("poolside_v1", glm45, ("<tool_call>",), forbidden=("</arg_value>",), untyped=SMALL_UNTYPED),
+    # one "\n" after a value's tag and one before its closing tag are formatting (vLLM reads them so too)
+    Format("seed_oss", seed_oss, ("<seed:tool_call>", "<function="), forbidden=QWEN3_CODER_END,
+           untyped=nasty_text, edges=True,
+           message=lambda before, after: (expected_content("\n" + before.strip() if before.strip() else "", after),
+                                          None)),
+    Format("functiongemma", functiongemma, ("<start_function_call>",), forbidden=("<escape>",), untyped=SMALL_UNTYPED),
+    Format("gemma4", gemma4, ("<|tool_call>",), forbidden=(Q,), untyped=nasty_text | st.integers()),
 ]
-TEXT_MARKERS = {"qwen3_coder": ["<tool_call>", "<function="], "glm45": ["<tool_call>"]}
 
 
-@pytest.mark.parametrize("name,render,forbidden,untyped", TEXT_FORMATS, ids=[f[0] for f in TEXT_FORMATS])
-@SETTINGS
-@given(data=st.data(), before=nasty_text, after=nasty_text, chunking=cuts)
-def test_text_valued_formats_round_trip(name, render, forbidden, untyped, data, before, after, chunking):
-    calls = data.draw(typed_calls(forbidden, untyped))
-    assume(not any(m in before + after for m in TEXT_MARKERS[name]))
-    tools = tools_for(calls)
-    text = render(calls, before, after)
-    result = assert_split_invariant(name, text, tools, cuts=chunking)
-    assert [n for n, _ in result["calls"]] == [n for n, _ in calls]
-    for (_, streamed), (_, params) in zip(result["calls"], calls):
-        expected = {k: v for k, (_, v) in params.items()}
-        assert streamed == dumps(expected)  # exactly json.dumps of the typed values
-    assert result["content"] == expected_content(before, after)
+test_calls_round_trip_with_the_text_around_them, test_every_split_and_every_prefix = text_shape_tests(FORMATS)
 
 
-@pytest.mark.parametrize("name,render,forbidden,untyped", TEXT_FORMATS, ids=[f[0] for f in TEXT_FORMATS])
-@settings(max_examples=8, deadline=None)
-@given(data=st.data(), before=nasty_text)
-def test_text_valued_formats_every_split_and_every_prefix(name, render, forbidden, untyped, data, before):
-    calls = data.draw(typed_calls(forbidden, untyped))
-    assume(not any(m in before for m in TEXT_MARKERS[name]))
-    tools = tools_for(calls)
-    text = render(calls, before)
-    full = assert_split_invariant(name, text, tools, every_split=True)
-    for part in assert_every_prefix(name, text, tools):
-        assert len(part["calls"]) <= len(full["calls"])
-        complete = max(len(part["calls"]) - 1, 0)
-        assert part["calls"][:complete] == full["calls"][:complete]
+# ---- cases: real model-output shapes ----
+
+CASES = [
+    # (format, text, calls, content)
+    # GLM-4.7: no-argument calls inline or with a newline, arguments on one line, a literal backslash-n the model
+    # wrote between key and value (formatting, as vLLM's glm47 reads it)
+    ("glm47", "Checking.<tool_call>get_current_date</tool_call><tool_call>get_current_date\n</tool_call>",
+     [("get_current_date", "{}"), ("get_current_date", "{}")], "Checking."),
+    ("glm47", "<tool_call>get_weather<arg_key>location</arg_key><arg_value>Beijing</arg_value><arg_key>days</arg_key>"
+              "\\n<arg_value>2</arg_value></tool_call>", [("get_weather", '{"location": "Beijing", "days": 2}')], None),
+    ("glm47", "  \n  <tool_call>get_weather\n<arg_key>location</arg_key>\n<arg_value>Shanghai</arg_value>\n</tool_call>",
+     [("get_weather", '{"location": "Shanghai"}')], None),
+    # qwen3_xml is vLLM's second reader of qwen3_coder's XML (vLLM's tests run both parsers on one shared set)
+    ("qwen3_xml", "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=location>\nParis, France\n"
+                  "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+     [("get_weather", '{"location": "Paris, France", "days": 3}')], "Let me look."),
+    # step3p5: Step-3.5 writes qwen3_coder's XML (vLLM's tests: a multi-line object value, typed by the schema)
+    ("step3p5", "Let me calculate that.<tool_call>\n<function=calculate_area>\n<parameter=shape>\nrectangle\n</parameter>\n"
+                '<parameter=dimensions>\n{"width": 10, \n "height": 20}\n</parameter>\n<parameter=precision>\n2\n'
+                "</parameter>\n</function>\n</tool_call>",
+     [("calculate_area", '{"shape": "rectangle", "dimensions": {"width": 10, "height": 20}, "precision": 2}')],
+     "Let me calculate that."),
+    # mimo: values verbatim, typed by the schema (vLLM's mimo parser leaves every value a string)
+    ("mimo", "<tool_call>\n<function=get_weather>\n<parameter=location>Paris</parameter>\n<parameter=days>2</parameter>\n"
+             "</function>\n</tool_call>", [("get_weather", '{"location": "Paris", "days": 2}')], None),
+    # poolside_v1 (vLLM's tests): the name's newline is optional; a string value keeps its whitespace
+    ("poolside_v1", "<tool_call>get_weather<arg_key>location</arg_key><arg_value>Paris</arg_value></tool_call>",
+     [("get_weather", '{"location": "Paris"}')], None),
+    ("poolside_v1", "<tool_call>get_weather\n<arg_key>location</arg_key>\n<arg_value>  Paris\n</arg_value>\n"
+                    "<arg_key>days</arg_key>\n<arg_value> 4 </arg_value>\n</tool_call>",
+     [("get_weather", '{"location": "  Paris\\n", "days": 4}')], None),
+    ("seed_oss", "<seed:tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</seed:tool_call>",
+     [("f", '{"a": "1"}')], None),
+    # Seed-OSS writes call examples while it thinks: a think block left to the tool parser is content
+    ("seed_oss", "<seed:think>the format is <seed:tool_call>\n<function=f>\n<parameter=a>0</parameter>\n</function>\n"
+                 "</seed:tool_call></seed:think><seed:tool_call>\n<function=f>\n<parameter=a>1</parameter>\n</function>\n"
+                 "</seed:tool_call>", [("f", '{"a": "1"}')],
+     "<seed:think>the format is <seed:tool_call>\n<function=f>\n<parameter=a>0</parameter>\n</function>\n"
+     "</seed:tool_call></seed:think>"),
+    # functiongemma: vLLM reads every value as JSON when it parses; the schema types it here (a string stays one)
+    ("functiongemma", "Sure.<start_function_call>call:get_weather{location:<escape>London<escape>,days:<escape>3<escape>,"
+                      "date:<escape>2024<escape>}<end_function_call>",
+     [("get_weather", '{"location": "London", "days": 3, "date": "2024"}')], "Sure."),
+    ("functiongemma", "<start_function_call>call:now{}<end_function_call>", [("now", "{}")], None),
+    # gemma4 (vLLM's tests): strings between <|"|>, bare numbers, booleans, null, nested objects and arrays,
+    # <|"|>-quoted keys, calls back to back, hyphens and dots in names
+    ("gemma4", 'Let me check the weather for you. <|tool_call>call:get_weather{location:<|"|>San Francisco<|"|>,'
+               'unit:<|"|>c<|"|>}<tool_call|>', [("get_weather", '{"location": "San Francisco", "unit": "c"}')],
+     "Let me check the weather for you."),
+    ("gemma4", '<|tool_call>call:complex_function{nested:{inner:<|"|>value<|"|>},list:[<|"|>a<|"|>,<|"|>b<|"|>],'
+               'record_map:{<|"|>3<|"|>:<|"|>new text<|"|>},count:42,score:3.14,flag:true,param:null}<tool_call|>'
+               '<|tool_call>call:weather.get{location:<|"|>London, UK<|"|>}<tool_call|>',
+     [("complex_function", '{"nested": {"inner": "value"}, "list": ["a", "b"], "record_map": {"3": "new text"}, '
+                           '"count": 42, "score": 3.14, "flag": true, "param": null}'),
+      ("weather.get", '{"location": "London, UK"}')], None),
+    ("gemma4", "<|tool_call>call:get-status{}<tool_call|>", [("get-status", "{}")], None),
+    # a quoted value the schema types otherwise is converted; a bare one the schema calls a string stays text
+    ("gemma4", '<|tool_call>call:get_weather{days:<|"|>3<|"|>,location:42}<tool_call|>',
+     [("get_weather", '{"days": 3, "location": "42"}')], None),
+    ("gemma4", '<|tool_call>call:get_weather{location:<|"|>Lon', [("get_weather", '{"location": "Lon')], None),  # cut off
+]
 
 
-@pytest.mark.parametrize("name", ["qwen3_coder", "glm45"])
-@SETTINGS
-@given(text=nasty_text, chunking=cuts)
-def test_text_valued_formats_leave_other_text_intact(name, text, chunking):
-    assume(not any(m in text for m in TEXT_MARKERS[name]))
-    result = assert_split_invariant(name, text, cuts=chunking)
-    assert result == {"content": text or None, "reasoning_content": None, "calls": []}
+@pytest.mark.parametrize("name,text,calls,content", CASES)
+def test_format_cases(name, text, calls, content):
+    from tests.tool_formats import WEATHER_TOOLS
+    result = assert_split_invariant(name, text, WEATHER_TOOLS, every_split=True)
+    assert (result["calls"], result["content"]) == (calls, content)
+
+
+# ---- the typing every text-valued format shares ----
+
+TYPED_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+    "note": {"type": ["string", "null"]}, "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    "where": {"type": "object"}, "tags": {"type": "array"}}}}}]
+ONE_VALUE = {  # a call to f with one parameter KEY = VALUE, as each format writes it
+    "qwen3_coder": "<tool_call>\n<function=f>\n<parameter={key}>\n{value}\n</parameter>\n</function>\n</tool_call>",
+    "step3p5": "<tool_call>\n<function=f>\n<parameter={key}>\n{value}\n</parameter>\n</function>\n</tool_call>",
+    "glm45": "<tool_call>f\n<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n</tool_call>",
+    "seed_oss": "<seed:tool_call>\n<function=f>\n<parameter={key}>{value}</parameter>\n</function>\n</seed:tool_call>",
+    "minimax_m2": '<minimax:tool_call>\n<invoke name="f">\n<parameter name="{key}">{value}</parameter>\n</invoke>\n'
+                  "</minimax:tool_call>",
+    "deepseek_v32": '<｜DSML｜function_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="{key}" string="false">'
+                    "{value}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+    "step3": '<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="f"><steptml:parameter '
+             'name="{key}">{value}</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>',
+    "hy_v3": "<tool_calls><tool_call>f<tool_sep><arg_key>{key}</arg_key><arg_value>{value}</arg_value></tool_call></tool_calls>",
+    "functiongemma": "<start_function_call>call:f{{{key}:<escape>{value}<escape>}}<end_function_call>",
+    "gemma4": "<|tool_call>call:f{{{key}:{value}}}<tool_call|>",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONE_VALUE))
+@pytest.mark.parametrize("key,value,expected", [
+    # null where the schema allows it is null, not the text "null" (vLLM reads it so: null before string)
+    ("note", "null", None), ("maybe", "null", None), ("note", "None", None), ("note", "a null hope", "a null hope"),
+    # an object or array the schema asks for, written as a Python literal: read without eval
+    ("where", "{'city': 'Paris', 'tags': ['a', None, True], 'n': -2.5}", {"city": "Paris", "tags": ["a", None, True],
+                                                                         "n": -2.5}),
+    ("tags", "['a', 1, (2, 3)]", ["a", 1, [2, 3]]),
+    ("where", '{"city": "Paris"}', {"city": "Paris"}),
+    ("where", "{'code': __import__('os').system('x')}", "{'code': __import__('os').system('x')}"),  # no literal: text
+])
+def test_values_are_typed_by_the_schema(name, key, value, expected):
+    if name == "gemma4" and value[:1] not in "{[" and expected is not None:
+        value = '<|"|>' + value + '<|"|>'  # Gemma 4 quotes text
+    text = ONE_VALUE[name].format(key=key, value=value)
+    result = assert_split_invariant(name, text, TYPED_TOOLS, every_split=True)
+    assert result["calls"] == [("f", json.dumps({key: expected}, ensure_ascii=False))]
+
+
+@pytest.mark.parametrize("value,expected", [("null", None), ("{'city': 'Paris', 'n': [1, None]}", {"city": "Paris",
+                                                                                                     "n": [1, None]})])
+def test_typed_values_on_the_real_qwen3_vocabulary(value, expected):
+    key = "note" if expected is None else "where"
+    text = "Checking." + ONE_VALUE["qwen3_coder"].format(key=key, value=value)
+    result = assert_ids_stream_like_whole(qwen()[0], "qwen3_coder", text, TYPED_TOOLS)
+    assert result["calls"] == [("f", json.dumps({key: expected}))]
+
+
+def test_float_typed_text_values_are_numbers():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "float"}, "y": {"type": "float"}}}}}]
+    text = "<tool_call>\n<function=f>\n<parameter=x>\n2.5\n</parameter>\n<parameter=y>\nabout 3\n</parameter>\n</function>\n</tool_call>"
+    assert json.loads(assert_split_invariant("qwen3_coder", text, tools)["calls"][0][1]) == {"x": 2.5, "y": "about 3"}
+    glm = "<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>-1e3</arg_value>\n</tool_call>"
+    assert json.loads(assert_split_invariant("glm45", glm, tools)["calls"][0][1]) == {"x": -1000.0}
 
 
 def test_string_values_stream_while_they_are_written():

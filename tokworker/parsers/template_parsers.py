@@ -39,7 +39,12 @@ _TOOL_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("firefunction_v2", ("functools",), ()),
     ("functionary_v32", (">>>all",), ()),
     ("functionary_v31", ("<function=", "<|start_header_id|>"), ()),
+    ("glm47", ("<arg_key>", "</arg_key><arg_value>"), ()),  # GLM-4.7 writes a call's parts with no newlines
     ("glm45", ("<arg_key>",), ()),
+    ("gemma4", ("<|tool_call>",), ()),  # Gemma 4: <|tool_call>call:NAME{...}<tool_call|>
+    # Qwen's thinking templates with XML calls (Qwen3.5, Qwen3.6): vLLM's qwen3_xml, which its users pick
+    # there (vLLM's qwen3_coder streams those calls badly); here both names read the same XML
+    ("qwen3_xml", ("<tool_call>", "<function=", "<think>", "<|im_start|>"), ("truncate_history_thinking",)),
     ("qwen3_coder", ("<tool_call>", "<function="), ()),  # Qwen3-Coder, Nemotron 3 Nano
     ("ernie45", ("<tool_call>", "<response>"), ("<|start_of_role|>",)),
     ("hermes", ("<tool_call>",), ()),

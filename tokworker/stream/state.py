@@ -17,9 +17,11 @@ Parsers may need special tokens that skip_special_tokens removes (kimi's <|tool_
 each declares them in `special_tokens` and the detokenizer keeps exactly those.
 
 Every stage publishes when it is steady (the detokenizer's `idle`, the stop checker's `holding`, the
-reasoning parser's `steady_end` and `steady_markup`, the tool parser's `string_args`): a token that a
-steady stage would pass through unchanged is handled here with a lookup or a search, without calling the
-stage. Most tokens of a stream take that path, and the tests check it against the stages' own answers under every grouping.
+reasoning parser's `steady_end` and `steady_markup`, the tool parser's `string_args` with its
+`is_string_piece` test): a token that a steady stage would pass through unchanged is handled here with a
+lookup or a search, without calling the stage. Most tokens of a stream take that path, and the tests check
+it against the stages' own answers under every grouping. The stream asks the parsers only through these
+attributes (and `reads_reasoning`: a tool parser that splits reasoning itself gets no reasoning parser).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import weakref
 from tokworker.protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
 from tokworker.parsers.reasoning import get_reasoning_parser
 from tokworker.parsers.tools import get_tool_parser
-from tokworker.parsers.tools.jsonscan import STRING_PIECE
 
 from .accounting import StreamAccounting
 from .coalesce import EMPTY, coalesce
@@ -39,7 +40,6 @@ from .stop import StopChecker
 
 
 _WHITESPACE = " \t\r\n"
-_STRING_PIECE = STRING_PIECE.fullmatch
 _EOS_IDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -76,12 +76,13 @@ class TextStream:
     """
 
     def __init__(self, tokenizer, params: StreamParams, prompt_ids=None, prompt_text=None):
-        self._reasoning = self._tools = None
-        # gpt-oss: the openai tool parser reads every harmony channel, reasoning included
-        harmony_twice = params.reasoning_parser == "openai_gptoss" and params.tool_parser == "openai"
+        self._reasoning = self._tools = self._string_piece = None
         if params.tool_parser:
             self._tools = get_tool_parser(params.tool_parser, params.tools)
-        if params.reasoning_parser and not harmony_twice:  # a tool call may end an unclosed think block
+            self._string_piece = self._tools.is_string_piece
+        # a tool parser that reads reasoning itself (gpt-oss's channels) needs no reasoning parser in front;
+        # the tool parser goes in too, as its calls may end an unclosed think block
+        if params.reasoning_parser and not (self._tools is not None and self._tools.reads_reasoning):
             self._reasoning = get_reasoning_parser(params.reasoning_parser, prompt_text=prompt_text,
                                                    prompt_ids=prompt_ids, tokenizer=tokenizer,
                                                    tool_parser=self._tools)
@@ -178,7 +179,7 @@ class TextStream:
             if tools is None:
                 return StreamUpdate([Delta(text)])
             index = tools.string_args  # inside a call's argument string: a token of it is more of it
-            if index >= 0 and _STRING_PIECE(text):
+            if index >= 0 and self._string_piece(text):
                 call = ToolCallDelta(index=index, function=FunctionDelta(arguments=text))
                 return StreamUpdate([Delta(tool_calls=[call])])
             deltas = tools.feed(text)

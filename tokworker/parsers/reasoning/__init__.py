@@ -10,7 +10,9 @@ turn, not guessed (prompt.py); without a prompt each parser falls back to what v
 A reasoning block ends where the model ends it: at its end tag, at a tag that begins the content (Kimi's
 tool-call section, DeepSeek V4's DSML calls), or, with a tool parser, where the model opens a tool call
 inside a block it never closed (Qwen3.5 does): get_reasoning_parser(..., tool_parser=parser) makes that
-parser's opening markers end the reasoning, in the stream and in `parse` alike.
+parser's opening markers end the reasoning, in the stream and in `parse` alike, unless the tool parser
+says its model drafts calls while thinking (hermes: Qwen3 closes the block after such a draft). The
+template tells the two apart: Qwen3's writes hermes calls, Qwen3.5's and Qwen3-Coder's XML ones.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ class ReasoningParserError(ValueError):
 class HarmonyReasoningParser:
     """openai_gptoss: gpt-oss's harmony channels (analysis is reasoning, final is content). The channel
     grammar lives once, in the `openai` tool parser; this is its reasoning-only face. A stream that also
-    asks for the `openai` tool parser needs only that one (TextStream drops this stage then)."""
+    asks for the `openai` tool parser needs only that one (it `reads_reasoning`: TextStream builds no
+    reasoning parser in front of it)."""
 
     passthrough = False  # channels can change at any point
     steady_end = steady_markup = ""
@@ -80,9 +83,9 @@ class AppendThinkParser:
 
 def tool_openers(tool_parser, fmt: ReasoningFormat) -> tuple[str, ...]:
     """The markers with which `tool_parser` sees a call begin (its `starts` that are control tokens, not a
-    section's end), when the format lets a tool call end its reasoning; none that would clash with the
-    format's own tags."""
-    if tool_parser is None or not fmt.tool_calls_end:
+    section's end), when the format lets a tool call end its reasoning and the tool parser's calls are no
+    drafts (`call_ends_reasoning`); none that would clash with the format's own tags."""
+    if tool_parser is None or not fmt.tool_calls_end or not getattr(tool_parser, "call_ends_reasoning", True):
         return ()
     markers = set(getattr(tool_parser, "special_tokens", ()))
     tags = fmt.starts + fmt.ends + fmt.implicit_ends + fmt.answer_starts + fmt.answer_ends

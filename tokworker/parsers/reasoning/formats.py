@@ -9,7 +9,7 @@ block the model never closed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Where the output starts: inside the reasoning (an opening tag may still be repeated), in content that
 # may open a reasoning block, or in content that never will.
@@ -36,21 +36,15 @@ class ReasoningFormat:
     # an end tag after a tool call ended the block). Granite's tags are plain sentences, so they are not.
     markup: bool = True
     append_think: str = ""  # minimax_m2_append_think: no split; content begins with this opening tag
-    # The characters that may begin a tag ending the reasoning (text without any cannot end it), and the
-    # one character when they all begin with the same one (a str search is cheaper than a set test).
-    end_firsts: frozenset = field(init=False, repr=False, compare=False)
-    end_first: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        firsts = frozenset(tag[0] for tag in self.ends + self.implicit_ends)
-        if not firsts.isdisjoint(_WHITESPACE):  # whitespace before an end tag is held as formatting
+        if any(tag[0] in _WHITESPACE for tag in self.ends + self.implicit_ends):
+            # whitespace before an end tag is held as formatting
             raise ValueError("a tag ending the reasoning must not begin with whitespace")
         tags = self.starts + self.ends + self.implicit_ends + self.answer_starts + self.answer_ends
         if any(a != b and b.startswith(a) for a in tags for b in tags):
             # a tag that begins another would be taken early by a stream and whole by a parse
             raise ValueError("no tag may be the beginning of another")
-        object.__setattr__(self, "end_firsts", firsts)
-        object.__setattr__(self, "end_first", next(iter(firsts)) if len(firsts) == 1 else "")
 
     @property
     def special_tokens(self) -> tuple[str, ...]:
@@ -119,4 +113,7 @@ FORMATS = {
                               answer_ends=("[END FINAL RESPONSE]",)),
 }
 # vLLM's other names for the same formats.
-ALIASES = {"mimo": "qwen3", "cohere_command3": "cohere", "cohere_command4": "cohere"}
+ALIASES = {"mimo": "qwen3", "cohere_command3": "cohere", "cohere_command4": "cohere",
+           "hy_v3": "deepseek_v3",  # Hunyuan v3: <think> only when reasoning_effort asks for it
+           "step3p5": "step3",  # Step-3.5: its template opens the block; everything before </think> is reasoning
+           "poolside_v1": "deepseek_v3"}  # Laguna: V3's switch; its turns begin with <assistant> (prompt.py)

@@ -19,9 +19,11 @@ from .formats import CONTENT, INSIDE, ReasoningFormat
 INSIDE_TEXT, CONTENT_TEXT = "inside_text", "content_text"
 _WHITESPACE = " \t\r\n"
 # Turn markers of the chat formats in use, searched from the end: ChatML/Llama/Command <|...|>, DeepSeek's
-# <｜...｜>, Mistral's [INST] family, Gemma's <start_of_turn>. A format's own tags are never one.
+# <｜...｜>, Mistral's [INST] family, Gemma's <start_of_turn>, Gemma 4's <|turn> and <turn|>, Poolside's
+# <assistant> and its siblings. A format's own tags are never one.
 _TURN_MARKER = regex.compile(r"<\|[^|<>\s]{1,64}\|>|<｜[^｜<>]{1,64}｜>|\[/?(?:INST|SYSTEM_PROMPT|AVAILABLE_TOOLS|"
-                             r"TOOL_RESULTS)\]|<(?:start|end)_of_turn>", regex.REVERSE)
+                             r"TOOL_RESULTS)\]|<(?:start|end)_of_turn>|<\|turn>|<turn\|>|<(?:system|user|assistant|tool)>",
+                             regex.REVERSE)
 
 
 def last_turn_text(prompt_text: str, fmt: ReasoningFormat) -> str:

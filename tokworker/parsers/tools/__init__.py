@@ -2,16 +2,16 @@
 
 A parser has `feed(text) -> list[Delta]`, `finish() -> list[Delta]`, `parse(text) -> (content, calls)`,
 `special_tokens` (marker strings the stream must keep in the text it feeds) and `called`.
-Formats live one per module; base.py holds the shared streaming core.
+core/ holds the shared cores (base.py the streaming loop); formats/ one declaration per model family.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 
-from .base import ToolParser
+from .core.base import ToolParser
 
-# vLLM name -> (module, class). Imported on first use so a process pays only for the formats it serves.
+# vLLM name -> (module in formats/, class). Imported on first use so a process pays only for the formats it serves.
 _PARSERS = {
     "hermes": ("hermes", "HermesToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
@@ -58,6 +58,11 @@ _PARSERS = {
     "functiongemma": ("functiongemma", "FunctionGemmaToolParser"),
     "lfm2": ("lfm2", "Lfm2ToolParser"),
     "llama4_pythonic": ("pythonic", "PythonicToolParser"),  # pythonic reads Llama 4's <|python_start|> wrapper
+    "gemma4": ("gemma4", "Gemma4ToolParser"),
+    "granite4": ("hermes", "Granite4ToolParser"),
+    "poolside_v1": ("poolside", "PoolsideV1ToolParser"),
+    "mimo": ("mimo", "MimoToolParser"),
+    "cohere_command4": ("cohere", "CohereCommand2ToolParser"),  # Command A Reasoning writes Command R7B's actions
 }
 
 TOOL_PARSERS = tuple(sorted(_PARSERS))
@@ -83,7 +88,7 @@ def get_tool_parser(name: str, tools: list[dict] | None = None) -> ToolParser:
             module, cls = _PARSERS[name]
         except (KeyError, TypeError):
             raise ValueError(f"unknown tool parser {name!r}; known: {', '.join(TOOL_PARSERS)}") from None
-        parser_class = _CLASSES[name] = getattr(import_module(f"{__name__}.{module}"), cls)
+        parser_class = _CLASSES[name] = getattr(import_module(f"{__name__}.formats.{module}"), cls)
     return parser_class(tools)
 
 
