@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.report import write_markdown, write_plot
 
-SECTIONS = ["encode", "chat", "stream", "writers", "pool", "constrain"]
+SECTIONS = ["encode", "chat", "stream", "writers", "pool", "constrain", "front_door", "llama_cpp"]
 
 
 def main(argv=None):
@@ -50,6 +50,7 @@ def main(argv=None):
         results[name] = rows
         print(json.dumps({"section": name, "seconds": round(time.perf_counter() - started, 1)}), file=sys.stderr)
 
+    _join_vllm(results)
     with open(out / "results.jsonl", "w") as f:
         f.write(json.dumps({"machine": machine}) + "\n")
         for name, rows in results.items():
@@ -57,6 +58,18 @@ def main(argv=None):
                 f.write(json.dumps({"section": name, **row}, ensure_ascii=False) + "\n")
     write_markdown(out / "results.md", machine, results, command=" ".join(["python -m bench", *(argv or sys.argv[1:])]))
     write_plot(out / "results.png", results)
+
+
+def _join_vllm(results: dict[str, list[dict]]) -> None:
+    """The front door's per-token CPU beside vLLM's path measured in the same run: its stop strings with chat
+    chunks, everything its API process does per token but the HTTP write."""
+    vllm = next((row["vllm_us_per_token"] for row in results.get("beside_vllm", ())
+                 if row.get("case") == "stop strings + chat chunks" and "vllm_us_per_token" in row), None)
+    for row in results.get("front_door", ()) if vllm is not None else ():
+        if row.get("case") == "streams":
+            row["vllm_us_per_token"] = vllm
+            row["vllm_ratio"] = round(vllm / row["api_us_per_token"], 2)
+            row["vllm_ratio_direct"] = round(vllm / row["direct_api_us_per_token"], 2)
 
 
 if __name__ == "__main__":

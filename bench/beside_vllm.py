@@ -25,17 +25,25 @@ TEXT_FIELDS = ("content", "reasoning", "tool_calls", "finish_reason")
 TURN = 2
 
 
-def _our_round(tokenizer, ids: list[int], params, prompt_ids: list[int]) -> tuple[float, float, list]:
-    """One stream start to end: its CPU seconds, those of its construction (included) and its updates."""
+def _our_round(tokenizer, ids: list[int], params, prompt_ids: list[int], chunks: bool = False
+               ) -> tuple[float, float, list]:
+    """One stream start to end: its CPU seconds, those of its construction (included) and its updates; with
+    `chunks`, each update's chat chunk events written too (what vLLM's chunks case builds)."""
+    from tokworker.protocol.deltas import ChunkFormat
+    from tokworker.sse import writer_for
     from tokworker.stream.state import TextStream
 
     updates: list = []
     started = time.process_time()
     stream = TextStream(tokenizer, params, prompt_ids=prompt_ids, prompt_text=PROMPT)
+    write = writer_for(ChunkFormat(id="chatcmpl-bench", model="bench", created=1), params).sse if chunks else None
     setup = time.process_time() - started
     push, keep = stream.push, updates.append
     for token in ids:
-        keep(push([token]))
+        update = push([token])
+        keep(update)
+        if write is not None:
+            write(update)
     return time.process_time() - started, setup, updates
 
 
@@ -66,13 +74,14 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
     repeats, rounds = (2, 3) if quick else (20, 7)
     eos = [tokenizer.token_to_id("<|im_end|>")]
     thinking = "<think>\n" + REASONING * repeats + "\n</think>\n\n"
-    cases = [("stop strings", ANSWER * repeats, None, False),
-             ("stop + qwen3 reasoning", thinking + ANSWER * repeats, "qwen3", False),
-             ("stop + reasoning + hermes tool call", thinking + TOOL_CALL, "qwen3", True)]
+    cases = [("stop strings", ANSWER * repeats, None, False, False),
+             ("stop strings + chat chunks", ANSWER * repeats, None, False, True),
+             ("stop + qwen3 reasoning", thinking + ANSWER * repeats, "qwen3", False, False),
+             ("stop + reasoning + hermes tool call", thinking + TOOL_CALL, "qwen3", True, False)]
     prompt_ids = tokenizer.encode(PROMPT)
     spec = {"model_dir": str(path), "tools": TOOLS, "prompt_ids": prompt_ids,
             "cases": [{"case": name, "ids": tokenizer.encode(text) + eos, "reasoning": reasoning, "tools": tools,
-                       "stop": ["</answer>"]} for name, text, reasoning, tools in cases]}
+                       "stop": ["</answer>"], "chunks": chunks} for name, text, reasoning, tools, chunks in cases]}
     params = [StreamParams(stop=case["stop"], reasoning_parser=case["reasoning"],
                            tool_parser="hermes" if case["tools"] else None, tools=TOOLS if case["tools"] else None)
               for case in spec["cases"]]
@@ -97,7 +106,8 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
                         setups[index] = min(setups[index], reply["setup_seconds"])
                         vllm_texts[index] = vllm_texts[index] or reply
                     for _ in range(TURN):
-                        seconds, setup, updates = _our_round(tokenizer, case["ids"], params[index], prompt_ids)
+                        seconds, setup, updates = _our_round(tokenizer, case["ids"], params[index], prompt_ids,
+                                                             case["chunks"])
                         ours[index], our_setups[index] = min(ours[index], seconds), min(our_setups[index], setup)
                         texts[index] = texts[index] or _texts(updates)
         except EOFError:

@@ -3,8 +3,9 @@ generated token on given ids, as its OpenAI server runs a streaming chat request
 adjusts it (the renderer's step), the output processor's incremental detokenizer (stop strings, the eos
 stop-terminated and held-back text flushed at the finish, as the engine reports it), then the chat stream
 processor serving_chat keeps per choice (Parser.parse_delta: the reasoning parser, then the tool parser).
-The chunk objects and their JSON are not included (tokworker's side builds deltas, not chunks either).
-Imports vLLM, never tokworker. Written against vLLM 0.33.0.
+A case with "chunks" also builds each delta's chunk as serving_chat does (ChatCompletionResponseStreamChoice
+in a ChatCompletionStreamResponse, `model_dump_json(exclude_unset=True, ...)`, framed as `data: ...`): the
+whole API-process path up to the HTTP write. Imports vLLM, never tokworker. Written against vLLM 0.33.0.
 
 argv[1]: a JSON file {"model_dir", "tools", "prompt_ids", "cases": [{"case", "ids", "reasoning", "tools",
 "stop"}]}; then one round per case index read on stdin (see main), timed in process CPU; "setup_seconds" is
@@ -44,10 +45,14 @@ def _server(tokenizer, case: dict, tools: list[dict], prompt_ids: list[int]):
     return request, parser_cls, engine_request
 
 
-def _one_stream(tokenizer, ids: list[int], request, parser_cls, engine_request, prompt_ids, out: list):
+def _one_stream(tokenizer, ids: list[int], request, parser_cls, engine_request, prompt_ids, out: list,
+                chunks: bool = False):
     """One stream start to end, one token per engine step; the last id is the eos, which the engine
-    reports as a stop-terminated finish. Appends each step's DeltaMessage (or None) to `out`.
-    Returns the construction's CPU seconds and the chat finish_reason."""
+    reports as a stop-terminated finish. Appends each step's DeltaMessage (or None) to `out`, and with
+    `chunks` writes each delta's SSE event as serving_chat does. Returns the construction's CPU seconds and
+    the chat finish_reason."""
+    from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponseStreamChoice,
+                                                                    ChatCompletionStreamResponse)
     from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
     from vllm.v1.engine.detokenizer import IncrementalDetokenizer
 
@@ -57,13 +62,19 @@ def _one_stream(tokenizer, ids: list[int], request, parser_cls, engine_request, 
     processor = ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=parser_cls)
     setup = time.process_time() - started
     update, next_text, step, append = detokenizer.update, detokenizer.get_next_output_text, processor.step, out.append
-    last, chunk = len(ids) - 1, None
+    last, chunk, events = len(ids) - 1, None, []
     for position, token in enumerate(ids):
         finished = position == last
         stop_string = update([token], finished)
         finish_reason = "stop" if finished or stop_string else None
         chunk = step(next_text(finish_reason is not None, True), [token], finish_reason, prompt_ids)
         append(chunk.delta)
+        if chunks and chunk.delta is not None:
+            choice = ChatCompletionResponseStreamChoice(index=0, delta=chunk.delta, logprobs=None,
+                                                        finish_reason=chunk.finish_reason)
+            response = ChatCompletionStreamResponse(id="chatcmpl-bench", object="chat.completion.chunk",
+                                                    created=1, choices=[choice], model="bench")
+            events.append(f"data: {response.model_dump_json(exclude_unset=True, exclude_none=False)}\n\n")
         if stop_string:
             break
     return setup, chunk.finish_reason
@@ -102,7 +113,7 @@ def main(spec_path: str) -> None:
         deltas: list = []
         started = time.process_time()
         setup, finish_reason = _one_stream(tokenizer, spec["cases"][index]["ids"], *servers[index], prompt_ids,
-                                           deltas)
+                                           deltas, spec["cases"][index].get("chunks", False))
         reply = {"seconds": time.process_time() - started, "setup_seconds": setup}
         if index not in reported:
             reported.add(index)

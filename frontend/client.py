@@ -262,13 +262,16 @@ class TokenizerPool:
     # ------------------------------------------------------------ streams
     async def open_stream(self, stream_id: str, params: StreamParams | None = None, prompt_ids: list[int] | None = None,
                           prompt_text: str | None = None, *, buffer: bool = True,
-                          chunks: ChunkFormat | None = None, engine_ids=None) -> Stream:
+                          chunks: ChunkFormat | None = None, engine_ids=None, sink: bool = False) -> Stream:
         """Create a stream on the worker with the fewest; `buffer=False` when only step()'s return value is
         read (no per-stream buffer to fill). With `chunks`, every update carries `sse`: the stream's OpenAI
         chat.completion.chunk server-sent events (`data: {json}\n\n` each), and no deltas.
         `engine_ids`: a callable returning every id step() has been given for this stream (the engine's own
         record, e.g. `lambda: request.output_token_ids`); the pool then keeps no copy and a replay after a
-        worker's death reads it (see stream.py for its contract)."""
+        worker's death reads it (see stream.py for its contract).
+        `sink` (with `chunks`): direct streaming, where the worker takes it (a local worker): the worker
+        writes the events itself to the client socket given to hand_over(); the returned Stream's `sink`
+        says whether it does. Such a stream is not replayed after its worker's death: it fails."""
         if chunks is not None and not isinstance(chunks, ChunkFormat):
             raise InvalidRequest(ErrorCode.INVALID, f"chunks is a ChunkFormat, not {type(chunks).__name__}")
         if not isinstance(stream_id, str):
@@ -286,18 +289,20 @@ class TokenizerPool:
         prompt_ids = list(prompt_ids) if prompt_ids is not None else None
         while True:
             link = min(self._for_new_work(), key=lambda link: (link.open_streams, link.load))
+            direct = sink and chunks is not None and "sinks" in link.info.capabilities
             try:
                 return await self._open_on(link, stream_id, params, prompt_ids, prompt_text, buffer, chunks,
-                                           engine_ids)
+                                           engine_ids, direct)
             except ShuttingDown:
                 continue                                     # that worker is draining: open it on another
 
     async def _open_on(self, link: WorkerLink, stream_id: str, params: StreamParams, prompt_ids, prompt_text,
-                       buffer: bool, chunks, engine_ids) -> Stream:
+                       buffer: bool, chunks, engine_ids, sink: bool) -> Stream:
         body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
-                                         prompt_text=prompt_text, chunks=chunks))
+                                         prompt_text=prompt_text, chunks=chunks, sink=sink))
         link.check(size=len(body))                   # refused before the stream exists anywhere
-        stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks, self._retire, engine_ids)
+        stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks, self._retire, engine_ids,
+                        sink)
 
         def opened(reply):
             stream.opened = True
@@ -305,6 +310,15 @@ class TokenizerPool:
 
         self.streams[stream_id] = stream
         return await link.request(body, on_reply=opened, on_error=stream.fail, stateful=True)
+
+    def hand_over(self, stream_id: str, fd: int) -> None:
+        """Give the worker of a stream opened with `sink` the client's socket `fd` (it gets a reference of
+        its own; the caller's stays open until the caller closes it). OSError if the worker cannot be
+        reached: the caller then ends the stream."""
+        stream = self.streams[stream_id]
+        if not stream.sink:
+            raise InvalidRequest(ErrorCode.INVALID, f"stream {stream_id!r} was not opened for direct streaming")
+        stream.link.hand_over(stream_id, fd)
 
     @property
     def open_streams(self) -> int:

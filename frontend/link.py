@@ -29,6 +29,8 @@ from tokworker.protocol.messages import (ID_FRAME, PROTOCOL_VERSION, ErrorCode, 
                                          decode_reply, encode_message, frame)
 from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost, error_for
 from tokworker.frontend.pending import Call, Pending, Probe
+from tokworker.frontend.sinks import SinkSender
+from tokworker.protocol.endpoints import sinks_path
 
 log = logging.getLogger("tokworker.frontend")
 
@@ -93,6 +95,7 @@ class WorkerLink:
         self._hello_id = -1
         self._auth_error: PoolError | None = None
         self._handshake_drops = 0
+        self._sinks: SinkSender | None = None   # where client sockets go for direct streaming (made on first use)
         self._task: asyncio.Task | None = None
 
     @property
@@ -393,6 +396,10 @@ class WorkerLink:
             for stream_id, ids in pending.step_ids().items():
                 in_flight[stream_id] = in_flight.get(stream_id, 0) + len(ids)
         for stream in [s for s in self.live.values() if s.opened]:
+            if stream.sink:                                  # what the dead worker wrote cannot be known
+                stream.fail(WorkerLost(ErrorCode.WORKER_LOST, f"the worker that streamed {stream.id!r} to its "
+                                                              f"client directly is gone"))
+                continue
             try:
                 body = stream.replay_request(in_flight.get(stream.id, 0))
             except PoolError as error:                       # the engine's record of its ids failed it
@@ -425,9 +432,27 @@ class WorkerLink:
         for stream in list(self.live.values()):
             stream.fail(WorkerLost(error.code, error.message))
 
+    def hand_over(self, stream_id: str, fd: int) -> None:
+        """Give this link's worker the client socket of `stream_id` (direct streaming; see frontend/sinks.py).
+        A worker restarted since keeps no old connection: a failed send connects again once."""
+        for attempt in (0, 1):
+            if self._sinks is None:
+                self._sinks = SinkSender(sinks_path(self.endpoint))
+            try:
+                self._sinks.hand(self.session, stream_id, fd)
+                return
+            except OSError:
+                self._sinks.close()
+                self._sinks = None
+                if attempt:
+                    raise
+
     async def close(self) -> None:
         self.closed = True
         self.ready = False
+        if self._sinks is not None:
+            self._sinks.close()
+            self._sinks = None
         if self._task is not None and not self._task.done():
             self._task.cancel()
         if self._sweeping is not None:

@@ -119,8 +119,9 @@ def merge_updates(updates) -> StreamUpdate:
 
 class Stream:
     def __init__(self, stream_id: str, link, params: StreamParams, prompt_ids, prompt_text, buffer: bool,
-                 chunks: ChunkFormat | None = None, on_end=None, engine_ids=None):
+                 chunks: ChunkFormat | None = None, on_end=None, engine_ids=None, sink: bool = False):
         self.id = stream_id
+        self.sink = sink                        # its worker writes its events to the client (direct streaming)
         self.link = link
         self.params = params
         self.prompt_ids = prompt_ids

@@ -171,3 +171,15 @@ class ClientKeys:
         socket.curve_serverkey = self.server_public
         socket.curve_publickey = self.public
         socket.curve_secretkey = self.secret
+
+
+def sinks_path(endpoint: str) -> str | None:
+    """Where a worker takes sockets: beside its ipc:// endpoint; None over tcp:// (no socket crosses hosts)
+    or where the path would be too long for a Unix socket.
+
+    >>> sinks_path("ipc:///run/user/1000/tokworker/worker.1"), sinks_path("tcp://10.0.0.2:7000")
+    ('/run/user/1000/tokworker/worker.1.sinks', None)
+    """
+    parsed = parse_endpoint(endpoint)
+    path = parsed.path + ".sinks"
+    return path if parsed.scheme == "ipc" and len(path.encode()) <= IPC_PATH_MAX else None

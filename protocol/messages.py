@@ -240,7 +240,9 @@ class OpenStream(_Request, tag="open"):
     """Create one request's streaming state. `replay` is a list of id batches pushed at once, whose
     output is discarded: how a client rebuilds a stream on a worker that replaced a dead one. With
     `chunks`, every update of the stream carries its OpenAI chunks as server-sent events (`sse`) instead
-    of deltas."""
+    of deltas. With `sink` (and `chunks`; a worker whose capabilities list "sinks"), the worker writes those
+    events itself to the client socket the caller hands over next (direct streaming): updates then carry
+    no `sse`, only the finish (or finish_reason "abort" once the client can no longer be written to)."""
 
     stream_id: str
     params: StreamParams = msgspec.field(default_factory=StreamParams)
@@ -248,6 +250,7 @@ class OpenStream(_Request, tag="open"):
     prompt_text: str | None = None
     replay: list[list[int]] = []
     chunks: ChunkFormat | None = None
+    sink: bool = False
 
 
 class OpenReply(_Reply, tag="open"):

@@ -3,8 +3,18 @@ without the explain phase (it traces every line, many times slower on a template
 distinct failures after the first, as hypothesis does by default, can outlast pytest-timeout, whose thread
 method then ends the whole run without a report."""
 
+import pytest
 from hypothesis import Phase, settings
 
 settings.register_profile("tokworker", report_multiple_bugs=False,
                           phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink])
 settings.load_profile("tokworker")
+
+
+@pytest.fixture(scope="module")
+def smollm2_server():
+    """One llama-server on SmolLM2 per test module (4 slots of 1,024 tokens), on a free 127.0.0.1 port;
+    the module's tests skip when llama-server is not built or SmolLM2 is not installed."""
+    from tests.llama_cpp import serve, smollm2
+    with serve(smollm2(), "-c", "4096", "-np", "4") as server:
+        yield server

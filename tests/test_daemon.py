@@ -112,22 +112,24 @@ def test_keys_command(tmp_path):
                      "server.key", "server.key_secret"]
 
 
-def test_demo_streams_reasoning_and_a_tool_call():
+def test_demo_serves_http_says_the_reply_is_scripted_and_reads_it_with_the_openai_sdk():
     started = time.monotonic()
     proc = tokworker("demo")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert "<|im_start|>assistant" in out
-    count = next(line for line in out.splitlines() if line.endswith("prompt tokens on 2 workers ==="))
-    assert int(count.split()[1]) > 100
+    assert "SCRIPTED, not generated" in out and "engine: replay" in out
+    count = next(line for line in out.splitlines() if line.endswith("prompt tokens ==="))
+    assert int(count.split()[-4]) > 100
     chunks = [json.loads(line) for line in out.splitlines() if line.startswith('{"id": ')]
-    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    deltas = [choice["delta"] for c in chunks for choice in c["choices"]]
     reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
     assert reasoning.startswith("The user wants the current weather in Paris")
     calls = [call for d in deltas for call in d.get("tool_calls", [])]
     assert calls[0]["function"]["name"] == "get_weather" and calls[0]["id"].startswith("call_")
     arguments = "".join(call["function"].get("arguments", "") for call in calls)
     assert json.loads(arguments) == {"city": "Paris", "unit": "celsius"}
-    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
-    assert out.rstrip().endswith("data: [DONE]")
+    assert [choice["finish_reason"] for choice in chunks[-1]["choices"]] == ["tool_calls"]
+    assert "data: [DONE]" in out.splitlines()
+    assert out.splitlines()[-1] == '=== tool call: get_weather({"city": "Paris", "unit": "celsius"})'
     assert time.monotonic() - started < 120

@@ -3,7 +3,8 @@ import name an install claims is `tokworker` (frontend/ and protocol/ install as
 tokworker.protocol).
 
 Layers, bottom to top: the wire contract; the text engine's stages; what renders, streams or constrains
-with them; the worker process; the API process's client; the entry points (CLI, demo, lazy exports).
+with them; the worker process; the API process's client; the engines; the HTTP front door; the entry points
+(CLI, demo, lazy exports).
 Imports inside functions count: a lazy import upwards is still an upward arrow.
 """
 
@@ -26,6 +27,8 @@ LAYERS = [
     ("tokworker.stream", "tokworker.templates", "tokworker.constrain", "tokworker.sse"),
     ("tokworker.worker",),
     ("tokworker.frontend",),
+    ("tokworker.engines",),              # beside the front door: the pool never imports an engine
+    ("tokworker.api",),                  # the HTTP front door
     ("tokworker",),                      # tokworker/__init__.py, cli.py, demo.py
 ]
 

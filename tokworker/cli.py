@@ -70,8 +70,38 @@ def _parser() -> argparse.ArgumentParser:
     keys.add_argument("directory")
     keys.add_argument("--client", action="append", help="client name (repeatable; default: client)")
 
-    demo = commands.add_parser("demo", help="one chat turn through a local pool on the bundled tokenizer")
+    api = commands.add_parser("api", help="the HTTP front door (OpenAI and Anthropic APIs) on a local pool and an "
+                                         "engine")
+    api.add_argument("--model-dir", help="a tokenizer folder (default: the bundled tokenizer)")
+    api.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    api.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    api.add_argument("--engine", default="replay", help="replay (scripted replies, the default), llama.cpp, vllm "
+                                                        "or sglang")
+    api.add_argument("--engine-url", help="where the engine listens (llama.cpp, vllm, sglang)")
+    api.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
+                     help="the model names requests may give (default: the model folder)")
+    api.add_argument("--workers", type=int, default=2, help="tokenizer worker processes (default: 2)")
+    api.add_argument("--max-model-len", type=int, help="context length (default: the engine's)")
+    api.add_argument("--max-request-bytes", type=int, default=32 << 20, help="largest request body in bytes")
+    api.add_argument("--max-concurrent-requests", type=int, default=4096,
+                     help="requests served at once; more get 429")
+    api.add_argument("--max-buffer-bytes", type=int, default=4 << 20,
+                     help="bytes a streamed response may fall behind its client before it is cut")
+    api.add_argument("--direct-streaming", action="store_true",
+                     help="local workers write single-choice streamed responses to the client themselves: the "
+                          "API process only moves ids (a worker's death then ends its direct streams)")
+    api.add_argument("--max-queued-bytes", type=int, default=64 << 20,
+                     help="request bytes that may wait for the pool to take their prompts; more get 429")
+    api.add_argument("--replay-step-interval", type=float, default=0.01,
+                     help="seconds per step of the replay engine (default: 0.01)")
+    api.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    api.add_argument("--enable-auto-tool-choice", action="store_true",
+                     help="accepted for vLLM's command lines: tool calls are parsed whenever a request has tools")
+    _add_worker_settings(api)
+
+    demo = commands.add_parser("demo", help="the front door on the replay engine, read with the openai SDK")
     demo.add_argument("--model-dir", help="another tokenizer folder (default: the bundled one)")
+    demo.add_argument("--chat-template", help="a template file, its text, or chatml, in place of the model's")
     return parser
 
 
@@ -106,10 +136,40 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if healthy(workers) else 1
 
 
+def _api(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvloop
+
+    from tokworker.api.run import engine_for, serve_http
+    from tokworker.api.server import ApiOptions
+    from tokworker.worker.options import DEFAULT_MODEL_DIR, settings
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        engine = engine_for(args.engine, args.engine_url, replay_step_interval=args.replay_step_interval,
+                            max_model_len=args.max_model_len)
+    except ValueError as exc:
+        print(f"tokworker api: {exc}", file=sys.stderr)
+        return 2
+    spawn = {field: getattr(args, field) for field, *_ in settings()}
+    spawn.update(model_dir=args.model_dir, workers=args.workers, log_level=args.log_level)
+    options = ApiOptions(served_model_name=args.served_model_name, max_model_len=args.max_model_len,
+                         max_request_bytes=args.max_request_bytes, max_concurrent_requests=args.max_concurrent_requests,
+                         max_buffer_bytes=args.max_buffer_bytes, max_queued_bytes=args.max_queued_bytes,
+                         direct_streaming=args.direct_streaming,
+                         drain_timeout=args.drain_timeout_s)
+    uvloop.run(serve_http(spawn, options, engine, host=args.host, port=args.port,
+                          model_root=args.model_dir or str(DEFAULT_MODEL_DIR)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "api":
+        return _api(args)
     if args.command == "status":
         return _status(args)
     if args.command == "keys":
@@ -119,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
               "its own <name>.key_secret")
         return 0
     from tokworker.demo import main as demo
-    return demo(args.model_dir)
+    return demo(args.model_dir, args.chat_template)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,16 @@ def params_for(chunk_format: ChunkFormat, params: StreamParams) -> StreamParams:
     return params
 
 
+def done_event(api: str) -> bytes:
+    """What ends a streamed response of this api after its last chunk: `data: [DONE]` for OpenAI's chat and
+    completions, nothing for Responses and Messages (their last event says so).
+
+    >>> done_event("chat"), done_event("anthropic")
+    (b'data: [DONE]\\n\\n', b'')
+    """
+    return b"data: [DONE]\n\n" if api in ("chat", "completions") else b""
+
+
 def writer_for(chunk_format: ChunkFormat, params: StreamParams, prompt_ids=None, tokenizer=None):
     """The writer of `chunk_format.api` for one stream; ValueError names an unknown api."""
     api = chunk_format.api

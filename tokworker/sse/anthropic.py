@@ -65,7 +65,7 @@ class MessagesWriter:
                 self._write(out, piece)
         if ending:
             self._close(out)
-            reason, sequence = _stop_reason(update)
+            reason, sequence = stop_reason(update.finish_reason, update.stop_reason)
             usage = update.usage
             out.append(event(b"message_delta", json({
                 "type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
@@ -104,8 +104,8 @@ class MessagesWriter:
                        % (self._blocks - 1))
 
 
-def _stop_reason(update: StreamUpdate) -> tuple[str, str | None]:
-    finish, stop = update.finish_reason, update.stop_reason
+def stop_reason(finish: str | None, stop) -> tuple[str, str | None]:
+    """Anthropic's (stop_reason, stop_sequence) for a stream's finish_reason and stop_reason."""
     if finish == "length":
         return "max_tokens", None
     if finish == "tool_calls":

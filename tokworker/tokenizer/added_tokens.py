@@ -92,8 +92,11 @@ def _branch(node: dict) -> str:
 class AddedVocabulary:
     """Content <-> id for added tokens, and the splitting of text around them."""
 
-    def __init__(self, specs: list[dict], model_vocab: dict[str, int], normalize=None, keep_ids: bool = False):
-        """keep_ids=True takes each spec's "id" as given (tiktoken special tokens), not tokenizers' numbering."""
+    def __init__(self, specs: list[dict], model_vocab: dict[str, int], normalize=None, keep_ids: bool = False,
+                 longest_first: bool = False):
+        """keep_ids=True takes each spec's "id" as given (tiktoken special tokens), not tokenizers' numbering.
+        longest_first=True matches as llama.cpp does: each token in turn, longest first, takes its occurrences
+        left to right in the text no longer token already took (for tokens without single_word/lstrip/rstrip)."""
         self.ids: dict[str, int] = {}              # content -> id
         self.tokens: dict[int, AddedToken] = {}    # id -> token (last definition wins, as in tokenizers)
         self.special_contents: set[str] = set()
@@ -116,6 +119,8 @@ class AddedVocabulary:
             self.ids[token.content] = token_id
             self.tokens[token_id] = token
         self.special_ids = frozenset(i for c, i in self.ids.items() if c in self.special_contents)
+        # leftmost-longest finds the same matches unless a token's end can start another token
+        self._longest_first = longest_first and _overlapping(self.ids)
         self._build(normalize)
 
     def _build(self, normalize):
@@ -175,6 +180,9 @@ class AddedVocabulary:
 
     def _find(self, text: str, matcher: _Matcher, spans: LiteralSpans | None):
         """(start, text, None) gaps and (start, content, id) matches covering `text` in order."""
+        if self._longest_first and matcher.pattern is not None:
+            yield from _longest_first(text, matcher, spans)
+            return
         if matcher.pattern is None or not text:
             if text:
                 yield 0, text, None
@@ -217,6 +225,49 @@ class AddedVocabulary:
             cursor = stop
         if cursor < len(text):
             yield cursor, text[cursor:], None
+
+
+def _overlapping(contents) -> bool:
+    """Whether some token's proper suffix starts another token (a token overlapping only itself is found
+    left to right either way)."""
+    starts: dict[str, set[str]] = {}
+    for content in contents:
+        for length in range(1, len(content)):
+            starts.setdefault(content[:length], set()).add(content)
+    return any(starts.get(content[cut:], {content}) - {content} for content in contents for cut in range(1, len(content)))
+
+
+def _longest_first(text: str, matcher: _Matcher, spans: LiteralSpans | None):
+    """llama.cpp's order (longest token first, by UTF-8 length, then by id) as gaps and matches in order.
+    Every occurrence of every token is a candidate: the tokens starting at a position are the prefixes of
+    the longest one there that are tokens. A candidate overlapping literal text or a taken one is skipped."""
+    search, ids = matcher.pattern.search, matcher.ids
+    candidates, position = [], 0
+    while (match := search(text, position)) is not None:
+        start, longest = match.start(), match.group()
+        for end in range(start + 1, match.end() + 1):
+            content = longest[:end - start]
+            if content in ids and (spans is None or spans.blocking(start, end) is None):
+                candidates.append((-len(content.encode("utf-8")), ids[content], start, end))
+        position = start + 1
+    candidates.sort()
+    starts, stops = [], []
+    taken = {}
+    for _, token_id, start, stop in candidates:
+        i = bisect_right(starts, start)
+        if (i and stops[i - 1] > start) or (i < len(starts) and starts[i] < stop):
+            continue
+        starts.insert(i, start)
+        stops.insert(i, stop)
+        taken[start] = token_id
+    cursor = 0
+    for start, stop in zip(starts, stops):
+        if cursor < start:
+            yield cursor, text[cursor:start], None
+        yield start, text[start:stop], taken[start]
+        cursor = stop
+    if cursor < len(text):
+        yield cursor, text[cursor:], None
 
 
 def _is_word_char(ch: str) -> bool:

@@ -22,6 +22,11 @@ from .json_numbers import serde_f64
 
 _CACHE_LIMIT = 100_000       # words
 _CACHEABLE_WORD = 256        # characters; longer words are merged every time
+# Whole pieces between added tokens (a chat prompt's turns): a conversation's next turn re-renders every
+# earlier one, and their ids are a pure function of the piece. Pieces shorter than this cost less than a
+# lookup saves; the cache is cleared when its pieces' characters and ids pass the byte bound.
+_CACHEABLE_PIECE = 64        # characters
+_PIECE_CACHE_BYTES = 32 << 20
 _SUPPORTED_VERSIONS = ("1.0",)
 
 
@@ -39,7 +44,11 @@ class Tokenizer:
 
     def __init__(self, model, *, normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None,
                  added_tokens: list[dict] | None = None, config: TokenizerConfig | None = None,
-                 keep_added_ids: bool = False):
+                 keep_added_ids: bool = False, prefix_after_special: bool | None = None,
+                 longest_tokens_first: bool = False):
+        """prefix_after_special: whether one space right after a special token is SentencePiece's dummy
+        prefix (None: whenever the normalizer writes that prefix, see AddedVocabulary.split).
+        longest_tokens_first: added tokens are matched as llama.cpp matches them (AddedVocabulary)."""
         self.model = model
         self.normalizer = normalizer
         self.pre_tokenizer = pre_tokenizer
@@ -55,8 +64,9 @@ class Tokenizer:
         self._normalize = normalize
         # SentencePiece-born pipelines: the space after a special token is the dummy prefix (see
         # AddedVocabulary.split), as the models were prompted (mistral-common), not doubled as tokenizers does
-        self._space_is_prefix = normalizers.is_dummy_prefix(normalizer)
-        self.added = AddedVocabulary(specs, model.vocab, normalize, keep_added_ids)
+        self._space_is_prefix = normalizers.is_dummy_prefix(normalizer) if prefix_after_special is None \
+            else prefix_after_special
+        self.added = AddedVocabulary(specs, model.vocab, normalize, keep_added_ids, longest_tokens_first)
         self.added_tokens: dict[str, int] = dict(self.added.ids)
         self.special_ids: frozenset[int] = self.added.special_ids
 
@@ -87,6 +97,8 @@ class Tokenizer:
         self._pieces = model.independent_pieces() if unsplit and hasattr(model, "independent_pieces") else None
         # word -> ids; the cached lists are only ever read (copied into the output), never changed
         self._cache: dict[str, list[int]] = {}
+        self._pieces_seen: dict[tuple[str, bool], list[int]] = {}
+        self._pieces_bytes = 0
         self._word_ids = model.tokenize_byte_word if self._byte_words else self._model_word_ids
         self._token_bytes: list[bytes] | None = None
         form = decoders.bytewise_form(decoder, filter(None, self._id_to_token), getattr(model, "suffix", ""))
@@ -128,13 +140,29 @@ class Tokenizer:
     @classmethod
     def from_dir(cls, directory: str | Path) -> "Tokenizer":
         """A Hugging Face model folder: tokenizer.json plus the config files beside it; a Mistral folder with
-        only tekken.json (as Mistral's own repositories ship it) is read as mistral-common reads it."""
+        only tekken.json (as Mistral's own repositories ship it) is read as mistral-common reads it; a
+        .gguf file, or a folder holding one and neither of those, as llama.cpp reads it."""
         directory = Path(directory)
+        if directory.suffix == ".gguf" and directory.is_file():
+            return cls.from_gguf(directory)
         if (directory / "tokenizer.json").is_file():
             return cls.from_file(directory / "tokenizer.json", TokenizerConfig.from_dir(directory))
         if (directory / "tekken.json").is_file():
             return cls.from_tekken(directory / "tekken.json", TokenizerConfig.from_dir(directory))
-        raise ValueError(f"{directory} has no tokenizer.json (nor tekken.json)")
+        ggufs = sorted(directory.glob("*.gguf")) if directory.is_dir() else []
+        if len(ggufs) == 1:
+            return cls.from_gguf(ggufs[0])
+        if ggufs:
+            raise ValueError(f"{directory} holds {len(ggufs)} .gguf files ({', '.join(p.name for p in ggufs)}); "
+                             "give the one to read")
+        raise ValueError(f"{directory} has no tokenizer.json (nor tekken.json, nor a .gguf file)")
+
+    @classmethod
+    def from_gguf(cls, path) -> "Tokenizer":
+        """A GGUF file's tokenizer and chat template, with llama.cpp's ids; see gguf_loader."""
+        from .gguf_loader import gguf_tokenizer
+        with _collection_paused():
+            return gguf_tokenizer(cls, path)
 
     @classmethod
     def from_tiktoken(cls, path, pattern: str, special_tokens: dict[str, int], **options) -> "Tokenizer":
@@ -185,12 +213,29 @@ class Tokenizer:
         ids: list[int] = []
         for piece, token_id, at_start in self.added.split(text, self._normalize, split_special_tokens, spans,
                                                             self._space_is_prefix):
-            if token_id is None:
+            if token_id is not None:
+                ids.append(token_id)
+            elif len(piece) < _CACHEABLE_PIECE:
                 self._encode_normalized(piece, at_start, ids)
             else:
-                ids.append(token_id)
+                ids += self._piece_ids(piece, at_start)
         if add_special_tokens and self.post_processor is not None:
             ids = self.post_processor.process(ids)
+        return ids
+
+    def _piece_ids(self, piece: str, at_start: bool) -> list[int]:
+        key = (piece, at_start)
+        ids = self._pieces_seen.get(key)
+        if ids is None:
+            ids = []
+            self._encode_normalized(piece, at_start, ids)
+            size = 4 * len(piece) + 8 * len(ids)
+            if self._pieces_bytes + size > _PIECE_CACHE_BYTES:
+                self._pieces_seen.clear()
+                self._pieces_bytes = 0
+            if size <= _PIECE_CACHE_BYTES:
+                self._pieces_seen[key] = ids
+                self._pieces_bytes += size
         return ids
 
     def _encode_normalized(self, text: str, at_start: bool, out: list[int]) -> None:

@@ -68,7 +68,7 @@ def compile_pattern(pattern: str, flavor: str = "tokenizers") -> regex.Pattern:
     return regex.compile(translate_pattern(pattern, flavor))
 
 
-def _bracket_body(bounds) -> str:
+def bracket_body(bounds) -> str:
     """Explicit ranges for use inside [...] in any `regex` version mode."""
     return "".join(charset.escape(a) if b == a + 1 else f"{charset.escape(a)}-{charset.escape(b - 1)}"
                    for a, b in charset.ranges(bounds))
@@ -97,13 +97,13 @@ _chinese = _Members(predicate("chinese"))
 _numeric = _Members(predicate("numeric"))
 _word = _Members(predicate("word"))
 
-WHITESPACE_CLASS = _bracket_body(predicate("whitespace"))  # char::is_whitespace (WhitespaceSplit, Bert)
-BERT_WHITESPACE_CLASS = _bracket_body(predicate("bert_whitespace"))  # BertNormalizer clean_text -> " "
-PUNCTUATION_CLASS = _bracket_body(predicate("punctuation"))  # Punctuation / BertPreTokenizer split points
-CONTROL_CLASS = _bracket_body(predicate("control"))  # BertNormalizer clean_text removes these
-CHINESE_CLASS = _bracket_body(predicate("chinese"))  # BertNormalizer handle_chinese_chars
-NUMERIC_CLASS = _bracket_body(predicate("numeric"))  # Digits pre-tokenizer (char::is_numeric)
-WORD_CLASS = _bracket_body(predicate("word"))  # Whitespace pre-tokenizer: Rust regex \w+|[^\w\s]+
+WHITESPACE_CLASS = bracket_body(predicate("whitespace"))  # char::is_whitespace (WhitespaceSplit, Bert)
+BERT_WHITESPACE_CLASS = bracket_body(predicate("bert_whitespace"))  # BertNormalizer clean_text -> " "
+PUNCTUATION_CLASS = bracket_body(predicate("punctuation"))  # Punctuation / BertPreTokenizer split points
+CONTROL_CLASS = bracket_body(predicate("control"))  # BertNormalizer clean_text removes these
+CHINESE_CLASS = bracket_body(predicate("chinese"))  # BertNormalizer handle_chinese_chars
+NUMERIC_CLASS = bracket_body(predicate("numeric"))  # Digits pre-tokenizer (char::is_numeric)
+WORD_CLASS = bracket_body(predicate("word"))  # Whitespace pre-tokenizer: Rust regex \w+|[^\w\s]+
 
 
 def is_whitespace(ch: str) -> bool:

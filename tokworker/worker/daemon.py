@@ -82,8 +82,8 @@ def _worker_options(model_dir: str, workers: int, bind: str, curve_keys: str | N
         raise ValueError("--workers must be at least 1")
     path = Path(model_dir)
     if not (path.is_file() or (path / "tokenizer.json").exists() or (path / "tekken.json").exists()
-            or any(path.glob("*.tiktoken"))):
-        raise ValueError(f"{model_dir} holds no tokenizer.json (nor tekken.json, nor a tokenizer file)")
+            or any(path.glob("*.tiktoken")) or any(path.glob("*.gguf"))):
+        raise ValueError(f"{model_dir} holds no tokenizer.json (nor tekken.json, a .gguf, nor a tokenizer file)")
     template = worker_options.get("chat_template")
     if template is not None and template != CHATML_NAME:
         if not Path(template).is_file():

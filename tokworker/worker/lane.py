@@ -75,9 +75,15 @@ class Lane:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(work, zmq.POLLIN)
+        sinks = worker.streams.sinks
+        polled: dict[int, int] = {}                   # the sinks' descriptors registered, and for what
         housekeeping = time.monotonic() + 1.0
         while not self.stop[0]:
+            if sinks is not None:
+                polled = _poll_sinks(poller, sinks, polled)
             ready = dict(poller.poll((RETRY_S if self.blocked else POLL_S) * 1000))
+            if sinks is not None and len(ready) > (work in ready) + (sock in ready):
+                _serve_sinks(sinks, ready, polled)
             if self.blocked:
                 self._retry()
             if ready.get(work):
@@ -166,3 +172,27 @@ class Lane:
             del self.blocked[identity]
             for frames in blocked.requests:             # served now, in the order they came
                 self.route(frames)
+
+
+def _poll_sinks(poller: zmq.Poller, sinks, polled: dict[int, int]) -> dict[int, int]:
+    """Register the sinks' descriptors: the listener and the API processes for input, the client sockets
+    with bytes waiting for output; what is no longer wanted is unregistered."""
+    wanted = dict.fromkeys(sinks.readable(), zmq.POLLIN)
+    for fd in sinks.waiting:
+        wanted[fd] = zmq.POLLOUT
+    if wanted != polled:
+        for fd in polled.keys() - wanted.keys():
+            poller.unregister(fd)
+        for fd, flags in wanted.items():
+            if polled.get(fd) != flags:
+                poller.register(fd, flags)
+    return wanted
+
+
+def _serve_sinks(sinks, ready: dict, polled: dict[int, int]) -> None:
+    writable = [fd for fd, flags in ready.items() if isinstance(fd, int) and flags & zmq.POLLOUT]
+    for fd, flags in ready.items():
+        if isinstance(fd, int) and flags & zmq.POLLIN and polled.get(fd) == zmq.POLLIN:
+            sinks.on_readable(fd)
+    if writable:
+        sinks.on_writable(writable)

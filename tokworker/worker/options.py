@@ -64,6 +64,8 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
         "seconds a stateless request may wait in a worker's queue (OVERLOADED past it)", gt=0)] = 10.0
     # Memory: RLIMIT_AS on the whole process (MemoryError -> OUT_OF_MEMORY reply); 0 leaves it unset.
     memory_limit_mb: Annotated[int, _setting("address-space limit per worker in MB (0: none)", ge=0)] = 4096
+    sink_bytes: Annotated[int, _setting(
+        "bytes a directly streamed response may fall behind its client before it is cut", ge=4096)] = 4 << 20
     drain_timeout_s: Annotated[float, _setting(
         "on SIGTERM, seconds to keep stepping open streams (new work is refused) before exiting", ge=0)] = 30.0
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import msgspec
 import zmq
 
+from tokworker.protocol.endpoints import sinks_path
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CodedError, CloseStreams, Compile, Decode, Encode, ErrorCode,
                                ErrorReply, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
                                StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
@@ -45,6 +46,7 @@ from tokworker.worker.launcher import notify_ready
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit, disable_core_dumps
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.security import check_bind, secure_server
+from tokworker.worker.sinks import SinkTable
 from tokworker.worker.streams import StreamTable
 
 log = logging.getLogger("tokworker.worker")
@@ -64,12 +66,21 @@ def model_fingerprint(model_dir: str, operator_template: str | None = None) -> s
     digest = hashlib.sha256()
     path = Path(model_dir)
     files = [path] if path.is_file() else sorted(p for p in path.iterdir()
-                                                  if p.name in TOKENIZER_FILES or p.suffix == ".tiktoken")
+                                                  if p.name in TOKENIZER_FILES or p.suffix in (".tiktoken", ".gguf"))
     for file in files:
-        digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+        digest.update(file.name.encode() + b"\0" + _tokenizer_bytes(file) + b"\0")
     if operator_template is not None:          # its text, not its path: the same file elsewhere renders the same
         digest.update(b"operator chat template\0" + operator_template.encode("utf-8", "surrogatepass") + b"\0")
     return digest.hexdigest()[:32]
+
+
+def _tokenizer_bytes(file: Path) -> bytes:
+    """The file, or of a GGUF file its metadata only (the weights after it can be gigabytes)."""
+    if file.suffix != ".gguf":
+        return file.read_bytes()
+    from tokworker.tokenizer.gguf_reader import read_metadata
+    with open(file, "rb") as handle:
+        return handle.read(read_metadata(file, prefixes=()).size)
 
 
 def freeze_heap() -> None:
@@ -87,7 +98,9 @@ def load_tokenizer(model_dir: str, chat_template: str | None = None):
     from tokworker.tokenizer import Tokenizer
 
     path = Path(model_dir)
-    if path.is_file():          # a tekken file as mistral-common names them (tekken.json, tekken_240911.json)
+    if path.is_file() and path.suffix == ".gguf":
+        tokenizer = Tokenizer.from_gguf(path)
+    elif path.is_file():        # a tekken file as mistral-common names them (tekken.json, tekken_240911.json)
         is_tekken = "tekken" in path.name and path.suffix == ".json"
         tokenizer = Tokenizer.from_tekken(path) if is_tekken else Tokenizer.from_file(path)
     else:
@@ -139,6 +152,8 @@ class Worker:
 
     def _capabilities(self) -> list[str]:
         caps = ["render", "encode", "decode", "stream", "step"]
+        if sinks_path(self.options.bind) is not None:
+            caps.append("sinks")                            # it takes client sockets: direct streaming
         if self.options.allow_request_templates:
             caps.append("request_templates")
         try:
@@ -167,6 +182,8 @@ class Worker:
             os.umask(old_umask)
         log.info("worker %s (%d of %d) serving %s on %s", self.worker_id, options.index, options.pool_size,
                  options.model_dir, options.bind)
+        path = sinks_path(options.bind)
+        sinks = self.streams.sinks = SinkTable(path, options.sink_bytes) if path is not None else None
         notify_ready()
         parent = os.getppid()
         work = context.socket(zmq.PAIR)                     # stateless work to this thread and its replies back
@@ -215,6 +232,8 @@ class Worker:
             wake_write.close()
             for closing in (work, lane_end, sock):
                 closing.close(linger=0)
+            if sinks is not None:
+                sinks.close_all()
             if options.bind.startswith("ipc://"):
                 Path(options.bind[len("ipc://"):]).unlink(missing_ok=True)
             if authenticator is not None:

@@ -7,7 +7,9 @@ an empty update rather than an error; a small bounded memory of finished ids tel
 
 A stream opened with a ChunkFormat keeps the writer of its format (tokworker.sse) beside its TextStream,
 and its updates carry the finished server-sent event bytes (`sse`) instead of deltas: the API process then
-decodes one bytes field per stream per step and writes it to the response untouched.
+decodes one bytes field per stream per step and writes it to the response untouched. Opened with `sink`
+too, the worker writes those bytes itself to the client's socket (sinks.py) and its updates carry only the
+finish: finish_reason "abort" once the client can no longer be written to.
 """
 
 from __future__ import annotations
@@ -20,25 +22,28 @@ import msgspec
 
 from tokworker.protocol.deltas import StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import CodedError, Error, ErrorCode, OpenStream, Step, StepReply
-from tokworker.sse import params_for, writer_for
+from tokworker.sse import done_event, params_for, writer_for
 from tokworker.stream.state import TextStream
 from tokworker.worker.errors import error_of
 
 log = logging.getLogger("tokworker.worker")
 
 EMPTY = StreamUpdate()
+CLIENT_GONE = StreamUpdate(finish_reason="abort", abort=True)
 REPLAY_PIECE = 4096                         # ids pushed at once in a replay (the budget is checked between)
 
 
 class WorkerStream:
-    """One request's text state on the worker: its TextStream, its chunk writer (or None) and the time it
-    was last stepped (for idle eviction)."""
+    """One request's text state on the worker: its TextStream, its chunk writer (or None), the client socket
+    it writes its events to itself (a Sink, or None) and the time it was last stepped (for idle eviction)."""
 
-    __slots__ = ("text", "writer", "last_used")
+    __slots__ = ("text", "writer", "sink", "tail", "last_used")
 
-    def __init__(self, text, writer, now: float):
+    def __init__(self, text, writer, now: float, sink=None, tail: bytes = b""):
         self.text = text
         self.writer = writer
+        self.sink = sink
+        self.tail = tail
         self.last_used = now
 
     def step(self, ids, finish: bool, now: float, logprobs=None) -> StreamUpdate:
@@ -62,11 +67,26 @@ class WorkerStream:
         if writer is None:
             return update
         sse = writer.sse(update)
+        sink = self.sink
+        if sink is not None:
+            return self._sink(sink, sse, update)
         if not sse and not update.abort:
             return EMPTY
         # the final update keeps its usage: for n > 1 the API process writes the one usage chunk
         return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason, abort=update.abort,
                             sse=sse, usage=update.usage if update.finish_reason is not None else None)
+
+    def _sink(self, sink, sse: bytes, update: StreamUpdate) -> StreamUpdate:
+        """Direct streaming: the events go to the client's socket; the update says only how it ends."""
+        if sse:
+            sink.write(sse)
+        if update.finish_reason is not None:
+            sink.end(self.tail)
+            return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
+                                abort=update.abort, usage=update.usage)
+        if sink.failed is not None:
+            return CLIENT_GONE
+        return EMPTY if not update.abort else StreamUpdate(abort=True)
 
     def replay(self, batches: list[list[int]], deadline: float) -> bool:
         """Rebuild from ids whose output the client already has (through the writer too, so the role chunk
@@ -88,8 +108,10 @@ class WorkerStream:
 
 class StreamTable:
     def __init__(self, tokenizer, max_streams: int, idle_s: float, tool_parser: str | None = None,
-                 reasoning_parser: str | None = None, budget_s: float = 10.0, implied_reasoning: str | None = None):
+                 reasoning_parser: str | None = None, budget_s: float = 10.0, implied_reasoning: str | None = None,
+                 sinks=None):
         self.tokenizer = tokenizer
+        self.sinks = sinks                      # a SinkTable where this worker takes client sockets (ipc)
         self.max_streams = max_streams
         self.idle_s = idle_s
         self.tool_parser = tool_parser
@@ -113,8 +135,11 @@ class StreamTable:
             params = params_for(msg.chunks, params)
         text = TextStream(self.tokenizer, params, prompt_ids=msg.prompt_ids, prompt_text=msg.prompt_text)
         writer = writer_for(msg.chunks, params, msg.prompt_ids, self.tokenizer) if msg.chunks is not None else None
+        if msg.sink and (writer is None or self.sinks is None):
+            raise CodedError(ErrorCode.UNAVAILABLE, "direct streaming needs a chunk format and a worker on ipc://")
         now = time.monotonic()
-        stream = WorkerStream(text, writer, now)
+        sink = self.sinks.open(session, msg.stream_id) if msg.sink else None
+        stream = WorkerStream(text, writer, now, sink, done_event(msg.chunks.api) if sink is not None else b"")
         self._finished.pop((session, msg.stream_id), None)
         if stream.replay(msg.replay, now + self.budget_s):
             self._remember_finished(session, msg.stream_id)
@@ -127,8 +152,11 @@ class StreamTable:
         streams = self.sessions.get(session)
         closed = 0
         for stream_id in stream_ids:
-            if streams is not None and streams.pop(stream_id, None) is not None:
+            stream = streams.pop(stream_id, None) if streams is not None else None
+            if stream is not None:
                 closed += 1
+                if stream.sink is not None:
+                    self.sinks.close(session, stream_id)
             self._finished.pop((session, stream_id), None)
         self.count -= closed
         if streams is not None and not streams:
@@ -136,7 +164,11 @@ class StreamTable:
         return closed
 
     def drop_session(self, session: str) -> None:
-        self.count -= len(self.sessions.pop(session, {}))
+        streams = self.sessions.pop(session, {})
+        self.count -= len(streams)
+        for stream_id, stream in streams.items():
+            if stream.sink is not None:
+                self.sinks.close(session, stream_id)
 
     def evict_idle(self) -> int:
         cutoff = time.monotonic() - self.idle_s
@@ -144,11 +176,14 @@ class StreamTable:
         for session in list(self.sessions):
             streams = self.sessions[session]
             for stream_id in [s for s, stream in streams.items() if stream.last_used < cutoff]:
-                del streams[stream_id]
+                if streams.pop(stream_id).sink is not None:
+                    self.sinks.close(session, stream_id)
                 evicted += 1
             if not streams:
                 del self.sessions[session]
         self.count -= evicted
+        if self.sinks is not None:
+            self.sinks.evict(time.monotonic())
         return evicted
 
     # ------------------------------------------------------------ the hot path
@@ -211,10 +246,13 @@ class StreamTable:
         if code == ErrorCode.INTERNAL:
             log.exception("stream %r failed", stream_id)
         errors[stream_id] = Error(code, message)
+        if streams[stream_id].sink is not None:
+            self.sinks.close(session, stream_id)
         self._remove(session, streams, stream_id, remember=False)
 
     def _remove(self, session, streams, stream_id, remember=True):
-        del streams[stream_id]
+        if streams.pop(stream_id).sink is not None:
+            self.sinks.release(session, stream_id)     # its last bytes may still wait for the client
         self.count -= 1
         if remember:
             self._remember_finished(session, stream_id)

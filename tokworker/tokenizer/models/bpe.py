@@ -35,8 +35,10 @@ class BPE:
 
     def __init__(self, vocab: dict[str, int], merges, *, unk_token=None, continuing_subword_prefix=None,
                  end_of_word_suffix=None, fuse_unk=False, byte_fallback=False, ignore_merges=False,
-                 pair_table: dict[int, int] | None = None, cache_key: str | None = None):
-        """`cache_key` (the source file's digest) lets the merge table come from precomputed's disk cache."""
+                 pair_table: dict[int, int] | None = None, cache_key: str | None = None, unknown_blocks: bool = False):
+        """`cache_key` (the source file's digest) lets the merge table come from precomputed's disk cache.
+        `unknown_blocks`: a character with no token (nor byte fallback, nor unk) stays a symbol that nothing
+        merges with and is dropped afterwards, as llama.cpp does; `tokenizers` drops it before merging."""
         self.vocab = vocab
         self.unk_token = unk_token
         self.prefix = continuing_subword_prefix or ""
@@ -44,6 +46,7 @@ class BPE:
         self.fuse_unk = fuse_unk
         self.byte_fallback = byte_fallback
         self.ignore_merges = ignore_merges
+        self.unknown_blocks = unknown_blocks
         size = max(vocab.values(), default=0) + 1
         self.shift = max(size.bit_length(), 1)
         self.id_mask = (1 << self.shift) - 1
@@ -52,7 +55,8 @@ class BPE:
             build = lambda: self._pair_table(merges)                      # noqa: E731
             pair_table = precomputed.pair_table(cache_key, build, self._consistent) if cache_key else build()
         self.pairs = pair_table
-        self.byte_ids = None        # byte value -> id of its byte-level symbol, when all 256 exist
+        self.byte_ids = None        # byte value -> id of its byte-level symbol (see use_byte_alphabet)
+        self._missing_bytes = b""
         self._latin1_to_symbols = None   # str.translate table: chr(byte) -> byte-level symbol
 
     @classmethod
@@ -146,11 +150,13 @@ class BPE:
         return regex.compile(f"{marker}*[^{marker}]+|{marker}+").findall
 
     def use_byte_alphabet(self, byte_symbols: list[str]) -> bool:
-        """Enable `tokenize_byte_word` when every byte's symbol is in the vocabulary (byte-level BPE)."""
+        """Enable `tokenize_byte_word` when every byte's symbol is in the vocabulary (byte-level BPE), or
+        with unknown_blocks, where a missing byte is the symbol -1 that nothing merges with."""
         vocab = self.vocab
-        if self.prefix or self.suffix or not all(symbol in vocab for symbol in byte_symbols):
+        if self.prefix or self.suffix or not (self.unknown_blocks or all(symbol in vocab for symbol in byte_symbols)):
             return False
-        self.byte_ids = [vocab[symbol] for symbol in byte_symbols]
+        self.byte_ids = [vocab.get(symbol, -1) for symbol in byte_symbols]
+        self._missing_bytes = bytes(byte for byte, token_id in enumerate(self.byte_ids) if token_id < 0)
         self._latin1_to_symbols = {byte: symbol for byte, symbol in enumerate(byte_symbols)}
         self._chars = CharSymbols(self, byte_symbols)
         return True
@@ -164,7 +170,10 @@ class BPE:
             whole = self.vocab.get(word)
             if whole is not None:
                 return [whole]
-        return self.merge(self._initial_symbols(word))
+        symbols = self._initial_symbols(word)
+        if self.unknown_blocks and -1 in symbols:          # -1 pairs with nothing (every table key is >= 0)
+            return [symbol for symbol in self.merge(symbols) if symbol >= 0]
+        return self.merge(symbols)
 
     def tokenize_byte_word(self, word: str) -> list[int]:
         """Ids of a byte-level word given as raw text (`use_byte_alphabet` must have succeeded). Non-ASCII
@@ -176,8 +185,13 @@ class BPE:
                 return [whole]
         if len(data) == len(word):
             byte_ids = self.byte_ids
-            return self.merge([byte_ids[b] for b in data])
-        return self.merge(self._chars.symbols(word))
+            ids = self.merge([byte_ids[b] for b in data])
+        else:
+            ids = self.merge(self._chars.symbols(word))
+        missing = self._missing_bytes
+        if missing and len(data.translate(None, missing)) != len(data):
+            return [token_id for token_id in ids if token_id >= 0]
+        return ids
 
     def _initial_symbols(self, word: str) -> list[int]:
         """Characters to ids the way `tokenizers` does: prefix/suffix, then byte fallback, then (fused) unk.
@@ -215,6 +229,8 @@ class BPE:
                 if pending_unk is not None and not self.fuse_unk:
                     symbols.append(pending_unk)
                 pending_unk = unk_id
+            elif self.unknown_blocks:
+                symbols.append(-1)
         if pending_unk is not None:
             symbols.append(pending_unk)
         return symbols

@@ -1,0 +1,84 @@
+"""The Engine seam on its own: ids that arrive between two ticks of the server's loop become one step, an
+in-process engine written as its docstring says serves the front door, constrained requests get their token
+masks from the pool each step (and the replay engine's scripted tokens are checked against them), and
+requests end at eos, stop token ids and max_tokens."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+
+from api_server import running
+from tokworker.api.server import ApiOptions
+from tokworker.engines.base import Engine, EngineOutput, Guide, SamplingParams
+from tokworker.engines.inprocess import InProcessEngine, allowed
+from tokworker.engines.replay import ReplayEngine, shortest_match
+from tokworker.frontend import TokenizerPool
+
+
+def test_ids_arriving_between_two_ticks_are_one_step():
+    async def main():
+        engine = Engine()
+        await Engine.start(engine, None)
+        engine.emit("a", [1], [(-0.1, [(1, -0.1)])])
+        engine.emit("b", [7])
+        engine.emit("a", [2, 3], [(-0.2, [(2, -0.2)]), (-0.3, [(3, -0.3)])], finish="stop")
+        outputs = {out.request_id: out for out in await engine.outputs()}
+        assert outputs["a"].ids == [1, 2, 3] and outputs["a"].finish == "stop"
+        assert [lp for lp, _ in outputs["a"].logprobs] == [-0.1, -0.2, -0.3]
+        assert outputs["b"].ids == [7] and outputs["b"].finish is None
+        waiting = asyncio.ensure_future(engine.outputs())
+        await asyncio.sleep(0.01)
+        assert not waiting.done()                         # nothing emitted since: outputs() waits
+        engine.emit_threadsafe([EngineOutput("c", [4])])
+        assert [out.request_id for out in await asyncio.wait_for(waiting, 5)] == ["c"]
+
+    asyncio.run(main())
+
+
+class Reverse(InProcessEngine):
+    """An engine written as InProcessEngine's docstring shows: each step, one token per request, here the
+    prompt's ids played backwards (a stand-in for a model's argmax)."""
+
+    name = "reverse"
+
+    def step(self, batch):
+        return [EngineOutput(r.request_id, [r.prompt_ids[-1 - len(r.output_ids) % len(r.prompt_ids)]])
+                for r in batch]
+
+
+def test_an_in_process_engine_serves_the_front_door():
+    engine = Reverse()
+    with running(engine=engine, options=ApiOptions(served_model_name=["reverse"]), workers=1) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        reply = client.completions.create(model="reverse", prompt=" one two three", max_tokens=3)
+        assert reply.choices[0].text == " three two one" and reply.choices[0].finish_reason == "length"
+        stopped = client.completions.create(model="reverse", prompt=[9, 8, 5, 6], max_tokens=8,
+                                            extra_body={"stop_token_ids": [8]})
+        assert stopped.usage.completion_tokens == 3 and stopped.choices[0].finish_reason == "stop"
+
+
+def test_constrained_requests_get_masks_each_step_and_the_replay_is_held_to_them():
+    async def main():
+        async with await TokenizerPool.spawn(workers=1) as pool:
+            engine = ReplayEngine(step_interval=0.0)
+            await engine.start(pool)
+            schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+            await engine.add("r", await pool.encode("x"), SamplingParams(max_tokens=64, guide=Guide(json_schema=schema)))
+            ids = []
+            while True:
+                (out,) = await engine.outputs()
+                ids += out.ids
+                if out.finish:
+                    break
+            assert "r" not in engine.running_table and ids[-1] in pool.info.eos_token_ids   # eos once whole
+            text = await pool.decode(ids, skip_special_tokens=True)
+            constraint = await pool.compile(json_schema=schema)
+            assert text == shortest_match(constraint.pattern) and text in ('{"ok": true}', '{"ok": false}')
+            step = (await pool.guide({"q": (constraint, constraint.initial_state, [])}))["q"]
+            assert allowed(step.mask, ids[0]) and not allowed(step.mask, pool.info.eos_token_ids[0])
+            await engine.close()
+
+    asyncio.run(main())

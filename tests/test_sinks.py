@@ -1,0 +1,116 @@
+"""Direct streaming's two ends on real sockets: the worker's Sink writes events as HTTP/1.1 chunks that a
+client reads back whole, holds what a full socket does not take (and cuts a client past its bound), notices
+a client that went away, ends the body; the SinkTable takes sockets handed over by SinkSender (SCM_RIGHTS)
+and refuses what is not an open stream's."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from tokworker.frontend.sinks import SinkSender
+from tokworker.protocol.endpoints import sinks_path
+from tokworker.worker.sinks import END, Sink, SinkTable
+
+
+def chunks(data: bytes) -> list[bytes]:
+    """An HTTP/1.1 chunked body read back into its chunks (the last one empty)."""
+    out = []
+    while data:
+        size, _, rest = data.partition(b"\r\n")
+        length = int(size, 16)
+        out.append(rest[:length])
+        assert rest[length:length + 2] == b"\r\n"
+        data = rest[length + 2:]
+    return out
+
+
+def read_all(sock: socket.socket) -> bytes:
+    data = b""
+    sock.setblocking(False)
+    while True:
+        try:
+            piece = sock.recv(1 << 20)
+        except BlockingIOError:
+            return data
+        if not piece:
+            return data
+        data += piece
+
+
+@pytest.fixture
+def pair():
+    server, client = socket.socketpair()
+    server.setblocking(False)
+    yield server, client
+    client.close()
+    server.close()
+
+
+def test_events_arrive_as_chunks_and_end_closes(pair):
+    server, client = pair
+    sink = Sink(max_bytes=1 << 20, waiting=set())
+    sink.write(b"data: one\n\n")                       # before the socket: it waits
+    sink.attach(os.dup(server.fileno()))
+    sink.write(b"data: two\n\n")
+    sink.end(b"data: [DONE]\n\n")
+    assert sink.fd == -1 and sink.closed
+    assert chunks(read_all(client)) == [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n", b""]
+
+
+def test_a_full_socket_holds_the_rest_until_it_drains_and_cuts_past_the_bound(pair):
+    server, client = pair
+    sink = Sink(max_bytes=8 << 20, waiting=set())
+    sink.attach(os.dup(server.fileno()))
+    event = b"data: " + b"x" * 4000 + b"\n\n"
+    for _ in range(200):                               # 800 KB: more than a socket pair buffers
+        sink.write(event)
+    assert sink.waiting == {sink.fd} and sink.pending_bytes > 0
+    received = b""
+    while sink.waiting:
+        received += read_all(client)
+        sink.flush()
+    received += read_all(client)
+    assert chunks(received) == [event] * 200
+    small = Sink(max_bytes=64 << 10, waiting=set())
+    small.attach(os.dup(server.fileno()))
+    while small.failed is None:
+        small.write(event)
+    assert "fell more than 65536 bytes behind" in small.failed and small.fd == -1
+
+
+def test_a_client_that_went_away_fails_the_sink(pair):
+    server, client = pair
+    sink = Sink(max_bytes=1 << 20, waiting=set())
+    sink.attach(os.dup(server.fileno()))
+    client.close()
+    sink.write(b"data: lost\n\n")
+    sink.write(b"data: lost\n\n")
+    assert sink.failed is not None and "refused a write" in sink.failed and sink.closed
+
+
+def test_sockets_handed_over_reach_their_stream(tmp_path, pair):
+    server, client = pair
+    path = sinks_path(f"ipc://{tmp_path}/worker")
+    table = SinkTable(path, max_bytes=1 << 20)
+    sender = SinkSender(path)
+    try:
+        table.on_readable(table.listener.fileno())       # the connection
+        sink = table.open("session-a", "req-1")
+        sink.write(b"data: early\n\n")
+        sender.hand("session-a", "req-1", server.fileno())
+        sender.hand("session-a", "nobody", server.fileno())    # no such stream: closed at once
+        for fd in table.readable()[1:]:
+            table.on_readable(fd)
+        sink.end()
+        assert chunks(read_all(client)) == [b"data: early\n\n", b""]
+        assert sink.fd == -1 and not table.waiting
+        table.release("session-a", "req-1")
+        assert table.sinks == {}
+        assert sinks_path("tcp://127.0.0.1:7000") is None
+    finally:
+        sender.close()
+        table.close_all()
+    assert not os.path.exists(path)

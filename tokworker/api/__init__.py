@@ -1,0 +1,13 @@
+"""The HTTP front door (the top layer): OpenAI's Chat Completions, Completions and Responses APIs and
+Anthropic's Messages API over a TokenizerPool and an Engine (tokworker.engines).
+
+    requests.py   the request bodies as msgspec Structs (strict decoding, declared ranges)
+    plan.py       each request mapped once: render arguments, StreamParams, chunk format, sampling
+    errors.py     ApiError: status and OpenAI's / Anthropic's error bodies from the one ErrorCode vocabulary
+    generation.py one generation request: the prompt phase, then waiting on the step loop, whole bodies
+    serving.py    the step loop: engine outputs -> one pool.step -> SSE bytes onto each client's transport
+    whole.py      non-streamed response bodies
+    metrics.py    Prometheus text
+    server.py     the aiohttp app: routes, small routes, errors, access log (Api.app() is mountable)
+    run.py        `tokworker api`
+"""

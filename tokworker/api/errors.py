@@ -1,0 +1,122 @@
+"""One error vocabulary from the engine through the wire to the HTTP caller: every failure is a CodedError
+(an ErrorCode value and a message), and this module maps it to an HTTP status and to OpenAI's or
+Anthropic's error body.
+
+    >>> error = ApiError.invalid("max_tokens must be at least 1", "max_tokens")
+    >>> error.status, openai_body(error)
+    (400, b'{"error":{"message":"max_tokens must be at least 1","type":"invalid_request_error","param":"max_tokens","code":"invalid"}}')
+    >>> anthropic_body(error)
+    b'{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens must be at least 1"}}'
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from tokworker.protocol.messages import CodedError, ErrorCode
+
+NOT_FOUND = "not_found"             # an unknown model or route (HTTP only)
+
+STATUS = {
+    ErrorCode.MALFORMED: 400, ErrorCode.UNKNOWN_TYPE: 400, ErrorCode.INVALID: 400, ErrorCode.TEMPLATE: 400,
+    ErrorCode.STREAM_EXISTS: 400, ErrorCode.UNSUPPORTED_VERSION: 400, ErrorCode.FORBIDDEN: 403,
+    NOT_FOUND: 404, ErrorCode.TOO_LARGE: 413, ErrorCode.OVERLOADED: 429, ErrorCode.UNAVAILABLE: 501,
+    ErrorCode.SHUTTING_DOWN: 503, ErrorCode.WORKER_LOST: 503, ErrorCode.TIMEOUT: 504,
+}
+OPENAI_TYPE = {400: "invalid_request_error", 403: "permission_error", 404: "invalid_request_error",
+               413: "invalid_request_error", 429: "rate_limit_error", 501: "invalid_request_error",
+               503: "service_unavailable_error", 504: "timeout_error"}
+ANTHROPIC_TYPE = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error",
+                  413: "request_too_large", 429: "rate_limit_error", 501: "invalid_request_error",
+                  503: "overloaded_error", 504: "timeout_error"}
+_PATH = re.compile(r" - at (?:`key` in )?`\$\.?([^`]*)`$")
+_MISSING = re.compile(r"missing required field `([^`]*)`")
+
+
+class ApiError(CodedError):
+    """A request's failure as the HTTP caller sees it: `param` names the offending field (dotted, with
+    list indexes: `messages[0].role`), `status` follows from the code."""
+
+    def __init__(self, code: str, message: str, param: str | None = None):
+        super().__init__(code, message)
+        self.param = param
+
+    @property
+    def status(self) -> int:
+        return STATUS.get(self.code, 500)
+
+    @classmethod
+    def invalid(cls, message: str, param: str | None = None) -> "ApiError":
+        return cls(ErrorCode.INVALID, message, param)
+
+    @classmethod
+    def of(cls, error: BaseException) -> "ApiError":
+        """Any failure as an ApiError: a CodedError keeps its code; anything else is internal."""
+        if isinstance(error, ApiError):
+            return error
+        if isinstance(error, msgspec.ValidationError):
+            return from_validation(error)
+        if isinstance(error, msgspec.DecodeError):
+            return cls(ErrorCode.MALFORMED, f"the body is not valid JSON: {error}")
+        if isinstance(error, CodedError):
+            return cls(error.code, error.message or error.code)
+        return cls(ErrorCode.INTERNAL, f"internal error: {type(error).__name__}")
+
+
+def from_validation(error: msgspec.ValidationError) -> ApiError:
+    """msgspec's message names the path (`... - at `$.messages[0].role``): that path, and a missing field's
+    name, make the param.
+
+    >>> e = from_validation(msgspec.ValidationError("Invalid enum value 'robot' - at `$.messages[0].role`"))
+    >>> e.param, e.message
+    ('messages[0].role', "Invalid enum value 'robot' - at `messages[0].role`")
+    >>> from_validation(msgspec.ValidationError("Object missing required field `function` - at `$.tools[0]`")).param
+    'tools[0].function'
+    """
+    text = str(error)
+    match = _PATH.search(text)
+    param = match.group(1) if match and match.group(1) else None
+    if match is not None:
+        text = text[:match.start()] + (f" - at `{param}`" if param else "")
+    missing = _MISSING.search(text)
+    if missing is not None:
+        param = f"{param}.{missing.group(1)}" if param else missing.group(1)
+    return ApiError(ErrorCode.INVALID, text, param)
+
+
+class _OpenAIError(msgspec.Struct):
+    message: str
+    type: str
+    param: str | None
+    code: str
+
+
+class _OpenAIBody(msgspec.Struct):
+    error: _OpenAIError
+
+
+class _AnthropicError(msgspec.Struct):
+    type: str
+    message: str
+
+
+class _AnthropicBody(msgspec.Struct, tag="error"):
+    error: _AnthropicError
+
+
+def openai_body(error: ApiError) -> bytes:
+    kind = OPENAI_TYPE.get(error.status, "server_error")
+    return msgspec.json.encode(_OpenAIBody(_OpenAIError(error.message, kind, error.param, error.code)))
+
+
+def anthropic_body(error: ApiError) -> bytes:
+    return msgspec.json.encode(_AnthropicBody(_AnthropicError(ANTHROPIC_TYPE.get(error.status, "api_error"),
+                                                              error.message)))
+
+
+def sse_error(error: ApiError) -> bytes:
+    """An error after the stream began (its status is already 200): OpenAI's body as one event, as vLLM
+    writes it."""
+    return b"data: " + openai_body(error) + b"\n\n"

@@ -1,0 +1,228 @@
+"""One generation request from its body to its last byte: the prompt phase (render or encode, the context
+check, the streams opened with the response's chunk format, the requests handed to the engine, the
+headers), then the step loop's work (serving.py) until the response ends, and a whole response's body.
+
+A burst of new requests waits for the pool here (bounded in bytes by --max-queued-bytes) rather than
+overrunning its bounded in-flight requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from typing import Callable
+
+import msgspec
+from aiohttp import web
+
+from tokworker.api import whole
+from tokworker.api.errors import ApiError
+from tokworker.api.plan import Plan
+from tokworker.api.serving import DONE, Choice, Exchange
+from tokworker.frontend.errors import PoolError
+from tokworker.protocol.deltas import ChunkFormat
+from tokworker.protocol.messages import ErrorCode
+from tokworker.sse.chat import usage_event
+
+ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "anthropic": "msg_"}
+EXCHANGE = web.RequestKey("tokworker.exchange", Exchange)
+PROMPTS_PER_WORKER = 64      # requests in their prompt phase at once, per worker (the pool bounds its in-flight)
+JSON_HEADERS = {"Content-Type": "application/json"}
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class Generations:
+    """The generation routes' work for one server (its pool, engine, step loop and options)."""
+
+    def __init__(self, api):
+        self.api = api
+        self.pool, self.engine, self.serving, self.options = api.pool, api.engine, api.serving, api.options
+        self.metrics = api.metrics
+        self.queued_bytes = 0
+        self._prompts_gate = asyncio.Semaphore(PROMPTS_PER_WORKER * len(self.pool.links))
+
+    async def handle(self, request: web.Request, kind: type, planner: Callable) -> web.StreamResponse:
+        if self.api.draining:
+            raise ApiError(ErrorCode.SHUTTING_DOWN, "the server is shutting down")
+        if self.serving.exchanges >= self.options.max_concurrent_requests:
+            raise ApiError(ErrorCode.OVERLOADED, f"{self.serving.exchanges} requests in flight, the server's "
+                                                 f"limit (--max-concurrent-requests)")
+        arrived = time.perf_counter()
+        raw = await self.api.read(request)
+        plan = planner(self.api.decode(raw, kind), self.api.served)
+        parsed = time.perf_counter()
+        if self.queued_bytes + len(raw) > self.options.max_queued_bytes:
+            raise ApiError(ErrorCode.OVERLOADED, f"{self.queued_bytes} bytes of requests wait for the pool, the "
+                                                 f"server's limit (--max-queued-bytes)")
+        self.queued_bytes += len(raw)
+        try:
+            await self._prompts_gate.acquire()
+        finally:
+            self.queued_bytes -= len(raw)
+        try:
+            exchange, response = await self._start(request, plan, (parsed - arrived, time.perf_counter() - parsed))
+        finally:
+            self._prompts_gate.release()
+        return await self._finish(exchange, response)
+
+    async def _prompts(self, plan: Plan) -> list[list[int]]:
+        if plan.render is not None:
+            return [(await self.pool.render(**plan.render)).ids]
+        texts = [p for p in plan.prompts if isinstance(p, str)]
+        encoded = iter(await self.pool.encode(texts, add_special_tokens=plan.add_special_tokens) if texts else ())
+        prompts = [next(encoded) if isinstance(p, str) else p for p in plan.prompts]
+        vocab = self.pool.info.vocab_size
+        for prompt in prompts:
+            bad = next((i for i in prompt if not 0 <= i < vocab), None)
+            if bad is not None:
+                raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab - 1})", "prompt")
+        return prompts
+
+    def _max_tokens(self, plan: Plan, prompt: list[int]) -> int:
+        limit = self.api.served.max_model_len
+        field = "prompt" if plan.prompts is not None else "input" if plan.api == "responses" else "messages"
+        if len(prompt) >= limit:
+            raise ApiError(ErrorCode.TOO_LARGE, f"the prompt is {len(prompt)} tokens, and this model's context is "
+                                                f"{limit} tokens", field)
+        if plan.max_tokens is None:
+            return limit - len(prompt)
+        if len(prompt) + plan.max_tokens > limit:
+            raise ApiError.invalid(f"this model's context is {limit} tokens, and the request asks for "
+                                   f"{len(prompt) + plan.max_tokens} ({len(prompt)} in the prompt, "
+                                   f"{plan.max_tokens} to generate)", "max_tokens")
+        return plan.max_tokens
+
+    async def _start(self, request: web.Request, plan: Plan, before: tuple[float, float]
+                     ) -> tuple[Exchange, web.StreamResponse | None]:
+        """The prompt phase: render or encode, check against the context, open the streams, hand the
+        requests to the engine, and (streamed) send the headers. `before`: the seconds the body took to
+        read and map, and to wait for its turn (the Server-Timing header's first parts)."""
+        exchange = request[EXCHANGE] = Exchange(plan, ID_PREFIX[plan.api] + secrets.token_hex(12), int(time.time()))
+        began = time.perf_counter()
+        prompts = await self._prompts(plan)
+        rendered = time.perf_counter()
+        limits = [self._max_tokens(plan, prompt) for prompt in prompts]
+        exchange.prompt_ids = prompts
+        exchange.prompt_tokens = sum(len(p) for p in prompts)
+        self.metrics.prompt_tokens += exchange.prompt_tokens
+        total = len(prompts) * plan.n
+        for p, prompt in enumerate(prompts):
+            for j in range(plan.n):
+                index = p * plan.n + j
+                exchange.choices.append(Choice(f"{exchange.id}-{index}", index, exchange, not plan.stream))
+        params = [msgspec.structs.replace(plan.params, max_tokens=limit) for limit in limits]
+        sampling = [msgspec.structs.replace(plan.sampling, max_tokens=limit) for limit in limits]
+        await self._open(exchange, prompts, params, total)
+        opened = time.perf_counter()
+        self.serving.admit(exchange)
+        try:
+            await asyncio.gather(*(self.engine.add(c.name, prompts[c.index // plan.n], sampling[c.index // plan.n])
+                                   for c in exchange.choices))
+        except Exception as error:
+            self.serving.fail(exchange, _guide_error(error, plan))
+        if exchange.error is not None:
+            raise exchange.error
+        exchange.timing = (f"parse;dur={before[0] * 1e3:.2f}, queue;dur={before[1] * 1e3:.2f}, "
+                           f"prompt;dur={(rendered - began) * 1e3:.2f}, open;dur={(opened - rendered) * 1e3:.2f}, "
+                           f"engine;dur={(time.perf_counter() - opened) * 1e3:.2f}")
+        response = None
+        if plan.stream:
+            response = web.StreamResponse(headers={**SSE_HEADERS, "Server-Timing": exchange.timing})
+            response.enable_chunked_encoding()
+            if exchange.direct:
+                response.force_close()          # "Connection: close": the connection ends with the worker's body
+            await response.prepare(request)
+            if exchange.direct:
+                self._hand_over(exchange, request.transport)
+            exchange.begin(request.transport)
+        return exchange, response
+
+    def _hand_over(self, exchange: Exchange, transport) -> None:
+        """Direct streaming: the headers are out; the stream's worker writes the rest of the body itself."""
+        choice = exchange.choices[0]
+        try:
+            self.pool.hand_over(choice.name, transport.get_extra_info("socket").fileno())
+        except (OSError, PoolError) as error:
+            self.serving.end(exchange, f"its worker cannot take the client's socket: {error}")
+
+    async def _finish(self, exchange: Exchange, response: web.StreamResponse | None) -> web.StreamResponse:
+        """Wait for the step loop to end the exchange; a whole response's body is written now."""
+        try:
+            await exchange.done
+        except asyncio.CancelledError:
+            self.serving.end(exchange, "the client disconnected")
+            raise
+        if response is None:
+            if exchange.error is not None:
+                raise exchange.error
+            return web.Response(body=msgspec.json.encode(self._whole(exchange)),
+                                headers={**JSON_HEADERS, "Server-Timing": exchange.timing})
+        if exchange.direct:
+            # the worker wrote the body, its end included, and holds the socket until its bytes are out;
+            # closing ours lets aiohttp's own end of the response fail quietly (nothing more is written)
+            exchange.transport.close()
+        elif not exchange.gone:
+            await response.write(self._tail(exchange))
+            await response.write_eof()
+        return response
+
+    async def _open(self, exchange: Exchange, prompts, params, total: int) -> None:
+        plan = exchange.plan
+        opened = []
+
+        direct = plan.stream and total == 1 and self.options.direct_streaming
+
+        async def open_one(choice: Choice):
+            p = choice.index // plan.n
+            chunks = ChunkFormat(id=exchange.id, model=plan.model, created=exchange.created, index=choice.index,
+                                 api=plan.api, n=total, echo=plan.echo) if plan.stream else None
+            stream = await self.pool.open_stream(choice.name, params[p], prompt_ids=prompts[p], buffer=False,
+                                                 chunks=chunks, sink=direct)
+            exchange.direct = stream.sink
+            opened.append(choice.name)
+
+        try:
+            await asyncio.gather(*(open_one(c) for c in exchange.choices))
+        except BaseException:
+            if opened:
+                await asyncio.shield(self.pool.close_stream(*opened))
+            raise
+        if plan.echo and not plan.stream:
+            texts = await self.pool.decode(prompts, skip_special_tokens=plan.params.skip_special_tokens)
+            exchange.prefixes = [texts[c.index // plan.n] for c in exchange.choices]
+
+    def _tail(self, exchange: Exchange) -> bytes:
+        """What follows a streamed response's last event: the one usage chunk of several choices, [DONE]."""
+        plan = exchange.plan
+        if plan.api not in ("chat", "completions"):
+            return b""
+        tail = b""
+        if plan.include_usage and len(exchange.choices) > 1:
+            tail = usage_event(exchange.id, plan.model, exchange.created, [c.usage for c in exchange.choices],
+                               object="chat.completion.chunk" if plan.api == "chat" else "text_completion")
+        return tail + DONE
+
+    def _whole(self, exchange: Exchange) -> dict:
+        plan = exchange.plan
+        collected = [c.collected for c in exchange.choices]
+        logprobs = plan.params.logprobs is not None
+        if plan.api == "chat":
+            return whole.chat_completion(exchange.id, plan.model, exchange.created, collected, exchange.prompt_tokens,
+                                         exchange.prompt_ids[0] if plan.return_token_ids else None, logprobs)
+        if plan.api == "completions":
+            prefixes = exchange.prefixes or [""] * len(collected)
+            return whole.text_completion(exchange.id, plan.model, exchange.created, collected,
+                                         exchange.prompt_tokens, prefixes, logprobs, plan.return_token_ids)
+        if plan.api == "responses":
+            return whole.response_object(exchange.id, plan.model, exchange.created, collected[0],
+                                         exchange.prompt_tokens, logprobs)
+        return whole.anthropic_message(exchange.id, plan.model, collected[0], exchange.prompt_tokens)
+
+
+def _guide_error(error: Exception, plan: Plan) -> ApiError:
+    """An engine's refusal; a constraint's names the field that asked for it."""
+    api_error = ApiError.of(error)
+    if plan.guide_param is not None and api_error.param is None and api_error.status == 400:
+        api_error.param = plan.guide_param
+    return api_error

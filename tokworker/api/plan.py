@@ -1,0 +1,367 @@
+"""Each request body mapped, in one place, to what the server does with it: what the pool renders (or the
+prompts a completion gives), the StreamParams of its streams, the chunk format, and the engine's sampling.
+
+    plan = plan_chat(ChatCompletionRequest(...), served)   # ApiError names the field it refuses
+    plan.render       # pool.render's keyword arguments (Completions: plan.prompts)
+    plan.params       # StreamParams for every choice (max_tokens resolved against the prompt later)
+    plan.sampling     # the engine's SamplingParams (likewise)
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from tokworker.api.errors import ApiError
+from tokworker.api.requests import (AnthropicText, AnthropicThinking, AnthropicToolResult, AnthropicToolUse,
+                                    ChatCompletionRequest, CompletionRequest, JsonObjectFormat,
+                                    JsonSchemaResponseFormat, Message, MessagesRequest, NamedFunction,
+                                    NamedToolChoice,
+                                    ResponsesRequest, TextPart)
+from tokworker.constrain.tool_choice import FORMATS as FORCED_CALL_FORMATS
+from tokworker.engines.base import Guide, SamplingParams
+from tokworker.protocol.deltas import StreamParams
+
+
+class Served(msgspec.Struct, frozen=True):
+    """What the server knows of its model when it maps a request: the name it answers to, the tool-call
+    parser the workers apply (for forced calls: its call syntax), and the context length."""
+
+    name: str
+    tool_parser: str | None
+    max_model_len: int
+
+
+class Plan(msgspec.Struct, kw_only=True):
+    api: str                                    # "chat", "completions", "responses" or "anthropic"
+    model: str
+    stream: bool
+    params: StreamParams
+    sampling: SamplingParams
+    max_tokens: int | None                      # as asked; None: what the context leaves
+    n: int = 1
+    render: dict | None = None                  # pool.render(**render)
+    prompts: list | None = None                 # completions: texts or id lists, one per prompt
+    add_special_tokens: bool = True             # completions' text prompts
+    include_usage: bool = False                 # a streamed response's final usage
+    echo: bool = False
+    return_token_ids: bool = False
+    guide_param: str | None = None              # the field whose constraint the engine enforces
+
+
+def plain(value) -> dict:
+    """A request Struct as the dict a template reads (the Structs that reach templates omit unset fields)."""
+    return msgspec.to_builtins(value)
+
+
+def _tag(value: msgspec.Struct) -> str:
+    """A tagged Struct's tag (the JSON "type" it was decoded from)."""
+    return value.__struct_config__.tag
+
+
+def chat_messages(messages: list[Message]) -> list[dict]:
+    out = []
+    for i, message in enumerate(messages):
+        if isinstance(message.content, list):
+            for j, part in enumerate(message.content):
+                if not isinstance(part, TextPart) and not (message.role == "assistant" and _tag(part) == "refusal"):
+                    raise ApiError.invalid(f"content parts of type {_tag(part)!r} are not supported: this server "
+                                           f"serves text", f"messages[{i}].content[{j}].type")
+        out.append(plain(message))
+    return out
+
+
+def _stop(stop) -> list[str]:
+    return [] if stop is None else [stop] if isinstance(stop, str) else list(stop)
+
+
+def _forced_format(served: Served, param: str) -> str:
+    if served.tool_parser not in FORCED_CALL_FORMATS:
+        raise ApiError.invalid(f"a forced tool call needs a tool-call syntax this server can constrain (one of "
+                               f"{', '.join(FORCED_CALL_FORMATS)}); the model's tool parser is "
+                               f"{served.tool_parser!r}", param)
+    return served.tool_parser
+
+
+def _tool_guide(tools: list[dict] | None, choice, served: Served, param: str) -> Guide | None:
+    """tool_choice "required" or a named tool -> the Guide of a call; "auto"/"none"/unset -> None."""
+    if choice in (None, "auto", "none"):
+        return None
+    if not tools:
+        raise ApiError.invalid(f"tool_choice {choice if isinstance(choice, str) else 'naming a tool'} needs tools",
+                               param)
+    name = None
+    if not isinstance(choice, str):
+        name = choice.function.name if isinstance(choice, NamedToolChoice) else choice.name
+        known = [t["function"]["name"] for t in tools]
+        if name not in known:
+            raise ApiError.invalid(f"tool_choice names {name!r}, which is not among the tools {known}", param)
+    return Guide(tools=tools, tool_name=name, tool_format=_forced_format(served, param))
+
+
+def _schema_guide(response_format, param: str) -> Guide | None:
+    if isinstance(response_format, JsonSchemaResponseFormat):
+        return Guide(json_schema=response_format.json_schema.schema or {})
+    if isinstance(response_format, JsonObjectFormat):
+        return Guide(json_schema={"type": "object"})
+    return None
+
+
+def _one_guide(tool_guide: Guide | None, schema_guide: Guide | None, tool_param: str, schema_param: str):
+    if tool_guide is not None and schema_guide is not None:
+        raise ApiError.invalid(f"{tool_param} and {schema_param} cannot both constrain one output", schema_param)
+    if tool_guide is not None:
+        return tool_guide, tool_param
+    return schema_guide, (schema_param if schema_guide is not None else None)
+
+
+def _sampling(request, *, max_tokens: int | None, logprobs: int | None, guide: Guide | None) -> SamplingParams:
+    """The engine's sampling: what the request set; what it left unset stays None (the engine's default)."""
+    knobs = {name: getattr(request, name, None) for name in (
+        "temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
+        "repetition_penalty")}
+    return SamplingParams(max_tokens=max_tokens or 0, **knobs,
+                          stop_token_ids=list(getattr(request, "stop_token_ids", None) or ()),
+                          ignore_eos=getattr(request, "ignore_eos", False), min_tokens=getattr(request, "min_tokens", 0),
+                          logprobs=logprobs, logit_bias=getattr(request, "logit_bias", None), guide=guide)
+
+
+def _stream_options(request) -> tuple[bool, bool]:
+    options = request.stream_options
+    if options is None:
+        return False, False
+    if not request.stream:
+        raise ApiError.invalid("stream_options is only for streamed responses (stream: true)", "stream_options")
+    return options.include_usage, options.continuous_usage_stats
+
+
+def _text_params(request, *, logprobs, include_usage: bool, continuous: bool, tools=None,
+                 tool_parser: str | None = None, reasoning_parser: str | None = None) -> StreamParams:
+    return StreamParams(
+        stop=_stop(request.stop), stop_token_ids=list(request.stop_token_ids or ()),
+        include_stop_str_in_output=request.include_stop_str_in_output, ignore_eos=request.ignore_eos,
+        min_tokens=request.min_tokens, skip_special_tokens=request.skip_special_tokens,
+        spaces_between_special_tokens=request.spaces_between_special_tokens, tools=tools,
+        tool_parser=tool_parser, reasoning_parser=reasoning_parser, logprobs=logprobs,
+        include_usage=include_usage, continuous_usage_stats=continuous)
+
+
+# ---------------------------------------------------------------- OpenAI Chat Completions
+
+def plan_chat(request: ChatCompletionRequest, served: Served) -> Plan:
+    if request.top_logprobs is not None and request.top_logprobs > 0 and not request.logprobs:
+        raise ApiError.invalid("top_logprobs needs logprobs: true", "top_logprobs")
+    if request.echo:
+        raise ApiError.invalid("echo is not supported on chat completions", "echo")
+    if request.return_token_ids and request.stream:
+        raise ApiError.invalid("return_token_ids is supported on whole (not streamed) responses", "return_token_ids")
+    if request.continue_final_message and request.add_generation_prompt:
+        raise ApiError.invalid("continue_final_message and add_generation_prompt cannot both be true",
+                               "continue_final_message")
+    include_usage, continuous = _stream_options(request)
+    tools = [plain(t) for t in request.tools] if request.tools else None
+    guide, guide_param = _one_guide(_tool_guide(tools, request.tool_choice, served, "tool_choice"),
+                                    _schema_guide(request.response_format, "response_format"),
+                                    "tool_choice", "response_format")
+    parse_tools = tools if tools and request.tool_choice != "none" else None
+    logprobs = (request.top_logprobs or 0) if request.logprobs else None
+    kwargs = dict(request.chat_template_kwargs or {})
+    if request.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", request.reasoning_effort)
+    if request.documents is not None:
+        kwargs.setdefault("documents", request.documents)
+    render = dict(messages=chat_messages(request.messages), tools=tools,
+                  add_generation_prompt=request.add_generation_prompt,
+                  continue_final_message=request.continue_final_message, chat_template=request.chat_template,
+                  **kwargs)
+    max_tokens = request.max_completion_tokens or request.max_tokens
+    return Plan(api="chat", model=served.name, stream=request.stream, n=request.n, render=render,
+                params=_text_params(request, logprobs=logprobs, include_usage=include_usage or not request.stream,
+                                    continuous=continuous, tools=parse_tools,
+                                    tool_parser=None if parse_tools else "none"),
+                sampling=_sampling(request, max_tokens=max_tokens, logprobs=logprobs, guide=guide),
+                max_tokens=max_tokens, include_usage=include_usage, return_token_ids=request.return_token_ids,
+                guide_param=guide_param)
+
+
+# ---------------------------------------------------------------- OpenAI Completions
+
+def plan_completion(request: CompletionRequest, served: Served) -> Plan:
+    if request.suffix:
+        raise ApiError.invalid("suffix is not supported", "suffix")
+    if request.best_of is not None and request.best_of != request.n:
+        raise ApiError.invalid("best_of other than n is not supported", "best_of")
+    if request.return_token_ids and request.stream:
+        raise ApiError.invalid("return_token_ids is supported on whole (not streamed) responses", "return_token_ids")
+    include_usage, continuous = _stream_options(request)
+    prompt = request.prompt
+    if isinstance(prompt, str):
+        prompts = [prompt]
+    elif prompt and all(isinstance(p, int) for p in prompt):
+        prompts = [list(prompt)]
+    elif prompt and all(isinstance(p, str) for p in prompt) or prompt and all(isinstance(p, list) for p in prompt):
+        prompts = list(prompt)
+    else:
+        raise ApiError.invalid("prompt is a string, a list of strings, a list of token ids or a list of such lists",
+                               "prompt")
+    if any(isinstance(p, list) and not p for p in prompts) or any(p == "" for p in prompts):
+        raise ApiError.invalid("a prompt is empty", "prompt")
+    guide, guide_param = _one_guide(None, _schema_guide(request.response_format, "response_format"),
+                                    "tool_choice", "response_format")
+    return Plan(api="completions", model=served.name, stream=request.stream, n=request.n, prompts=prompts,
+                add_special_tokens=request.add_special_tokens, echo=request.echo,
+                params=_text_params(request, logprobs=request.logprobs,
+                                    include_usage=include_usage or not request.stream, continuous=continuous,
+                                    tool_parser="none", reasoning_parser="none"),
+                sampling=_sampling(request, max_tokens=request.max_tokens, logprobs=request.logprobs, guide=guide),
+                max_tokens=request.max_tokens, include_usage=include_usage,
+                return_token_ids=request.return_token_ids, guide_param=guide_param)
+
+
+# ---------------------------------------------------------------- OpenAI Responses
+
+def _responses_input(request: ResponsesRequest) -> list[dict]:
+    """Responses input items -> chat messages: function calls join the assistant turn they follow,
+    their outputs become tool messages, reasoning items the next assistant turn's reasoning."""
+    messages = [{"role": "system", "content": request.instructions}] if request.instructions else []
+    if isinstance(request.input, str):
+        return messages + [{"role": "user", "content": request.input}]
+    reasoning = None
+    for i, item in enumerate(request.input):
+        kind = item.get("type", "message")
+        try:
+            if kind == "message":
+                role, content = item["role"], item["content"]
+                if role not in ("user", "system", "developer", "assistant"):
+                    raise ApiError.invalid(f"unknown role {role!r}", f"input[{i}].role")
+                if isinstance(content, list):
+                    content = "".join(_input_text(part, i, j) for j, part in enumerate(content))
+                elif not isinstance(content, str):
+                    raise ApiError.invalid("content is a string or a list of text parts", f"input[{i}].content")
+                message = {"role": role, "content": content}
+                if role == "assistant" and reasoning is not None:
+                    message["reasoning_content"], reasoning = reasoning, None
+                messages.append(message)
+            elif kind == "function_call":
+                call = {"id": str(item["call_id"]), "type": "function",
+                        "function": {"name": str(item["name"]), "arguments": item.get("arguments", "{}")}}
+                last = messages[-1] if messages else None
+                if last is None or last["role"] != "assistant" or "content" in last and last["content"]:
+                    last = {"role": "assistant", "content": None}
+                    if reasoning is not None:
+                        last["reasoning_content"], reasoning = reasoning, None
+                    messages.append(last)
+                last.setdefault("tool_calls", []).append(call)
+            elif kind == "function_call_output":
+                output = item["output"]
+                messages.append({"role": "tool", "tool_call_id": str(item["call_id"]),
+                                 "content": output if isinstance(output, str) else msgspec.json.encode(output).decode()})
+            elif kind == "reasoning":
+                parts = item.get("content") or item.get("summary") or []
+                reasoning = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+            else:
+                raise ApiError.invalid(f"input items of type {kind!r} are not supported", f"input[{i}].type")
+        except KeyError as missing:
+            raise ApiError.invalid(f"input item of type {kind!r} is missing {missing.args[0]!r}", f"input[{i}]")
+    return messages
+
+
+def _input_text(part, i: int, j: int) -> str:
+    if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text") \
+            and isinstance(part.get("text"), str):
+        return part["text"]
+    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+    raise ApiError.invalid(f"content parts of type {kind!r} are not supported: this server serves text",
+                           f"input[{i}].content[{j}]")
+
+
+def plan_responses(request: ResponsesRequest, served: Served) -> Plan:
+    if request.previous_response_id is not None:
+        raise ApiError.invalid("previous_response_id is not supported: this server stores no responses; send the "
+                               "whole conversation as input", "previous_response_id")
+    tools = [{"type": "function", "function": plain(t)} for t in request.tools] if request.tools else None
+    for tool in tools or ():
+        tool["function"].pop("type", None)
+    text_format = request.text.format if request.text is not None else None
+    schema_guide = None
+    if text_format is not None and text_format.type == "json_schema":
+        schema_guide = Guide(json_schema=text_format.schema or {})
+    elif text_format is not None and text_format.type == "json_object":
+        schema_guide = Guide(json_schema={"type": "object"})
+    guide, guide_param = _one_guide(_tool_guide(tools, request.tool_choice, served, "tool_choice"), schema_guide,
+                                    "tool_choice", "text.format")
+    include = request.include or []
+    logprobs = (request.top_logprobs or 0) if "message.output_text.logprobs" in include else None
+    kwargs = {}
+    if request.reasoning is not None and request.reasoning.effort is not None:
+        kwargs["reasoning_effort"] = request.reasoning.effort
+    parse_tools = tools if tools and request.tool_choice != "none" else None
+    params = StreamParams(tools=parse_tools, tool_parser=None if parse_tools else "none", logprobs=logprobs,
+                          include_usage=True)
+    return Plan(api="responses", model=served.name, stream=request.stream,
+                render=dict(messages=_responses_input(request), tools=tools, **kwargs), params=params,
+                sampling=_sampling(request, max_tokens=request.max_output_tokens, logprobs=logprobs, guide=guide),
+                max_tokens=request.max_output_tokens, include_usage=True, guide_param=guide_param)
+
+
+# ---------------------------------------------------------------- Anthropic Messages
+
+def _anthropic_messages(request: MessagesRequest) -> list[dict]:
+    system = request.system
+    if isinstance(system, list):
+        system = "".join(block.text for block in system)
+    messages = [{"role": "system", "content": system}] if system else []
+    for i, message in enumerate(request.messages):
+        if isinstance(message.content, str):
+            messages.append({"role": message.role, "content": message.content})
+            continue
+        text, calls, thinking = [], [], None
+        for j, block in enumerate(message.content):
+            if isinstance(block, AnthropicText):
+                text.append(block.text)
+            elif isinstance(block, AnthropicToolUse) and message.role == "assistant":
+                calls.append({"id": block.id, "type": "function",
+                              "function": {"name": block.name, "arguments": block.input}})
+            elif isinstance(block, AnthropicToolResult) and message.role == "user":
+                content = block.content if isinstance(block.content, str) else "".join(b.text for b in block.content)
+                messages.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+            elif isinstance(block, AnthropicThinking) and message.role == "assistant":
+                thinking = block.thinking
+            elif _tag(block) != "redacted_thinking":
+                raise ApiError.invalid(f"{_tag(block)} blocks are not supported in {message.role} messages",
+                                       f"messages[{i}].content[{j}].type")
+        if text or calls or thinking is not None:
+            turn = {"role": message.role, "content": "".join(text) if text or not calls else None}
+            if calls:
+                turn["tool_calls"] = calls
+            if thinking is not None:
+                turn["reasoning_content"] = thinking
+            messages.append(turn)
+    return messages
+
+
+def plan_messages(request: MessagesRequest, served: Served) -> Plan:
+    tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                               "parameters": t.input_schema}} for t in request.tools or ()] or None
+    for tool in tools or ():
+        if tool["function"]["description"] is None:
+            del tool["function"]["description"]
+    choice = request.tool_choice
+    kind = choice.type if choice is not None else "auto"
+    if kind == "tool":
+        if not choice.name:
+            raise ApiError.invalid("tool_choice of type tool names the tool", "tool_choice.name")
+        openai_choice = NamedToolChoice(function=NamedFunction(name=choice.name))
+    else:
+        openai_choice = {"auto": "auto", "any": "required", "none": "none"}[kind]
+    guide, guide_param = _one_guide(_tool_guide(tools, openai_choice, served, "tool_choice"), None,
+                                    "tool_choice", "")
+    kwargs = {}
+    if request.thinking is not None:
+        kwargs["enable_thinking"] = request.thinking.type == "enabled"
+    parse_tools = tools if tools and kind != "none" else None
+    params = StreamParams(stop=list(request.stop_sequences or ()), tools=parse_tools,
+                          tool_parser=None if parse_tools else "none", include_usage=True)
+    return Plan(api="anthropic", model=served.name, stream=request.stream,
+                render=dict(messages=_anthropic_messages(request), tools=tools, **kwargs), params=params,
+                sampling=_sampling(request, max_tokens=request.max_tokens, logprobs=None, guide=guide),
+                max_tokens=request.max_tokens, include_usage=True, guide_param=guide_param)

@@ -1,0 +1,78 @@
+"""`tokworker api`: spawn the pool, start the engine, serve HTTP until SIGTERM (drains) or SIGINT.
+
+    await serve_http(pool_options, ApiOptions(...), engine, host="127.0.0.1", port=8000)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+
+from aiohttp import web
+
+from tokworker.api.server import AccessLogger, Api, ApiOptions
+
+log = logging.getLogger("tokworker.api")
+ENGINES = ("replay", "llama.cpp", "vllm", "sglang")
+GC_YOUNG = 50_000                         # allocations between two young-generation collections
+
+
+def engine_for(name: str, url: str | None = None, *, replay_step_interval: float = 0.01,
+               max_model_len: int | None = None):
+    """The engine named on the command line (ValueError names the known ones)."""
+    if name == "replay":
+        from tokworker.engines.replay import ReplayEngine
+        return ReplayEngine(step_interval=replay_step_interval, max_model_len=max_model_len or 32768)
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}: one of {', '.join(ENGINES)}")
+    if not url:
+        raise ValueError(f"--engine {name} needs --engine-url (where the engine listens)")
+    if name == "llama.cpp":
+        from tokworker.engines.llama_cpp import LlamaCppEngine
+        return LlamaCppEngine(url)
+    raise ValueError(f"--engine {name} is not available in this build")
+
+
+async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "127.0.0.1", port: int = 8000,
+                     ready=None, model_root: str = "", signals: bool = True) -> None:
+    """Run until SIGTERM (drain: no new requests, those in flight finish within options.drain_timeout)
+    or SIGINT (with `signals`), or until cancelled. `spawn`: TokenizerPool.spawn's keyword arguments.
+    `ready(port)` is called once serving."""
+    from tokworker.frontend import TokenizerPool
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    drain = asyncio.Event()
+    if signals:
+        loop.add_signal_handler(signal.SIGTERM, drain.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    async with await TokenizerPool.spawn(**spawn) as pool:
+        api = Api(pool, engine, options, model_root=model_root)
+        await api.start()
+        runner = web.AppRunner(api.app(), handler_cancellation=True, access_log_class=AccessLogger,
+                               access_log=logging.getLogger("tokworker.api.access"))
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = site._server.sockets[0].getsockname()[1]
+        gc.collect()
+        gc.freeze()                       # what lives now lives as long as the server (frontend's advice)
+        # Every step allocates a few container objects per stream (ids lists, the step's dicts) that die
+        # young; at the default threshold (700) the collector ran every few steps, a tenth of the loop's CPU.
+        gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+        log.info("serving %s on http://%s:%d with the %s engine", ", ".join(api.names), host, bound, engine.name)
+        if ready is not None:
+            ready(bound)
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(drain.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if drain.is_set() and not stop.is_set():
+                log.info("SIGTERM: draining (at most %.0f s)", options.drain_timeout)
+                await api.drain()
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await runner.cleanup()
+            await api.close()

@@ -1,0 +1,226 @@
+"""The HTTP front door: OpenAI's and Anthropic's APIs over a TokenizerPool and an Engine, on aiohttp.
+
+    api = Api(pool, engine, ApiOptions(served_model_name=["my-model"]))
+    await api.start()                    # the engine, then the step loop
+    app = api.app()                      # an aiohttp Application: run it, or mount it (app.add_subapp)
+
+Routes: POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages (streamed and whole; the
+work of each is generation.py's), /tokenize, /detokenize (vLLM's shapes); GET /v1/models, /health,
+/metrics (Prometheus). A request body is read once, bounded by `max_request_bytes`, and decoded strictly
+into its Struct. Errors are OpenAI's body (Anthropic's on /v1/messages) with the status their code implies;
+the access log has one line per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import msgspec
+from aiohttp import web, web_log
+
+from tokworker.api.errors import NOT_FOUND, ApiError, anthropic_body, openai_body
+from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
+from tokworker.api.metrics import Metrics
+from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
+                                plan_responses)
+from tokworker.api.requests import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, MessagesRequest,
+                                    ResponsesRequest, TokenizeRequest)
+from tokworker.api.serving import Serving
+from tokworker.frontend.errors import PoolError
+from tokworker.protocol.messages import ErrorCode
+
+log = logging.getLogger("tokworker.api")
+
+
+class ApiOptions(msgspec.Struct, kw_only=True):
+    """The front door's settings (each is a `tokworker api` flag)."""
+
+    served_model_name: list[str] = []        # the names requests may give as `model`; the first is reported
+    max_model_len: int | None = None         # None: the engine's
+    max_request_bytes: int = 32 * 1024 * 1024
+    max_concurrent_requests: int = 4096
+    max_buffer_bytes: int = 4 * 1024 * 1024  # a streamed response this far behind its client is cut
+    max_queued_bytes: int = 64 * 1024 * 1024 # request bodies waiting for the pool to take their prompts
+    direct_streaming: bool = False           # local workers write single-choice streamed bodies themselves
+    drain_timeout: float = 30.0
+
+
+class Api:
+    """See the module's docstring."""
+
+    def __init__(self, pool, engine, options: ApiOptions | None = None, model_root: str = ""):
+        self.pool = pool
+        self.engine = engine
+        self.options = options or ApiOptions()
+        self.names = list(self.options.served_model_name) or [model_root or "default"]
+        self.model_root = model_root
+        self.metrics = Metrics()
+        self.serving = Serving(pool, engine, self.metrics, self.options.max_buffer_bytes)
+        self.served: Served | None = None
+        self.draining = False
+        self.created = int(time.time())
+        self._loop_task: asyncio.Task | None = None
+        self.generations: Generations | None = None
+        self.metrics.gauges = self._gauges
+
+    async def start(self) -> None:
+        await self.engine.start(self.pool)
+        max_len = self.options.max_model_len or self.engine.max_model_len or 32768
+        self.served = Served(self.names[0], self.pool.info.tool_parser, max_len)
+        self.generations = Generations(self)
+        self._loop_task = asyncio.create_task(self.serving.run(), name="tokworker-step-loop")
+        self._loop_task.add_done_callback(_report_crash)
+
+    async def close(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        await self.engine.close()
+
+    async def drain(self) -> None:
+        """Take no new requests (503) and wait for those in flight, at most drain_timeout."""
+        self.draining = True
+        deadline = time.monotonic() + self.options.drain_timeout
+        while self.serving.exchanges and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.options.max_request_bytes, middlewares=[self._errors])
+        post = [("/v1/chat/completions", self.chat), ("/v1/completions", self.completions),
+                ("/v1/responses", self.responses), ("/v1/messages", self.messages),
+                ("/tokenize", self.tokenize), ("/detokenize", self.detokenize)]
+        get = [("/v1/models", self.models), ("/health", self.health), ("/metrics", self.prometheus)]
+        for path, handler in post:
+            app.router.add_post(path, handler)
+        for path, handler in get:
+            app.router.add_get(path, handler)
+        return app
+
+    # ------------------------------------------------------------ generation routes
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self.generations.handle(request, ChatCompletionRequest, plan_chat)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.generations.handle(request, CompletionRequest, plan_completion)
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self.generations.handle(request, ResponsesRequest, plan_responses)
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        return await self.generations.handle(request, MessagesRequest, plan_messages)
+
+    async def read(self, request: web.Request) -> bytes:
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(ErrorCode.TOO_LARGE, f"the request body is over {self.options.max_request_bytes} bytes "
+                                                f"(--max-request-bytes)") from None
+
+    def decode(self, raw: bytes, kind: type):
+        try:
+            body = msgspec.json.decode(raw, type=kind)
+        except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            raise ApiError.of(error) from None
+        model = getattr(body, "model", None)
+        if model is not None and model not in self.names:
+            raise ApiError(NOT_FOUND, f"the model `{model}` does not exist (this server serves "
+                                      f"{', '.join(self.names)})", "model")
+        return body
+
+    # ------------------------------------------------------------ the other routes
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = self.decode(await self.read(request), TokenizeRequest)
+        if (body.prompt is None) == (body.messages is None):
+            raise ApiError.invalid("give either prompt or messages", "prompt")
+        if body.messages is not None:
+            tools = [plain(t) for t in body.tools] if body.tools else None
+            ids = (await self.pool.render(chat_messages(body.messages), tools,
+                                          add_generation_prompt=body.add_generation_prompt,
+                                          continue_final_message=body.continue_final_message,
+                                          chat_template=body.chat_template,
+                                          **(body.chat_template_kwargs or {}))).ids
+        else:
+            add_special = True if body.add_special_tokens is None else body.add_special_tokens
+            ids = await self.pool.encode(body.prompt, add_special_tokens=add_special)
+        strings = [await self.pool.decode([i]) for i in ids] if body.return_token_strs else None
+        return _json({"count": len(ids), "max_model_len": self.served.max_model_len, "tokens": ids,
+                      "token_strs": strings})
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        body = self.decode(await self.read(request), DetokenizeRequest)
+        vocab = self.pool.info.vocab_size
+        bad = next((i for i in body.tokens if i >= vocab), None)
+        if bad is not None:
+            raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab - 1})", "tokens")
+        return _json({"prompt": await self.pool.decode(body.tokens)})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return _json({"object": "list", "data": [
+            {"id": name, "object": "model", "created": self.created, "owned_by": "tokworker",
+             "root": self.model_root or name, "parent": None, "max_model_len": self.served.max_model_len}
+            for name in self.names]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        ready = not self.draining and any(link.ready for link in self.pool.links)
+        return web.Response(status=200 if ready else 503)
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.text(), content_type="text/plain", charset="utf-8")
+
+    def _gauges(self) -> dict:
+        return {"tokworker_requests_running": ("HTTP requests being served.", self.serving.exchanges),
+                "tokworker_streams_open": ("Streams open on the pool.", self.pool.open_streams),
+                "tokworker_engine_requests_running": ("Requests the engine is working on.", self.engine.running()),
+                "tokworker_pool_queue_depth": ("Requests in flight to the pool's workers.",
+                                               sum(link.load for link in self.pool.links))}
+
+    # ------------------------------------------------------------ errors
+    @web.middleware
+    async def _errors(self, request: web.Request, handler) -> web.StreamResponse:
+        route = request.match_info.route.resource.canonical if request.match_info.route.resource else "other"
+        try:
+            response = await handler(request)
+        except web.HTTPException as http:
+            code = NOT_FOUND if http.status == 404 else ErrorCode.INVALID
+            error = ApiError(code, f"{request.method} {request.path}: {http.reason}")
+            response = self._error_response(request, error, http.status)
+        except (ApiError, PoolError, msgspec.ValidationError) as failure:
+            response = self._error_response(request, ApiError.of(failure))
+        except asyncio.CancelledError:
+            self.metrics.request(route, 499)
+            raise
+        except Exception as failure:
+            log.exception("%s %s failed", request.method, request.path)
+            response = self._error_response(request, ApiError.of(failure))
+        self.metrics.request(route, response.status)
+        return response
+
+    def _error_response(self, request: web.Request, error: ApiError, status: int | None = None) -> web.Response:
+        body = anthropic_body(error) if request.path == "/v1/messages" else openai_body(error)
+        return web.Response(status=status or error.status, body=body, headers=JSON_HEADERS)
+
+
+class AccessLogger(web_log.AbstractAccessLogger):
+    """One line per request: who, what, the status, the request's id, its tokens in and out, the bytes its
+    body took (written here, or by the worker for a direct stream: "direct"), and the time it took."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        exchange = request.get(EXCHANGE)
+        if exchange is None:
+            detail = f"{response.body_length}B"
+        else:
+            body = "direct" if exchange.direct else f"{exchange.bytes_out or response.body_length}B"
+            detail = f"{exchange.id} prompt={exchange.prompt_tokens} generated={exchange.tokens} {body}"
+        self.logger.info('%s "%s %s" %d %s %.3fs', request.remote, request.method, request.path_qs,
+                         response.status, detail, time)
+
+
+def _json(data) -> web.Response:
+    return web.Response(body=msgspec.json.encode(data), headers=JSON_HEADERS)
+
+
+def _report_crash(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the step loop stopped", exc_info=task.exception())

@@ -1,0 +1,240 @@
+"""The one owner of the engine step loop: each engine step's ids go to the pool in one `pool.step`, and each
+stream's update goes to its HTTP response, written straight to the client's transport.
+
+One Exchange per HTTP request (its plan, its choices, its response), one Choice per stream (n choices, or
+prompts x n for Completions). A streamed choice's SSE bytes are written by the loop as they arrive, framed as
+HTTP/1.1 chunks on the transport, so no per-request task wakes per step; a whole response's choices gather
+their updates until the last one ends. The loop aborts the engine's request when the text side ends a stream
+first (a stop string, a stop token id), and ends the exchange when its client goes away or falls more than
+`max_buffer_bytes` behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from tokworker.api.errors import ApiError, sse_error
+from tokworker.api.metrics import Metrics
+from tokworker.api.whole import Collected
+from tokworker.frontend.errors import PoolError
+from tokworker.protocol.messages import ErrorCode
+
+log = logging.getLogger("tokworker.api")
+DONE = b"data: [DONE]\n\n"
+
+
+class Choice:
+    """One stream of an exchange: its name on the pool and in the engine, its index in the response."""
+
+    __slots__ = ("name", "index", "exchange", "collected", "engine_done", "usage", "ended")
+
+    def __init__(self, name: str, index: int, exchange: "Exchange", whole: bool):
+        self.name = name
+        self.index = index
+        self.exchange = exchange
+        self.collected = Collected() if whole else None
+        self.engine_done = False
+        self.usage = None
+        self.ended = False
+
+
+class Exchange:
+    """One HTTP request being served: its choices, its transport (streamed) and the future its handler
+    awaits. `error` is set when it failed before the response began (then the handler answers it)."""
+
+    __slots__ = ("plan", "id", "created", "choices", "transport", "backlog", "done", "closed", "started_at",
+                 "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "prefixes", "timing",
+                 "direct", "bytes_out")
+
+    def __init__(self, plan, id: str, created: int):
+        self.plan = plan
+        self.id = id
+        self.created = created
+        self.choices: list[Choice] = []
+        self.transport = None
+        self.backlog: list[bytes] | None = [] if plan.stream else None   # events before the headers went out
+        self.done = asyncio.get_running_loop().create_future()
+        self.closed = False                # over: done, failed or dropped (a cancelled handler cancels `done`)
+        self.started_at = time.monotonic()
+        self.first_at: float | None = None
+        self.tokens = 0
+        self.open = 0
+        self.error: ApiError | None = None
+        self.gone = False                  # the client disconnected or fell behind
+        self.prompt_tokens = 0
+        self.prompt_ids: list[list[int]] = []
+        self.prefixes: list[str] = []      # Completions with echo: each choice's prompt text
+        self.timing = ""                   # the Server-Timing header: the prompt phase's parts
+        self.direct = False                # its worker writes the body to the client (direct streaming)
+        self.bytes_out = 0                 # body bytes written here (the access log's)
+
+    def write(self, data: bytes, limit: int) -> bool:
+        """Write one HTTP/1.1 chunk; False when the client is gone or more than `limit` bytes behind. A
+        directly streamed body is its worker's to write: nothing is written here (an error ends it by
+        closing the connection, since the worker may have been cut off mid-chunk)."""
+        if self.direct:
+            return True
+        transport = self.transport
+        if transport is None:
+            if self.backlog is None:
+                return False
+            self.backlog.append(data)
+            return True
+        if transport.is_closing() or transport.get_write_buffer_size() > limit:
+            return False
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        self.bytes_out += len(data)
+        return True
+
+    def begin(self, transport) -> None:
+        """The response's headers are out: from now on events go straight to the client."""
+        self.transport = transport
+        backlog, self.backlog = self.backlog, None
+        for data in backlog or ():
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+
+class Serving:
+    """See the module's docstring. `run()` is the loop's task; `admit` registers an exchange's choices
+    before the engine sees them; `end` ends an exchange from outside (client gone, handler cancelled)."""
+
+    def __init__(self, pool, engine, metrics: Metrics, max_buffer_bytes: int):
+        self.pool = pool
+        self.engine = engine
+        self.metrics = metrics
+        self.max_buffer_bytes = max_buffer_bytes
+        self.choices: dict[str, Choice] = {}
+        self.exchanges = 0
+
+    def admit(self, exchange: Exchange) -> None:
+        for choice in exchange.choices:
+            self.choices[choice.name] = choice
+        exchange.open = len(exchange.choices)
+        self.exchanges += 1
+
+    async def run(self) -> None:
+        engine, pool, choices = self.engine, self.pool, self.choices
+        while True:
+            outputs = await engine.outputs()
+            step, finish = {}, []
+            for out in outputs:
+                choice = choices.get(out.request_id)
+                if choice is None:
+                    continue
+                if out.error is not None:
+                    choice.engine_done = True
+                    self.fail(choice.exchange, ApiError.of(out.error))
+                    continue
+                ids = out.ids
+                choice.exchange.tokens += len(ids)
+                if choice.collected is not None:
+                    choice.collected.ids += ids
+                step[out.request_id] = ids if out.logprobs is None else (ids, out.logprobs)
+                if out.finish is not None:
+                    choice.engine_done = True
+                    finish.append(out.request_id)
+            if not step and not finish:
+                continue
+            try:
+                updates = await pool.step(step, finish)
+            except Exception as error:           # a PoolError, or a bug: those streams fail, the loop goes on
+                if not isinstance(error, PoolError):
+                    log.exception("a step of %d streams failed", len(step))
+                for name in step:
+                    choice = choices.get(name)
+                    if choice is not None:
+                        self.fail(choice.exchange, ApiError.of(error))
+                continue
+            for name, update in updates.items():
+                choice = choices.get(name)
+                if choice is not None:
+                    self._deliver(choice, update)
+
+    def _deliver(self, choice: Choice, update) -> None:
+        exchange = choice.exchange
+        if exchange.first_at is None and (update.sse or update.deltas):
+            exchange.first_at = time.monotonic()
+            self.metrics.first_token.observe(exchange.first_at - exchange.started_at)
+        if choice.collected is not None:
+            choice.collected.add(update)
+        elif update.sse and not exchange.write(update.sse, self.max_buffer_bytes):
+            self.end(exchange, "the client went away" if exchange.transport is None or exchange.transport.is_closing()
+                     else f"the client fell more than {self.max_buffer_bytes} bytes behind")
+            return
+        finish_reason = update.finish_reason
+        if finish_reason is None:
+            return
+        if finish_reason == "error" and choice.collected is not None:
+            self.fail(exchange, ApiError(getattr(update, "code", ErrorCode.INTERNAL),
+                                          getattr(update, "message", "") or "the stream failed"))
+            return
+        choice.usage = update.usage
+        if finish_reason == "abort":                      # a direct stream's client can no longer be written to
+            self.end(exchange, "the client went away")
+            return
+        self._end_choice(choice)
+
+    def _end_choice(self, choice: Choice) -> None:
+        if choice.ended:
+            return
+        choice.ended = True
+        self.choices.pop(choice.name, None)
+        if not choice.engine_done:
+            self.engine.abort([choice.name])
+        exchange = choice.exchange
+        exchange.open -= 1
+        if exchange.open == 0:
+            self._close(exchange)
+
+    def _close(self, exchange: Exchange) -> None:
+        if exchange.closed:
+            return
+        exchange.closed = True
+        self.exchanges -= 1
+        if not exchange.done.done():
+            exchange.done.set_result(None)
+        end = time.monotonic()
+        self.metrics.latency.observe(end - exchange.started_at)
+        self.metrics.generation_tokens += exchange.tokens
+        if exchange.first_at is not None and exchange.tokens > 1:
+            self.metrics.per_token.observe((end - exchange.first_at) / (exchange.tokens - 1))
+
+    def fail(self, exchange: Exchange, error: ApiError) -> None:
+        """A choice failed: a whole response fails as a whole (its handler answers the error); a streamed one
+        gets the error event and ends."""
+        if exchange.closed:
+            return
+        if exchange.transport is not None:            # the response began: the error is its last event
+            exchange.write(sse_error(error), self.max_buffer_bytes)
+        exchange.error = error
+        self._drop(exchange)
+
+    def end(self, exchange: Exchange, why: str) -> None:
+        """The client is gone (or hopelessly behind): abort its engine requests and close its streams now."""
+        if exchange.closed:
+            return
+        exchange.gone = True
+        log.info("%s: %s; its engine requests are aborted", exchange.id, why)
+        self._drop(exchange)
+
+    def _drop(self, exchange: Exchange) -> None:
+        if exchange.direct and exchange.transport is not None:
+            exchange.transport.close()
+        names = [c.name for c in exchange.choices if not c.ended]
+        for choice in exchange.choices:
+            choice.ended = True
+            self.choices.pop(choice.name, None)
+        aborted = [c.name for c in exchange.choices if not c.engine_done]
+        if aborted:
+            self.engine.abort(aborted)
+        if names:
+            asyncio.ensure_future(self._close_streams(names))
+        self._close(exchange)
+
+    async def _close_streams(self, names: list[str]) -> None:
+        try:
+            await self.pool.close_stream(*names)
+        except PoolError as error:
+            log.debug("closing streams %s: %s", names, error)

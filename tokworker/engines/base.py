@@ -1,0 +1,152 @@
+"""The one seam between the front door and an engine: token ids and sampling parameters in; per engine step,
+each moved request's new ids, their logprobs and a finish out; an abort.
+
+    engine.add("req-1", prompt_ids, SamplingParams(max_tokens=64))       # raises EngineError when refused
+    while True:
+        for out in await engine.outputs():     # every request that moved since the last call, one step's worth
+            ...  out.request_id, out.ids, out.logprobs, out.finish
+    engine.abort(["req-1"])
+
+An engine calls `self.emit(...)` whenever ids arrive (from a thread: `emit_threadsafe`); `outputs()` hands
+out everything emitted since it was last called, merged per request, so ids that arrive between two ticks of
+the server's loop become one `pool.step`. The pool never imports an engine: the server drives both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+
+from tokworker.protocol.messages import CodedError, ErrorCode
+
+
+class EngineError(CodedError):
+    """An engine refused or failed a request; `code` is an ErrorCode value (invalid, too_large, overloaded,
+    unavailable, timeout, internal), so the HTTP status follows from it as from any pool error."""
+
+
+class Guide(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """What the output must match, in the form the request gave it: one JSON value of `json_schema`
+    (response_format), a call of `tools` in the model's `tool_format` (tool_choice "required", or the tool
+    `tool_name`), or a regex `pattern`. An engine that takes a schema gets it as such; an in-process engine
+    gets token masks the pool compiles from it (pool.compile takes the same fields)."""
+
+    json_schema: dict | None = None
+    tools: list[dict] | None = None
+    tool_name: str | None = None
+    tool_format: str | None = None
+    pattern: str | None = None
+
+
+class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """One request's sampling, by vLLM's SamplingParams names (the server fans n out into n requests).
+    `max_tokens` is always set: the request's, or what the context leaves after the prompt. A knob left None
+    was not in the request: the engine's own default applies (vLLM takes it from the model's
+    generation_config, llama-server from its flags). `logprobs`: how many alternatives per token (0: the
+    sampled token's own), None: none. Stop strings are not here: the text side finds them and aborts."""
+
+    max_tokens: int
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    stop_token_ids: list[int] = []
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    logprobs: int | None = None
+    logit_bias: dict[int, float] | None = None
+    guide: Guide | None = None
+
+    def knobs(self, names: dict[str, str]) -> dict:
+        """The knobs the request set, under the engine's names: {our name: theirs}.
+
+        >>> SamplingParams(max_tokens=8, temperature=0.0).knobs({"temperature": "temp", "top_k": "top_k"})
+        {'temp': 0.0}
+        """
+        return {theirs: value for ours, theirs in names.items() if (value := getattr(self, ours)) is not None}
+
+
+class EngineOutput(msgspec.Struct, gc=False):
+    """What one request produced since the engine's last step handed out: new ids, one
+    `(logprob, [(id, logprob), ...])` per id when the request asked for logprobs, and `finish` once the
+    engine ended it ("stop": eos or a stop token, "length": max_tokens or the context, "abort", "error";
+    `error` then says why, as an EngineError)."""
+
+    request_id: str
+    ids: list[int]
+    logprobs: list | None = None
+    finish: str | None = None
+    error: EngineError | None = None
+
+
+class Engine:
+    """Subclass and implement add() and abort(); start() and close() as the engine needs. `name` shows in
+    logs; `max_model_len` is the context the engine gives one request (None: the server's flag decides).
+    add() raises EngineError for what the engine cannot do (code unavailable: a Guide it cannot enforce)."""
+
+    name = "engine"
+    max_model_len: int | None = None
+
+    def __init__(self):
+        self._pending: dict[str, EngineOutput] = {}
+        self._ready: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self, pool) -> None:
+        """Called once with the server's TokenizerPool before any request (an engine may guide or encode
+        through it)."""
+        self._loop = asyncio.get_running_loop()
+        self._ready = asyncio.Event()
+
+    async def add(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> None:
+        raise NotImplementedError
+
+    def abort(self, request_ids: list[str]) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        pass
+
+    def running(self) -> int:
+        """Requests the engine is working on (for /metrics and the tests' abort checks)."""
+        return 0
+
+    # ------------------------------------------------------------ what every engine shares
+    def emit(self, request_id: str, ids: list[int], logprobs: list | None = None, finish: str | None = None,
+             error: EngineError | None = None) -> None:
+        """Hand new ids of one request to the server's next step (on the event loop's thread)."""
+        pending = self._pending.get(request_id)
+        if pending is None:
+            self._pending[request_id] = EngineOutput(request_id, ids, logprobs, finish, error)
+        else:                                      # more ids before the server's loop came round: one step
+            pending.ids = pending.ids + ids
+            if logprobs is not None:
+                pending.logprobs = (pending.logprobs or []) + logprobs
+            pending.finish, pending.error = finish, error
+        self._ready.set()
+
+    def emit_threadsafe(self, outputs: list[EngineOutput]) -> None:
+        """emit() for an engine that steps in a thread of its own: one hand-over per step."""
+        self._loop.call_soon_threadsafe(self._emit_all, outputs)
+
+    def _emit_all(self, outputs: list[EngineOutput]) -> None:
+        if self._pending:
+            for out in outputs:
+                self.emit(out.request_id, out.ids, out.logprobs, out.finish, out.error)
+            return
+        self._pending = {out.request_id: out for out in outputs}     # the usual step: nothing waiting
+        if outputs:
+            self._ready.set()
+
+    async def outputs(self) -> list[EngineOutput]:
+        """Everything emitted since the last call (waits for something)."""
+        while not self._pending:
+            self._ready.clear()
+            await self._ready.wait()
+        pending, self._pending = self._pending, {}
+        return list(pending.values())

@@ -1,0 +1,79 @@
+"""ReplayEngine: scripted replies at a fixed step rate, one token per request per step, for the demo, the
+tests and the bench. It generates nothing: every reply is a script, and it says so.
+
+The reply of a request is `script(prompt_text, sampling)` when a script is given and returns text, else:
+- a constrained request (tool_choice required or named, response_format): the shortest text the
+  constraint's regex accepts (its DFA's nearest accepting path), so it is a valid call or JSON value;
+- otherwise REPLY.
+The reply is encoded with the model's tokenizer and ends with its eos. Each step, a constrained request's
+token is checked against the mask the pool gave for that step (the masks reach the engine, as they would a
+real sampler), and each token gets a logprob and alternatives when the request asked for them.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from tokworker.constrain.regex_dfa import compile_dfa
+from tokworker.engines.base import EngineError, EngineOutput, SamplingParams
+from tokworker.engines.inprocess import InProcessEngine, Running, allowed
+from tokworker.protocol.messages import ErrorCode
+
+REPLY = "This reply is scripted: tokworker's replay engine plays it back one token per step, it is not a model."
+
+
+class ReplayEngine(InProcessEngine):
+    """`script(prompt_text, sampling) -> reply text or None` (None: see the module's docstring); `step_interval`
+    seconds a step (the engine's fixed step rate)."""
+
+    name = "replay"
+
+    def __init__(self, script: Callable[[str, SamplingParams], str | None] | None = None, step_interval: float = 0.01,
+                 max_model_len: int = 32768):
+        super().__init__()
+        self.script = script
+        self.step_interval = step_interval
+        self.max_model_len = max_model_len
+
+    async def prepare(self, running: Running) -> None:
+        text = None
+        if self.script is not None:
+            text = self.script(await self.pool.decode(running.prompt_ids), running.sampling)
+        if text is None:
+            text = shortest_match(running.constraint.pattern) if running.constraint is not None else REPLY
+        running.script = await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
+        self.vocab_size = self.pool.info.vocab_size
+
+    def step(self, batch: list[Running]) -> list[EngineOutput]:
+        outputs = []
+        for r in batch:
+            script = r.script
+            at = len(r.output_ids)
+            token = script[at] if at < len(script) else script[-1]
+            if r.mask is not None and not allowed(r.mask, token) and not (r.accepting and token in self.eos_ids):
+                outputs.append(EngineOutput(r.request_id, [], finish="error", error=EngineError(
+                    ErrorCode.INVALID, f"the replay script's token {token} at {at} is outside the constraint")))
+                continue
+            top = r.sampling.logprobs
+            logprobs = None if top is None else [_logprob(token, at, top, self.vocab_size)]
+            outputs.append(EngineOutput(r.request_id, [token], logprobs))
+        return outputs
+
+
+def _logprob(token: int, at: int, top: int, vocab_size: int) -> tuple[float, list[tuple[int, float]]]:
+    """A made-up but well-formed entry: the sampled token first among its alternatives."""
+    own = -0.125 * (1 + at % 4)
+    return own, [(token, own)] + [((token + k) % vocab_size, own - k) for k in range(1, top)]
+
+
+def shortest_match(pattern: str) -> str:
+    """The text the regex's DFA reaches an accepting state by soonest (ties broken the same way each time).
+
+    >>> shortest_match('\\\\{"city": "[a-z]*"\\\\}')
+    '{"city": ""}'
+    """
+    try:
+        return compile_dfa(pattern).sample(random.Random(0), max_bytes=0).decode("utf-8")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EngineError(ErrorCode.INVALID, f"the replay engine cannot write text for this constraint: {exc}")
