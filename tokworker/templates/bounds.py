@@ -25,7 +25,8 @@ class Limits:
     """The bounds of one render. The defaults fit every real template with a million-token chat."""
 
     max_template_chars: int = 256 * 1024       # refused before compiling
-    time_budget: float = 1.0                   # seconds for compile + render, enforced by the watchdog
+    time_budget: float = 1.0                   # seconds of CPU time for a compile, and for a render (watchdog.py)
+    wall_ceiling: float = 60.0                 # seconds of wall clock for either: a backstop, not the budget
     max_output_chars: int = 16 * 1024 * 1024   # the whole output, and any one string, list or JSON dump
     max_items: int = 1_000_000                 # one list or tuple built by repetition or concatenation
     max_int_bits: int = 1 << 16                # one integer (Python can't print more than 4300 digits anyway)

@@ -114,7 +114,7 @@ def _generate(template, context: dict, limits: Limits) -> str:
 def _guarded(function, limits: Limits):
     """Run under the watchdog and turn every failure into the matching TemplateError."""
     try:
-        return WATCHDOG.run(function, limits.time_budget, limits.max_memory_bytes)
+        return WATCHDOG.run(function, limits.time_budget, limits.max_memory_bytes, limits.wall_ceiling, "the template")
     except TemplateError:
         raise
     except TimeoutError as error:
