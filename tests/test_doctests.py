@@ -8,7 +8,7 @@ import pytest
 
 MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker.parsers.tools",
            "tokworker.parsers.reasoning", "tokworker.parsers.template_parsers", "tokworker.sse.chat",
-           "tokworker.frontend.client", "tokworker.protocol.endpoints"]
+           "tokworker.frontend.client", "tokworker.protocol.endpoints", "tokworker.templates.owned"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -308,3 +308,25 @@ def test_guards_nest_and_each_answers_for_its_own_budget():
     with pytest.raises(TimeoutError, match="the template used more than its budget of 0.2 s"):
         with WATCHDOG.guard(5.0, what="the request"):
             WATCHDOG.run(spin, 0.2, what="the template")
+
+
+def test_a_tuple_too_deep_to_hash_is_refused_not_a_crash():
+    """Hashing a 240,000-deep tuple overflowed the C stack (SIGSEGV: the pool re-sent it and lost three
+    workers). The depth is weighed before anything is hashed; judged in a child, which would die."""
+    template = ("{% set ns = namespace(t=()) %}{% for i in range(480) %}{% for j in range(500) %}"
+                "{% set ns.t = (ns.t,) %}{% endfor %}{% endfor %}{{ {ns.t: 1}|length }}")
+    render_chat("{{ 1 }}", MESSAGES)
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+
+    def judge(connection):
+        try:
+            render_chat(template, MESSAGES, limits=Limits(time_budget=60))
+            connection.send("rendered")
+        except TemplateLimitError as error:
+            connection.send(str(error))
+    child = context.Process(target=judge, args=(sender,))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0, f"the child died with {child.exitcode}"
+    assert "nesting depth" in receiver.recv()

@@ -296,6 +296,24 @@ def check_to_bytes(limits: Limits, args: tuple, kwargs: dict) -> None:
         check_chars(limits, length)
 
 
+_STRIP_WORK = 1 << 28    # comparisons one strip(chars) may make: a few tenths of a second in one C call
+_STRIP_DEDUPLICATED = 1 << 16
+
+
+def strip_chars(limits: Limits, text, chars):
+    """The `chars` of text.strip/lstrip/rstrip(chars), priced: each character stripped is looked up in
+    `chars` by one scan in C, so len(text) x len(chars) comparisons at worst, all in one call that no
+    budget can stop. Over the bound a short `chars` is deduplicated (strip reads it as a set) and priced
+    again; what is still over is refused."""
+    if not isinstance(chars, (str, bytes)) or len(text) * len(chars) <= _STRIP_WORK:
+        return chars
+    if len(chars) <= _STRIP_DEDUPLICATED:
+        chars = "".join(dict.fromkeys(chars)) if isinstance(chars, str) else bytes(dict.fromkeys(chars))
+    if len(text) * len(chars) > _STRIP_WORK:
+        refuse("a strip's comparisons", len(text) * len(chars), _STRIP_WORK)
+    return chars
+
+
 def bounded_list(limits: Limits, iterable) -> list:
     """list(iterable), refused past max_items before it is built (a str's characters are checked by length:
     each astral character becomes its own object)."""
