@@ -263,3 +263,51 @@ def test_pattern_is_searched_in_the_decoded_string():
         value = json.loads(text)
         assert re.search(schema["pattern"], value), value
     assert re.fullmatch(regex, json.dumps("xxb\"cyy")) and not re.fullmatch(regex, json.dumps("xb c"))
+
+
+def _ref_fan_out(levels: int) -> dict:
+    defs = {f"d{i}": {"type": "object", "properties": {"x": {"$ref": f"#/$defs/d{i + 1}"},
+                                                       "y": {"$ref": f"#/$defs/d{i + 1}"}}, "required": ["x", "y"]}
+            for i in range(levels)}
+    return {"$defs": {**defs, f"d{levels}": {"type": "integer"}}, "$ref": "#/$defs/d0"}
+
+
+def _nested_any_of(depth: int) -> dict:
+    defs = {f"d{i}": {"anyOf": [{"type": "object", "properties": {"k": {"$ref": f"#/$defs/d{i + 1}"},
+                                                                  "v": {"type": "string", "maxLength": 8}}},
+                                {"type": "array", "items": {"$ref": f"#/$defs/d{i + 1}"}}]} for i in range(depth)}
+    return {"$defs": {**defs, f"d{depth}": {"type": "string"}}, "$ref": "#/$defs/d0"}
+
+
+def _optional_properties(width: int, depth: int) -> dict:
+    defs = {f"d{i}": {"type": "object", "properties": {f"p{j}": {"$ref": f"#/$defs/d{i + 1}"} for j in range(width)}}
+            for i in range(depth)}
+    return {"$defs": {**defs, f"d{depth}": {"type": "integer"}}, "$ref": "#/$defs/d0"}
+
+
+@pytest.mark.parametrize("name, schema", [("$ref fan-out", _ref_fan_out(14)), ("nested anyOf", _nested_any_of(6)),
+                                          ("optional properties", _optional_properties(8, 4)),
+                                          ("nested anyOf, DFA", _nested_any_of(5))])
+def test_small_hostile_schemas_are_priced(name, schema):
+    """A few hundred bytes of schema each used a worker's whole 10 s compile budget (one took 140 s to refuse
+    a 69M-character regex). The regex's length, the NFA's size and the DFA's construction are priced, so
+    each is refused with a typed error naming the problem within a second or two of CPU."""
+    import time
+
+    from tokworker.constrain.regex_syntax import RegexError
+    started = time.process_time()
+    with pytest.raises((SchemaError, RegexError), match="over the limit|grows past|too complex"):
+        Dfa(json_schema_to_regex(schema))
+    assert time.process_time() - started < 3, f"{name} took {time.process_time() - started:.1f} s of CPU"
+    assert len(json.dumps(schema)) < 3000
+
+
+@pytest.mark.parametrize("pattern", ["[ab]*a[ab]{16}", "(?:[a-z]{0,8}x){0,40}"])
+def test_patterns_whose_dfa_explodes_are_priced(pattern):
+    import time
+
+    from tokworker.constrain.regex_syntax import RegexError
+    started = time.process_time()
+    with pytest.raises(RegexError, match="too complex"):
+        Dfa(pattern)
+    assert time.process_time() - started < 3

@@ -200,3 +200,51 @@ def test_serve_flags_bound_the_constraint_cache(flags):
         daemon.send_signal(signal.SIGTERM)
         status = daemon.wait(20)
     assert status == 0, daemon.stderr.read()
+
+
+def _cache(tokenizer, **bounds):
+    from tokworker.worker.constraints import ConstraintCache
+    from tokworker.worker.options import WorkerOptions
+    return ConstraintCache(tokenizer, WorkerOptions(model_dir=str(MODEL), bind="ipc:///unused", **bounds), "test")
+
+
+def test_client_chosen_states_stay_within_the_memory_bound(qwen3):
+    """Guide queries that name states of their own choosing compile each one (~0.75 MB on this vocabulary
+    for a state that allows most tokens): 10,000 of them grew a worker from 148 MB to 3.8 GB. The cache is
+    priced in bytes as each state is compiled, the automaton in use included."""
+    from bench.constrain import FLIGHT
+    _, _, tokenizer, _ = qwen3
+    cache = _cache(tokenizer, max_constraint_mb=16, max_constraint_states=100_000)
+    reply = cache.compile(Compile(tools=[WEATHER_TOOL, FLIGHT], format="hermes"))
+    states = range(1, min(cache.entries[reply.constraint_id].automaton.dfa.num_states, 200))
+    for batch in (states[i:i + 50] for i in range(0, len(states), 50)):
+        queries = {f"q{state}": GuideQuery(constraint_id=reply.constraint_id, state=state) for state in batch}
+        guided = cache.guide(Guide(queries=queries))
+        assert len(guided.results) + len(guided.errors) == len(queries)
+        entry = cache.entries[reply.constraint_id]
+        assert entry.cost() <= 16 << 20, f"{entry.cost() / 2**20:.1f} MiB cached"
+    assert len(entry.states) < len(states)           # the bound did bite: states were dropped
+    assert entry.automaton.compiled_states() == set(entry.states)
+
+
+def test_a_failed_request_leaves_nothing_it_compiled(qwen3):
+    """A guide or compile stopped by the worker's budget drops what it had compiled."""
+    from bench.constrain import FLIGHT
+    from tokworker.constrain import regex_dfa
+    from tokworker.worker.limits import BudgetExceeded, CpuBudget
+    _, _, tokenizer, _ = qwen3
+    cache = _cache(tokenizer)
+    reply = cache.compile(Compile(tools=[WEATHER_TOOL, FLIGHT], format="hermes"))
+    entry = cache.entries[reply.constraint_id]
+    kept = dict(entry.states)
+    queries = {f"q{state}": GuideQuery(constraint_id=reply.constraint_id, state=state) for state in range(1, 200)}
+    with pytest.raises(BudgetExceeded):
+        with CpuBudget()(0.05):
+            cache.guide(Guide(queries=queries))
+    assert dict(entry.states) == kept and entry.automaton.compiled_states() == set(kept)
+    before = set(cache.entries)
+    regex_dfa._CACHE.clear()
+    with pytest.raises(BudgetExceeded):
+        with CpuBudget()(0.02):
+            cache.compile(Compile(tools=[FLIGHT], tool_name="book_flight", format="hermes"))
+    assert set(cache.entries) == before

@@ -32,6 +32,8 @@ LEAKS = ("<class", "<module", "<function", "<built-in", "<bound", "<method", "ob
 DOUBLED = ("{% set ns = namespace(a='xy', b='x' ~ 'y', t=('xy',)) %}{% for i in range(40) %}"
            "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% set ns.t = (ns.t, ns.t) %}{% endfor %}")
 SHARED = "{% set s = 'x' * 10**7 %}{% set l = [s] * 10**6 %}"   # 10**13 characters reachable
+# 20,000 distinct characters, one of which fills a 16M-character string: strip scans them per character
+DISTINCT = "{% set ns = namespace(s='') %}{% for i in range(19968, 39968) %}{% set ns.s = ns.s ~ '%c' % i %}{% endfor %}"
 
 BOMBS = {
     # str() and repr() of containers, wherever a template can ask for them
@@ -140,13 +142,28 @@ BOMBS = {
     "hash_doubled_dict_pairs": DOUBLED + "{{ dict([(ns.t, 1)])|length }}",
     "sort_doubled": DOUBLED + "{{ [ns.a, ns.b]|sort|length }}",
     "max_doubled": DOUBLED + "{{ [ns.a, ns.b]|max|length }}",
+    # issue 22's round: strip's C scan of its `chars`, keys that all hash alike, a tuple too deep to hash,
+    # strftime's directives
+    "strip_distinct_chars": DISTINCT + "{{ ('\u9c3f' * 16000000).strip(ns.s)|length }}",
+    "trim_distinct_chars": DISTINCT + "{{ ('\u9c3f' * 16000000)|trim(ns.s)|length }}",
+    "rstrip_bytes_chars": "{{ ('a' * 16000000).encode().rstrip(('b' * 10**6 ~ 'a').encode())|length }}",
+    "fromkeys_colliding": "{{ dict.fromkeys(range(0, 100000 * 2305843009213693951, 2305843009213693951))|length }}",
+    "fromkeys_colliding_on_instance": "{{ {}.fromkeys(range(0, 100000 * 2305843009213693951, "
+                                      "2305843009213693951))|length }}",
+    "dict_pairs_colliding": "{{ dict(range(0, 100000 * 2305843009213693951, 2305843009213693951)|batch(2))|length }}",
+    "dict_literal_colliding": "{% set m = 2305843009213693951 %}{{ {"
+                              + ",".join(f"{i}*m:0" for i in range(24000)) + "}|length }}",
+    "hash_deep_tuple": "{% set ns = namespace(t=()) %}{% for i in range(5000) %}{% set ns.t = (ns.t,) %}"
+                       "{% endfor %}{{ {ns.t: 1}|length }}",   # refused by its depth, as a 240,000-deep one
+    "strftime_directives": "{{ strftime_now('%c' * 8000000)|length }}",
 }
 # bounded rather than refused: each may end either way, but within the same budgets
 BOUNDED = {"wordcount_astral": "{{ ('\U0001d11e ' * 5 * 10**6)|wordcount }}",
            "float_of_many_digits": "{{ ('9' * 10**7)|float }}",
            "lipsum_long_words": "{{ lipsum(1, min=10**6, max=10**6)|length }}",
            "find_long_needle": "{{ ('a' * 10**7).count('a' * 99 ~ 'b') }}",
-           "int_mod_of_capped": "{{ (2 ** 65000 - 1) % (2 ** 32000 + 7) }}"}
+           "int_mod_of_capped": "{{ (2 ** 65000 - 1) % (2 ** 32000 + 7) }}",
+           "strip_repeated_chars": "{{ ('a' * 16000000).strip('b' * 1000 ~ 'a')|length }}"}
 
 ESCAPES = [
     "{{ dict.fromkeys }}", "{{ {}.fromkeys }}", "{{ cycler(1, 2).next }}", "{{ cycler(1, 2) }}", "{{ cycler }}",

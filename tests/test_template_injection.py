@@ -216,6 +216,7 @@ def test_named_templates_are_picked_like_transformers():
         chat_template = {"default": "D{{ messages[0].content }}", "tool_use": "T{{ tools|length }}"}
         special_ids, added_tokens = tokenizer.special_ids, tokenizer.added_tokens
         encode = staticmethod(tokenizer.encode)
+        encode_with_literal_spans = staticmethod(tokenizer.encode_with_literal_spans)
 
     messages = [{"role": "user", "content": "hi"}]
     assert apply_chat_template(Named(), messages, tokenize=False) == "Dhi"

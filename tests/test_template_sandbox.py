@@ -259,3 +259,74 @@ def test_watchdog_works_in_a_forked_child():
     outcome, elapsed, _ = receiver.recv() if receiver.poll(30) else ("HUNG", 30, 0)
     child.join(5)
     assert outcome == "TemplateTimeoutError" and elapsed < 10
+
+
+def test_the_budget_counts_the_threads_own_cpu_time():
+    """Waiting costs latency, never a refusal: a guarded call that sleeps (or waits for the interpreter's
+    lock while another thread computes) past its CPU budget is not stopped; burning the CPU is, within
+    its budget; and the wall-clock ceiling still stops a call that only waits."""
+    from tokworker.templates.watchdog import WATCHDOG
+
+    assert WATCHDOG.run(lambda: time.sleep(0.6) or "slept", 0.2) == "slept"
+
+    stop = threading.Event()
+
+    def hog():                                  # holds the interpreter's lock half the time and more
+        while not stop.is_set():
+            sum(range(1000))
+    other = threading.Thread(target=hog)
+    other.start()
+    try:
+        started, started_cpu = time.monotonic(), time.thread_time()
+        total = WATCHDOG.run(lambda: sum(sum(range(1000)) for _ in range(4000)), 5.0)
+        assert total == 4000 * sum(range(1000))
+        waited = time.monotonic() - started
+        spent = time.thread_time() - started_cpu
+        assert waited > spent                   # it shared the interpreter, and was not charged for it
+    finally:
+        stop.set()
+        other.join()
+
+    started_cpu = time.thread_time()
+    with pytest.raises(TimeoutError, match="of CPU time"):
+        WATCHDOG.run(lambda: [None for _ in iter(int, 1)], 0.2)
+    assert time.thread_time() - started_cpu < 1.0
+    with pytest.raises(TimeoutError, match="wall-clock ceiling of 0.3 s"):
+        WATCHDOG.run(lambda: time.sleep(2), 5.0, wall_seconds=0.3)
+
+
+def test_guards_nest_and_each_answers_for_its_own_budget():
+    """A worker's request budget around a render's: the outer verdict passes through the inner guard."""
+    from tokworker.templates.watchdog import WATCHDOG
+
+    def spin():
+        while True:
+            pass
+    with pytest.raises(TimeoutError, match="the request used more than its budget of 0.2 s"):
+        with WATCHDOG.guard(0.2, what="the request"):
+            WATCHDOG.run(spin, 5.0, what="the template")
+    with pytest.raises(TimeoutError, match="the template used more than its budget of 0.2 s"):
+        with WATCHDOG.guard(5.0, what="the request"):
+            WATCHDOG.run(spin, 0.2, what="the template")
+
+
+def test_a_tuple_too_deep_to_hash_is_refused_not_a_crash():
+    """Hashing a 240,000-deep tuple overflowed the C stack (SIGSEGV: the pool re-sent it and lost three
+    workers). The depth is weighed before anything is hashed; judged in a child, which would die."""
+    template = ("{% set ns = namespace(t=()) %}{% for i in range(480) %}{% for j in range(500) %}"
+                "{% set ns.t = (ns.t,) %}{% endfor %}{% endfor %}{{ {ns.t: 1}|length }}")
+    render_chat("{{ 1 }}", MESSAGES)
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+
+    def judge(connection):
+        try:
+            render_chat(template, MESSAGES, limits=Limits(time_budget=60))
+            connection.send("rendered")
+        except TemplateLimitError as error:
+            connection.send(str(error))
+    child = context.Process(target=judge, args=(sender,))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0, f"the child died with {child.exitcode}"
+    assert "nesting depth" in receiver.recv()

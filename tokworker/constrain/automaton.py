@@ -60,6 +60,25 @@ class TokenAutomaton:
         self._next: dict[int, dict | array] = {}
         self._allowed: dict[int, array] = {}
         self._mask: dict[int, bytes] = {}
+        # called as on_compile(state, bytes) after each state is compiled (a cache's accounting)
+        self.on_compile = None
+
+    @property
+    def base_bytes(self) -> int:
+        """What the automaton holds before any state is compiled: its DFA's rows and pattern, a loop mask
+        per DFA state."""
+        return (2100 + 64) * self.dfa.num_states + 2 * len(self.dfa.pattern)
+
+    def forget(self, states) -> None:
+        """Drop the compiled tables of `states` (compiled again when next used)."""
+        for state in states:
+            self._next.pop(state, None)
+            self._allowed.pop(state, None)
+            self._mask.pop(state, None)
+
+    def compiled_states(self) -> set[int]:
+        """Every state with a table (or part of one, where a compile was stopped half way)."""
+        return set(self._next) | set(self._allowed) | set(self._mask)
 
     def is_accepting(self, state: int) -> bool:
         """True when the text so far fully matches the pattern (EOS may be sampled here)."""
@@ -138,10 +157,14 @@ class TokenAutomaton:
         if count * _DENSE_FRACTION > self.trie.vocab_size:
             table = self._dense(positions, states, ranges)
             self._mask[state] = self._dense_mask(table, count, dead, eos)
+            cost = 4 * len(table) + self.trie.vocab_size
         else:
             table = self._sparse(positions, states, ranges)
             self._allowed[state] = array("i", sorted(set(table).union(eos)))
+            cost = 100 * len(table) + 4 * len(self._allowed[state])
         self._next[state] = table
+        if self.on_compile is not None:
+            self.on_compile(state, cost + 256)
         return table
 
     def _dense(self, positions, states, ranges) -> array:

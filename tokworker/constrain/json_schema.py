@@ -26,6 +26,7 @@ import json
 
 from tokworker.constrain import json_values as jv
 from tokworker.constrain.one_of import exclusive, is_type
+from tokworker.constrain.regex_dfa import MAX_PATTERN_CHARS
 from tokworker.constrain.regex_syntax import RegexError, parse_search, to_regex
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$comment", "deprecated", "readOnly",
@@ -93,6 +94,15 @@ class _Converter:
     # -- dispatch ---------------------------------------------------------------------------------
 
     def schema(self, schema) -> str:
+        """The regex of `schema`, refused once it grows past what regex_dfa compiles: nested anyOf and $ref
+        fan-out double it level by level, so the refusal comes after a few hundred KB of work."""
+        regex = self._schema(schema)
+        if len(regex) > MAX_PATTERN_CHARS:
+            raise SchemaError(f"the schema's regex grows past {MAX_PATTERN_CHARS:,} characters (nested anyOf, $ref "
+                              "fan-out or many optional properties): simplify the schema")
+        return regex
+
+    def _schema(self, schema) -> str:
         if schema is True:
             return self.any_value(self.any_depth)
         if schema is False:

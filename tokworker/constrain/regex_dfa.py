@@ -4,18 +4,26 @@ Tokens are byte strings and a token may end in the middle of a character, so the
 runs on must read bytes, not characters. Each code point set of the syntax tree becomes the UTF-8 byte
 sequences that encode it (surrogates have no UTF-8 form and are left out), the tree becomes a Thompson NFA,
 and subset construction over byte classes gives a DFA that is then trimmed (states that cannot reach an
-accepting state all become the dead state 0) and minimized. Compiled DFAs are cached by pattern.
+accepting state all become the dead state 0) and minimized. Compiled DFAs are cached by pattern, within
+_CACHE_BYTES.
+
+Each step is priced before it runs, so a small hostile pattern (or the schema behind it: nested anyOf,
+$ref fan-out) is refused in well under a second instead of using a request's whole budget: the pattern's
+length (parsing is about a microsecond a character), the NFA's size from the syntax tree (repeats
+multiply), and the subset construction's work (NFA states visited) as it goes.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from functools import lru_cache
+from collections import OrderedDict, deque
 
 from tokworker.constrain.regex_syntax import ALT, CAT, SET, RegexError, parse
 
-MAX_NFA_STATES = 200_000
+MAX_PATTERN_CHARS = 256 * 1024
+MAX_NFA_STATES = 100_000
 MAX_DFA_STATES = 50_000
+MAX_DFA_WORK = 1_000_000    # NFA moves and closures visited by the subset construction (about 2 s at most)
+_CACHE_BYTES = 64 * 1024 * 1024
 DEAD = 0
 _UTF8_LIMITS = (0x7F, 0x7FF, 0xFFFF, 0x10FFFF)
 
@@ -51,8 +59,6 @@ class _Nfa:
         self.eps: list[list] = []
 
     def state(self) -> int:
-        if len(self.edges) >= MAX_NFA_STATES:
-            raise RegexError(f"regex too large (more than {MAX_NFA_STATES} NFA states)")
         self.edges.append([])
         self.eps.append([])
         return len(self.edges) - 1
@@ -98,6 +104,19 @@ class _Nfa:
         return exit_
 
 
+def nfa_size(node) -> int:
+    """How many states _Nfa.build makes for `node`, counted from the tree (a repeat counts its body once)."""
+    kind = node[0]
+    if kind == SET:
+        return 1 + sum(len(sequence) - 1 for lo, hi in node[1] for sequence in utf8_sequences(lo, hi))
+    if kind == CAT:
+        return sum(map(nfa_size, node[1]))
+    if kind == ALT:
+        return 1 + sum(1 + nfa_size(option) for option in node[1])
+    body, lo, hi = nfa_size(node[1]), node[2], node[3]
+    return lo * body + (2 + body if hi == -1 else 1 + (hi - lo) * body)
+
+
 def _byte_classes(nfa: _Nfa) -> list[int]:
     """class index per byte: bytes no edge tells apart share a class."""
     cuts = {0, 256}
@@ -135,11 +154,15 @@ def _subset_construction(nfa: _Nfa, start: int, final: int, classes: list[int]):
 
     closures: dict[frozenset, frozenset] = {}
 
+    work = 0
+
     def closure_of(targets):
+        nonlocal work
         key = frozenset(targets)
         found = closures.get(key)
         if found is None:
             found = closures[key] = closure(key)
+            work += len(found)
         return found
 
     first = closure([start])
@@ -148,9 +171,12 @@ def _subset_construction(nfa: _Nfa, start: int, final: int, classes: list[int]):
     queue = deque([first])
     while queue:
         current = queue.popleft()
+        if work > MAX_DFA_WORK:
+            raise RegexError(f"regex too complex (its DFA takes more than {MAX_DFA_WORK:,} steps to build)")
         row = [0] * n_classes
         gathered: dict[int, set] = {}
         for s in current:
+            work += len(moves[s])
             for c, targets in moves[s].items():
                 gathered.setdefault(c, set()).update(targets)
         for c, targets in gathered.items():
@@ -249,9 +275,15 @@ class Dfa:
     (when the language is empty there is only the dead state and `initial` is 0)."""
 
     def __init__(self, pattern: str):
+        if len(pattern) > MAX_PATTERN_CHARS:
+            raise RegexError(f"regex of {len(pattern):,} characters is over the limit of {MAX_PATTERN_CHARS:,}")
+        tree = parse(pattern)
+        size = nfa_size(tree)
+        if size >= MAX_NFA_STATES:
+            raise RegexError(f"regex too large ({size:,} NFA states, over the limit of {MAX_NFA_STATES:,})")
         nfa = _Nfa()
         start = nfa.state()
-        final = nfa.build(parse(pattern), start)
+        final = nfa.build(tree, start)
         classes = _byte_classes(nfa)
         table, accepting = _minimize(*_subset_construction(nfa, start, final, classes))
         self.pattern = pattern
@@ -315,7 +347,23 @@ class Dfa:
         return distance
 
 
-@lru_cache(maxsize=16)
+_CACHE: OrderedDict[str, Dfa] = OrderedDict()
+
+
 def compile_dfa(pattern: str) -> Dfa:
-    """The DFA of `pattern` (cached, 16 patterns: a forced tool call reuses one pattern for every request)."""
-    return Dfa(pattern)
+    """The DFA of `pattern`, cached (a forced tool call reuses one pattern for every request) within
+    _CACHE_BYTES, least recently used first out."""
+    dfa = _CACHE.get(pattern)
+    if dfa is not None:
+        _CACHE.move_to_end(pattern)
+        return dfa
+    dfa = _CACHE[pattern] = Dfa(pattern)
+    total = sum(map(_cost, _CACHE.values()))
+    while total > _CACHE_BYTES and len(_CACHE) > 1:
+        total -= _cost(_CACHE.popitem(last=False)[1])
+    return dfa
+
+
+def _cost(dfa: Dfa) -> int:
+    """Bytes a DFA holds: a row of 256 references per state, and its pattern."""
+    return 2100 * dfa.num_states + 2 * len(dfa.pattern)

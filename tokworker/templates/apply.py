@@ -1,13 +1,13 @@
 """Tokenizer.apply_chat_template: pick the model's template, pass its special tokens, render, and encode
-with content kept from forging control tokens (literal.py)."""
+with no added token matched across text the template did not write itself (owned.py, literal.py)."""
 
 from __future__ import annotations
 
 from . import literal
 from .chatml import CHATML_NAME, CHATML_TEMPLATE
-from .errors import MissingTemplateError, TemplateError, TemplateInputError, UntrustedTemplateError
+from .errors import MissingTemplateError, TemplateInputError, UntrustedTemplateError
 from .messages import normalize_openai_messages
-from .render import DEFAULT_LIMITS, PreparedChat, compiled_template, prepare_chat, render_prepared
+from .render import DEFAULT_LIMITS, compiled_template, prepare_chat, render_prepared, render_tracked
 
 _SPECIAL_NAMES = literal.SPECIAL_NAMES
 
@@ -43,14 +43,18 @@ def render_chat_prompt(tokenizer, messages, tools=None, chat_template=None, *, t
     if openai_messages:
         messages = normalize_openai_messages(messages, template)
     chat = prepare_chat(template, messages, tools, documents, add_generation_prompt, continue_final_message)
-    if tokenize and sanitize_control_tokens:
-        literal.check_special_overrides(variables, special, *literal.control_tokens(tokenizer))
-    text = render_prepared(chat, now=now, limits=limits, **{**special, **variables})
-    if not tokenize:
-        return text, None
-    if not sanitize_control_tokens:
+    if not (tokenize and sanitize_control_tokens):
+        text = render_prepared(chat, now=now, limits=limits, **{**special, **variables})
+        return text, tokenizer.encode(text) if tokenize else None
+    controls, special_contents = literal.control_tokens(tokenizer)
+    literal.check_special_overrides(variables, special, controls, special_contents)
+    callers = literal.caller_variables(variables, special, special_contents)
+    own = {name: value for name, value in {**special, **variables}.items() if name not in callers}
+    text, given = render_tracked(chat, callers, own, now=now, limits=limits)
+    if not given or controls.pattern is None:
         return text, tokenizer.encode(text)
-    return text, _encode_sanitized(tokenizer, chat, text, special, variables, now, limits)
+    # no added token may match across text the template did not write (whitespace-only ones excepted)
+    return text, tokenizer.encode_with_literal_spans(text, given)
 
 
 def select_template(tokenizer, chat_template, tools, allow_untrusted_template: bool) -> str:
@@ -86,6 +90,19 @@ def select_template(tokenizer, chat_template, tools, allow_untrusted_template: b
     return chat_template
 
 
+def compile_own_templates(tokenizer) -> int:
+    """Compile the model's own chat templates now, as a worker does at load, so that no request pays for
+    the compile (60-120 ms of CPU for a real template) inside its budget; returns how many there are. A
+    template that does not compile raises its TemplateError here."""
+    own = getattr(tokenizer, "chat_template", None)
+    if isinstance(own, list):
+        own = {entry["name"]: entry["template"] for entry in own}
+    templates = list(own.values()) if isinstance(own, dict) else [own] if own is not None else []
+    for template in templates:
+        compiled_template(template, DEFAULT_LIMITS)
+    return len(templates)
+
+
 _NO_TEMPLATE = ("this model ships no chat template (no chat_template in tokenizer_config.json, no "
                 "chat_template.jinja): give it one with `tokworker serve --chat-template FILE`, "
                 "TokenizerPool.spawn(..., chat_template=FILE_OR_TEXT) or apply_chat_template(..., "
@@ -103,43 +120,3 @@ def special_tokens(tokenizer) -> dict:
         if value is not None:
             found[name] = str(value)
     return found
-
-
-def _encode_sanitized(tokenizer, chat: PreparedChat, text: str, special: dict, variables: dict, now, limits):
-    """Ids in which no added token comes from caller text (literal.py): the defused render, or the marked
-    render when the defused one is not transformers' text and the marked one provably is, with the same
-    control tokens."""
-    everything, special_contents = literal.control_tokens(tokenizer)
-    callers = literal.caller_variables(variables, special, special_contents)
-    inputs = [chat.messages, chat.tools, chat.documents, callers]
-    strings = literal.strings_in(inputs, [])
-    if not literal.holds_control_text(strings, everything):
-        return tokenizer.encode(text)            # nothing to forge with: exactly transformers' ids
-
-    def render(rewrite) -> str:
-        rewritten = PreparedChat(chat.template, literal.transform(chat.messages, rewrite),
-                                 literal.transform(chat.tools, rewrite), literal.transform(chat.documents, rewrite),
-                                 chat.add_generation_prompt, chat.continue_final_message)
-        return render_prepared(rewritten, now=now, limits=limits,
-                               **{**special, **variables, **literal.transform(callers, rewrite)})
-
-    splitter, opening, closing = literal.pick_markers(strings, chat.template, everything, 3)
-    defused, cuts = literal.remove_splitters(render(literal.defuser(everything, splitter)), splitter)
-    safe = tokenizer.encode_with_literal_spans(defused, cuts)
-    if defused == text:
-        return safe
-    controls = [i for i in safe if i in everything.ids]
-    literal_text = compiled_template(chat.template, limits or DEFAULT_LIMITS).literal_text
-    for tokens in (everything, literal.foreign_tokens(tokenizer, chat.template, literal_text)):
-        if tokens.pattern is None:
-            continue
-        try:
-            marked = render(literal.marker(tokens, opening, closing))
-        except TemplateError:              # the template refuses the marked text: the defused render stands
-            continue
-        clean, spans, intact = literal.unmark(marked, everything, opening, closing)
-        if intact and clean == text:
-            ids = tokenizer.encode_with_literal_spans(clean, spans)
-            if [i for i in ids if i in everything.ids] == controls:
-                return ids
-    return safe

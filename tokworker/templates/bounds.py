@@ -25,7 +25,8 @@ class Limits:
     """The bounds of one render. The defaults fit every real template with a million-token chat."""
 
     max_template_chars: int = 256 * 1024       # refused before compiling
-    time_budget: float = 1.0                   # seconds for compile + render, enforced by the watchdog
+    time_budget: float = 1.0                   # seconds of CPU time for a compile, and for a render (watchdog.py)
+    wall_ceiling: float = 60.0                 # seconds of wall clock for either: a backstop, not the budget
     max_output_chars: int = 16 * 1024 * 1024   # the whole output, and any one string, list or JSON dump
     max_items: int = 1_000_000                 # one list or tuple built by repetition or concatenation
     max_int_bits: int = 1 << 16                # one integer (Python can't print more than 4300 digits anyway)
@@ -293,6 +294,24 @@ def check_to_bytes(limits: Limits, args: tuple, kwargs: dict) -> None:
     length = args[0] if args else kwargs.get("length", 1)
     if isinstance(length, int):
         check_chars(limits, length)
+
+
+_STRIP_WORK = 1 << 28    # comparisons one strip(chars) may make: a few tenths of a second in one C call
+_STRIP_DEDUPLICATED = 1 << 16
+
+
+def strip_chars(limits: Limits, text, chars):
+    """The `chars` of text.strip/lstrip/rstrip(chars), priced: each character stripped is looked up in
+    `chars` by one scan in C, so len(text) x len(chars) comparisons at worst, all in one call that no
+    budget can stop. Over the bound a short `chars` is deduplicated (strip reads it as a set) and priced
+    again; what is still over is refused."""
+    if not isinstance(chars, (str, bytes)) or len(text) * len(chars) <= _STRIP_WORK:
+        return chars
+    if len(chars) <= _STRIP_DEDUPLICATED:
+        chars = "".join(dict.fromkeys(chars)) if isinstance(chars, str) else bytes(dict.fromkeys(chars))
+    if len(text) * len(chars) > _STRIP_WORK:
+        refuse("a strip's comparisons", len(text) * len(chars), _STRIP_WORK)
+    return chars
 
 
 def bounded_list(limits: Limits, iterable) -> list:

@@ -24,7 +24,6 @@ CACHE_MAX_BYTES = 64 * 1024 * 1024
 @dataclass(frozen=True)
 class CompiledTemplate:
     template: jinja2.Template
-    literal_text: str    # the template's own text and string constants, joined by NULs
     cost: int            # estimated bytes held
 
 
@@ -92,13 +91,12 @@ def compile_template(source: str, limits: Limits) -> CompiledTemplate:
     try:
         tree = environment.parse(source)
         _check_integer_literals(tree, limits)
-        literal_text = _literal_text(tree)
         python = environment.compile(tree, raw=True)
         code = compile(python, "<template>", "exec")
     except jinja2.TemplateSyntaxError as error:
         raise TemplateSyntaxError(f"line {error.lineno}: {error.message}") from None
     template = environment.template_class.from_code(environment, code, environment.make_globals(None))
-    entry = CompiledTemplate(template, literal_text, 4 * len(source) + 3 * len(python))
+    entry = CompiledTemplate(template, 4 * len(source) + 3 * len(python))
     CACHE.put((limits, source), entry)
     return entry
 
@@ -109,9 +107,3 @@ def _check_integer_literals(tree: nodes.Template, limits: Limits) -> None:
     for node in tree.find_all(nodes.Const):
         if isinstance(node.value, int) and node.value.bit_length() > limits.max_int_bits:
             refuse("an integer literal (bits)", node.value.bit_length(), limits.max_int_bits)
-
-
-def _literal_text(tree: nodes.Template) -> str:
-    literals = {node.data for node in tree.find_all(nodes.TemplateData)}
-    literals |= {node.value for node in tree.find_all(nodes.Const) if isinstance(node.value, str)}
-    return "\0".join(literals)

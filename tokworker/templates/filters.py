@@ -25,6 +25,7 @@ from markupsafe import Markup, escape as _escape
 
 from . import bounds, reprs
 from .bounds import Limits
+from .owned import joined, stripped
 
 _WORD = re.compile(r"\w+")                   # jinja's own wordcount pattern
 _NON_WORD = re.compile(r"\W")
@@ -111,7 +112,7 @@ def bounded_filters(limits: Limits, percent) -> dict:
         separator = text_of(d)
         parts = [text_of(item) for item in bounds.bounded_list(limits, value)]
         bounds.check_str_method(limits, "join", separator, (parts,), {})
-        return separator.join(parts)
+        return joined(parts, separator)
 
     @pass_context
     def replace(context, value, old, new, count=None):
@@ -205,6 +206,11 @@ def bounded_filters(limits: Limits, percent) -> dict:
         return original["urlize"](context.eval_ctx, text, trim_url_limit, nofollow, target, rel, extra_schemes)
 
     @pass_context
+    def trim(context, value, chars=None):
+        text = text_of(value)
+        return stripped(text, "strip", bounds.strip_chars(limits, text, chars))
+
+    @pass_context
     def wordcount(context, value):
         return _count_words(text_of(value))
 
@@ -227,14 +233,14 @@ def bounded_filters(limits: Limits, percent) -> dict:
     filters = {"center": center, "indent": indent, "wordwrap": wordwrap, "format": format, "join": join,
                "replace": replace, "sum": sum_, "batch": batch, "slice": slice_, "tojson": tojson,
                "string": string, "pprint": pprint, "escape": escape, "e": escape, "forceescape": forceescape,
-               "safe": safe, "xmlattr": xmlattr, "urlencode": urlencode, "urlize": urlize, "wordcount": wordcount,
+               "safe": safe, "xmlattr": xmlattr, "urlencode": urlencode, "urlize": urlize, "trim": trim,
+               "wordcount": wordcount,
                "list": list_, "int": int_, "round": round_}
     for name in ("upper", "lower", "capitalize"):
         filters[name] = textual(name, grows=3)
     filters["title"] = textual("title", grows=3, splits="-({[<")
     filters["striptags"] = textual("striptags", splits="<")
-    for name in ("trim", "truncate"):
-        filters[name] = textual(name)
+    filters["truncate"] = textual("truncate")
     for name in ("sort", "unique", "dictsort", "groupby", "max", "min"):
         filters[name] = weighed(name)
     return filters

@@ -1,50 +1,31 @@
-"""Control tokens that nothing the caller sends can forge.
+"""Control tokens and the special variables a request may set.
 
 Every non-whitespace added token of the vocabulary is a control token here, special or not, whether the
-template writes it or not (Qwen's <|fim_prefix|>, DeepSeek's FIM tokens, Llama 3's reserved tokens). Every
-string the caller sends is searched for them, dict keys included (tool-call argument names, schema
-properties), case-insensitively (a template may upper- or lower-case content).
-
-The safe render ("defused"): each occurrence gets a splitter character inserted after its first character,
-again until no control token is left in the string. Whatever the template does with that text (slices it,
-trims it, repeats it, prints a list's repr of it, case-changes it) it cannot write the token again without
-writing the splitter inside it, because the splitter is a printable, caseless character from CJK Extension
-B that no input, template or token contains. After rendering, the splitters are removed and each place one
-stood becomes a zero-width literal span: no added token may match across it. Template-written tokens hold
-no splitter, so they stay tokens.
-
-The splitter changes what a template sees (`'</think>' in content` no longer holds), so the defused text
-can differ from transformers' text. Then a "marked" render is tried: each occurrence is wrapped in two
-marker characters, the token text stays intact, and the occurrences still wrapped after rendering become
-literal spans. It is accepted only when its markers all came through in pairs, its text is exactly
-transformers' text, and its control-token ids are exactly the defused render's (a marker the template cut
-off, escaped or dropped would leave a forged id, which makes the sequences differ). Otherwise the defused
-render is used: always safe, no longer transformers' text.
+template writes it or not (Qwen's <|fim_prefix|>, DeepSeek's FIM tokens, Llama 3's reserved tokens): no
+added-token match in a prompt may lie in text the template did not write itself (owned.py, apply.py).
+This module finds control-token text (case-insensitively, with a trie-shaped pattern) and decides which
+special variables (bos_token, eos_token, ...) are the tokenizer's own: those count as the template's text;
+a request may also set them to text without control tokens (then they are caller text like any other),
+and anything else is refused, naming the variable.
 """
 
 from __future__ import annotations
 
-import random
 import re
 import weakref
 
 from .errors import TemplateInputError
 
-#: CJK Unified Ideographs Extension B: printable (repr keeps them), caseless, not whitespace.
-_MARKER_RANGE = (0x20000, 0x2A6DD)
 SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
 class ControlTokens:
-    """A set of control tokens, a fast case-insensitive search for them, and their ids."""
+    """A set of control tokens and a fast case-insensitive search for them."""
 
-    def __init__(self, contents: dict[str, int]):
-        self.all = frozenset(contents)
-        self.ids = frozenset(contents.values())
-        self.lowered = frozenset(content.lower() for content in self.all)
+    def __init__(self, contents):
         self.characters = frozenset("".join(contents))
-        self.pattern = re.compile(_trie_pattern(sorted(self.lowered)), re.IGNORECASE) \
-            if self.all else None
+        self.pattern = re.compile(_trie_pattern(sorted({content.lower() for content in contents})),
+                                  re.IGNORECASE) if contents else None
 
 
 def _trie_pattern(words) -> str:
@@ -67,42 +48,26 @@ def _trie_pattern(words) -> str:
     return build(trie)
 
 
-_CACHE: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
-_PER_TOKENIZER_TEMPLATES = 8
-
-
-def _cached(tokenizer, key, build):
-    try:
-        entries = _CACHE.setdefault(tokenizer, {})
-    except TypeError:      # not weak-referenceable: compute every time
-        entries = {}
-    found = entries.get(key)
-    if found is None:
-        if len(entries) >= _PER_TOKENIZER_TEMPLATES:
-            entries.clear()
-        found = entries[key] = build()
-    return found
+_CACHE: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
 
 
 def control_tokens(tokenizer) -> tuple[ControlTokens, frozenset]:
-    """(every non-whitespace added token, the contents of the special ones). Whitespace-only added tokens
-    are left to ordinary encoding, as in any text."""
-    def build():
+    """(every non-whitespace added token, the contents of the special ones), built once per tokenizer.
+    Whitespace-only added tokens are left to ordinary encoding, as in any text."""
+    try:
+        found = _CACHE.get(tokenizer)
+    except TypeError:      # not weak-referenceable: computed every time
+        found = None
+    if found is None:
         control = {content: i for content, i in tokenizer.added_tokens.items() if not content.isspace()}
         special_ids = tokenizer.special_ids
-        return ControlTokens(control), frozenset(c for c, i in tokenizer.added_tokens.items() if i in special_ids)
-    return _cached(tokenizer, None, build)
-
-
-def foreign_tokens(tokenizer, template: str, literal_text: str) -> ControlTokens:
-    """The control tokens minus the non-special ones the template's own text holds: those are the ones a
-    template looks for in content (`'</think>' in content`), so the second marked render leaves them bare."""
-    def build():
-        everything, special = control_tokens(tokenizer)
-        kept = {c: i for c, i in tokenizer.added_tokens.items()
-                if c in everything.all and (c in special or c not in literal_text)}
-        return ControlTokens(kept)
-    return _cached(tokenizer, template, build)
+        found = (ControlTokens(control),
+                 frozenset(c for c, i in tokenizer.added_tokens.items() if i in special_ids))
+        try:
+            _CACHE[tokenizer] = found
+        except TypeError:
+            pass
+    return found
 
 
 def strings_in(value, out: list) -> list:
@@ -163,85 +128,3 @@ def check_special_overrides(variables: dict, special: dict, tokens: ControlToken
             shown = shown if len(shown) <= 80 else shown[:77] + "..."
             raise TemplateInputError(f"{name} may only be {own} or text without control tokens; {shown} holds "
                                      f"control-token text")
-
-
-def pick_markers(strings: list, template: str, tokens: ControlTokens, count: int) -> list[str]:
-    """`count` distinct marker characters that occur in no input, nor the template, nor any control token."""
-    chooser, low, high = random.SystemRandom(), *_MARKER_RANGE
-    everything = "\0".join(strings)
-    chosen: list[str] = []
-    while len(chosen) < count:
-        char = chr(chooser.randint(low, high))
-        if char not in chosen and char not in tokens.characters and char not in template and char not in everything:
-            chosen.append(char)
-    return chosen
-
-
-def transform(value, rewrite):
-    """A copy of `value` with `rewrite` applied to every string in it, dict keys included."""
-    if isinstance(value, str):
-        return rewrite(value)
-    if isinstance(value, dict):
-        return {transform(key, rewrite): transform(item, rewrite) for key, item in value.items()}
-    if isinstance(value, list):
-        return [transform(item, rewrite) for item in value]
-    if isinstance(value, tuple):
-        return tuple(transform(item, rewrite) for item in value)
-    return value
-
-
-def defuser(tokens: ControlTokens, splitter: str):
-    """string -> the string with `splitter` after the first character of every control-token occurrence,
-    repeated until none is left (a token may hide inside another's tail: x<|a|> with |a|> added too)."""
-    search, substitute = tokens.pattern.search, tokens.pattern.sub
-
-    def split(match):
-        text = match.group()
-        return text[0] + splitter + text[1:]
-
-    def defuse(text: str) -> str:
-        while search(text):
-            text = substitute(split, text)
-        return text
-    return defuse
-
-
-def marker(tokens: ControlTokens, opening: str, closing: str):
-    """string -> the string with every control-token occurrence wrapped in the two markers."""
-    substitute = tokens.pattern.sub
-    return lambda text: substitute(lambda match: opening + match.group() + closing, text)
-
-
-def remove_splitters(text: str, splitter: str) -> tuple[str, list]:
-    """The text without splitters, and a zero-width literal span where each one stood."""
-    pieces = text.split(splitter)
-    if len(pieces) == 1:
-        return text, []
-    spans, at = [], 0
-    for piece in pieces[:-1]:
-        at += len(piece)
-        spans.append((at, at))
-    return "".join(pieces), spans
-
-
-def unmark(text: str, tokens: ControlTokens, opening: str, closing: str) -> tuple[str, list, bool]:
-    """Remove the markers; return the clean text, the literal spans (each opening marker followed by a
-    closing one around a control token's text, in any case), and whether every marker came in such a pair.
-    A lone or misplaced marker means the template cut a marked occurrence apart."""
-    pieces, markers, clean_length, cursor = [], [], 0, 0
-    for match in re.finditer(f"[{opening}{closing}]", text):
-        piece = text[cursor:match.start()]
-        pieces.append(piece)
-        clean_length += len(piece)
-        markers.append((match.group(), clean_length))
-        cursor = match.end()
-    pieces.append(text[cursor:])
-    clean = "".join(pieces)
-    lowered = tokens.lowered
-    spans, intact = [], len(markers) % 2 == 0
-    for (kind, start), (next_kind, end) in zip(markers[::2], markers[1::2]):
-        if kind == opening and next_kind == closing and clean[start:end].lower() in lowered:
-            spans.append((start, end))
-        else:
-            intact = False
-    return clean, spans, intact

@@ -14,6 +14,7 @@ from . import compiled, prepare
 from .bounds import Limits
 from .errors import (TemplateError, TemplateInputError, TemplateLimitError, TemplateRenderError,
                      TemplateSecurityError, TemplateTimeoutError)
+from .owned import Owned, owned
 from .sandbox import RENDER_NOW
 from .watchdog import WATCHDOG
 
@@ -60,6 +61,13 @@ def prepare_chat(template, messages, tools=None, documents=None, add_generation_
 
 def render_prepared(chat: PreparedChat, *, now=None, limits: Limits | None = None, **variables) -> str:
     """render_jinja_template: compile, tool schemas, plain data, aliases, continue_final_message, render."""
+    return render_tracked(chat, variables, {}, now=now, limits=limits)[0]
+
+
+def render_tracked(chat: PreparedChat, variables: dict, own: dict, *, now=None, limits: Limits | None = None):
+    """(text, given): the render of `chat` with `variables` and `own` (variables whose text counts as the
+    template's own: the tokenizer's special tokens), and the (start, end) ranges of the text that the
+    template did not write itself (owned.py)."""
     limits = limits or DEFAULT_LIMITS
     entry = compiled_template(chat.template, limits)
     try:
@@ -67,6 +75,7 @@ def render_prepared(chat: PreparedChat, *, now=None, limits: Limits | None = Non
         prepare.check_documents(chat.documents)
         documents = prepare.plain_data(chat.documents)
         variables = prepare.plain_data(variables)
+        variables.update({name: owned(value) for name, value in prepare.plain_data(own).items()})
         messages = prepare.alias_reasoning(prepare.plain_data(chat.messages))
         continued = _tag_final_message(messages, chat.continue_final_message, chat.template)
     except TemplateError:
@@ -80,15 +89,20 @@ def render_prepared(chat: PreparedChat, *, now=None, limits: Limits | None = Non
                    add_generation_prompt=chat.add_generation_prompt)
     token = RENDER_NOW.set(now)
     try:
-        text = _guarded(lambda: _generate(entry.template, context, limits), limits)
+        chunks, given = _guarded(lambda: _generate(entry.template, context, limits), limits)
     finally:
         RENDER_NOW.reset(token)
+    text = "".join(chunks)
     if continued is not None:
         try:
             text = _cut_at_continue_tag(text, continued)
         except AttributeError as error:
             raise TemplateInputError(f"continue_final_message needs text to continue: {error}") from None
-    return text
+    while given and given[-1][1] > len(text):      # continue_final_message cut the end off
+        start = given.pop()[0]
+        if start < len(text):
+            given.append((start, len(text)))
+    return text, given
 
 
 def compiled_template(template: str, limits: Limits) -> compiled.CompiledTemplate:
@@ -100,21 +114,31 @@ def compiled_template(template: str, limits: Limits) -> compiled.CompiledTemplat
     return entry
 
 
-def _generate(template, context: dict, limits: Limits) -> str:
-    """Consume the template chunk by chunk, counting, so the output cap holds while rendering."""
-    parts, size, limit = [], 0, limits.max_output_chars
+def _generate(template, context: dict, limits: Limits) -> tuple[list[str], list[tuple[int, int]]]:
+    """Consume the template chunk by chunk, counting, so the output cap holds while rendering; and note the
+    (start, end) ranges of the output that the template did not write itself (owned.py)."""
+    parts, given, size, limit = [], [], 0, limits.max_output_chars
+    given_from = 0                  # the open range of given text starts here (when below size)
+    append = parts.append
     for chunk in template.generate(context):
+        if type(chunk) is Owned:
+            for start, end in chunk._spans:
+                if given_from < size + start:
+                    given.append((given_from, size + start))
+                given_from = size + end
         size += len(chunk)
         if size > limit:
             raise TemplateLimitError(f"template output is over the limit of {limit:,} characters")
-        parts.append(chunk)
-    return "".join(parts)
+        append(chunk)
+    if given_from < size:
+        given.append((given_from, size))
+    return parts, given
 
 
 def _guarded(function, limits: Limits):
     """Run under the watchdog and turn every failure into the matching TemplateError."""
     try:
-        return WATCHDOG.run(function, limits.time_budget, limits.max_memory_bytes)
+        return WATCHDOG.run(function, limits.time_budget, limits.max_memory_bytes, limits.wall_ceiling, "the template")
     except TemplateError:
         raise
     except TimeoutError as error:

@@ -7,7 +7,8 @@ filters) goes through here: `weigh` walks the value (counting shared items every
 so sharing can't hide a size) and refuses it over the limit, then `shown_str`/`shown_repr` build exactly
 what Python would for plain data, and an address-free `<...>` for any other object.
 
-`weigh` is also the price of anything else that walks a value in C (comparisons, `in`, sorting, hashing).
+`weigh` is also the price of anything else that walks a value in C (comparisons, `in`, sorting, hashing),
+and refuses values nested deeper than MAX_DEPTH: hashing recurses in C without Python's recursion check.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def _shared_weight(value, limit: int, string_size, what: str) -> int:
                     frame[2], frame[3] = index, size
                     grandchildren = _children(child)
                     frames.append([child, grandchildren, 0, 16 + 4 * len(grandchildren)])
+                    if len(frames) > MAX_DEPTH:        # hashing it would recurse that deep in C
+                        refuse(f"{what}: nesting depth", len(frames), MAX_DEPTH)
                     open_ids.add(id(child))
                     descended = True
                     break
@@ -138,7 +141,8 @@ def _small_weight(value, limit: int) -> int | None:
     return size
 
 
-_SMALL_VISITS = 4096
+_SMALL_VISITS = 4096   # also bounds the depth of what the quick walk passes
+MAX_DEPTH = 1000       # containers in containers; hashing a 240,000-deep tuple overflowed the C stack
 _CONTAINERS = (list, tuple, dict, set, frozenset, Namespace) + _DICT_VIEWS
 _LEAVES = frozenset({str, bytes, int, float, bool, type(None)})
 

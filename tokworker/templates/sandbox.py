@@ -39,6 +39,7 @@ from . import bounds, filters, reprs
 from .codegen import BoundedCodeGenerator
 from .bounds import Limits
 from .errors import TemplateLimitError, TemplateRaisedError, TemplateSecurityError
+from .owned import Owned, joined, stripped
 
 
 def _require_jinja2() -> None:
@@ -58,9 +59,6 @@ def raise_exception(message):
     raise TemplateRaisedError(message)
 
 
-def strftime_now(format):
-    return (RENDER_NOW.get() or datetime.now()).strftime(format)
-
 
 class TemplateDict:
     """`dict` as templates see it: callable and fromkeys, and nothing a template could use to reach
@@ -70,18 +68,30 @@ class TemplateDict:
         self._limits = limits
 
     def __call__(self, *args, **kwargs):
-        if args and not isinstance(args[0], Mapping):
-            args = (bounded_keys(self._limits, args[0]),) + args[1:]
-        return dict(*args, **kwargs)
+        if len(args) != 1 or isinstance(args[0], Mapping):
+            return dict(*args, **kwargs)          # a copy of a dict takes its hashes along
+        built = built_dict(bounded_keys(self._limits, args[0]))
+        built.update(kwargs)
+        return built
 
     def fromkeys(self, iterable, value=None):
-        return dict.fromkeys(bounded_keys(self._limits, iterable), value)
+        return built_dict((key, value) for key in bounded_keys(self._limits, iterable))
 
 
 def bounded_keys(limits: Limits, iterable) -> list:
     keys = bounds.bounded_list(limits, iterable)
     reprs.weigh(keys, limits, "the keys of a dict")
     return keys
+
+
+def built_dict(pairs) -> dict:
+    """A dict from (key, value) pairs, one insertion at a time: with keys that all hash alike (integers
+    2**61 - 1 apart) each insertion is a C scan of the keys before it, which the budget can stop between
+    two; dict() or fromkeys building it in one C call ran 23-60 s."""
+    built = {}
+    for key, value in pairs:
+        built[key] = value
+    return built
 
 
 class TemplateNamespace(Namespace):
@@ -154,6 +164,8 @@ class _BoundedFormatter(SandboxedFormatter):
 
 
 _STATIC_MAKETRANS = (str.maketrans, bytes.maketrans)
+_STRIPS = frozenset({"strip", "lstrip", "rstrip"})
+_TEXT = frozenset({str, Owned})
 _LINEAR_INT_OPERATORS = frozenset({"+", "-", "/", "//", "%"})   # results no larger than the operands (+1 bit)
 _COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
             ">=": operator.ge, "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
@@ -176,17 +188,18 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         self.filters.update(filters.bounded_filters(limits, self.percent))
         self.tests.update(filters.bounded_tests(self.compare))
         self.globals["raise_exception"] = raise_exception
-        self.globals["strftime_now"] = strftime_now
+        self.globals["strftime_now"] = self.strftime_now
         self.globals["dict"] = TemplateDict(limits)
         self.globals["namespace"] = TemplateNamespace
         self.globals["lipsum"] = self._lipsum
 
     # -- text
     def _finalize_output(self, value):
-        """What `{{ value }}` prints (Jinja then calls str() on it): text, priced and without addresses."""
-        if type(value) is str:
+        """What `{{ value }}` prints: text, priced and without addresses (the template's own kept as such)."""
+        kind = type(value)
+        if kind is str or kind is Owned:
             return value
-        return reprs.shown_str(value, self.limits)
+        return str(reprs.shown_str(value, self.limits))
 
     def percent(self, template: str, values):
         """template % values, priced first; non-plain values are shown through reprs."""
@@ -208,11 +221,11 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
     # -- operators, comparisons and joins
     def call_binop(self, context, operator, left, right):
         kind = type(left)
-        if kind is type(right):   # the common cases, priced inline: joining two strings, small integers
-            if kind is str and operator == "+":
-                if len(left) + len(right) <= self.limits.max_output_chars:
-                    return left + right
-            elif kind is int and operator in _LINEAR_INT_OPERATORS:
+        if kind in _TEXT and type(right) in _TEXT:   # the common cases, priced inline: joining two strings,
+            if operator == "+" and len(left) + len(right) <= self.limits.max_output_chars:   # small integers
+                return left + right
+        elif kind is type(right):
+            if kind is int and operator in _LINEAR_INT_OPERATORS:
                 if left.bit_length() <= self.limits.max_int_bits >= right.bit_length():
                     return self.binop_table[operator](left, right)
         if operator == "%" and isinstance(left, (str, bytes)):
@@ -232,6 +245,10 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                 except TemplateLimitError:
                     reprs.weigh(right, self.limits, "a comparison")
         return _COMPARE[operator](left, right)
+
+    def bounded_dict(self, pairs):
+        """A dict literal of many items, one insertion at a time (see built_dict)."""
+        return built_dict((self.hashed_key(key), value) for key, value in pairs)
 
     def hashed_key(self, key):
         if isinstance(key, (tuple, frozenset)):
@@ -262,13 +279,14 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         if not isinstance(parts, list):
             parts = self._collect(parts)
         bounds.check_chars(self.limits, sum(map(len, parts)))
-        return "".join(parts)
+        return joined(parts)
 
     def bounded_str_join(self, values):
+        """`a ~ b ~ ...`"""
         limits = self.limits
-        parts = [value if type(value) is str else reprs.shown_str(value, limits) for value in values]
+        parts = [value if type(value) in _TEXT else reprs.shown_str(value, limits) for value in values]
         bounds.check_chars(self.limits, sum(map(len, parts)))
-        return "".join(parts)
+        return joined(parts)
 
     def _collect(self, chunks):
         parts, size, limit = [], 0, self.limits.max_output_chars
@@ -289,9 +307,13 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             limits = __self.markup_limits if isinstance(owner, Markup) else __self.limits
             if isinstance(owner, (str, bytes)):
                 if name in bounds.GROWING_TEXT_METHODS and __self.is_safe_callable(__obj):
-                    joined = bounds.check_str_method(limits, name, owner, args, kwargs)
-                    if joined is not None:
-                        args = (joined,)
+                    parts = bounds.check_str_method(limits, name, owner, args, kwargs)
+                    if parts is not None:
+                        if type(owner) in _TEXT:
+                            return joined(parts, owner)
+                        args = (parts,)
+                elif name in _STRIPS and len(args) <= 1 and not kwargs and __self.is_safe_callable(__obj):
+                    return stripped(owner, name, bounds.strip_chars(limits, owner, args[0] if args else None))
                 elif name in ("split", "rsplit") and __self.is_safe_callable(__obj):
                     parts = bounds.bounded_split(limits, name, owner, args, kwargs)
                     if parts is not None:
@@ -305,8 +327,9 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                     bounds.refuse("an integer (bits)", 8 * len(args[0]), limits.max_int_bits)
             elif isinstance(owner, (list, tuple)) and name in ("count", "index") and args:
                 __self._price_search(args[0], owner)
-            elif name == "fromkeys" and args:
-                args = (bounded_keys(limits, args[0]),) + args[1:]
+            elif name == "fromkeys" and args and len(args) <= 2 and not kwargs:
+                value = args[1] if len(args) == 2 else None
+                return built_dict((key, value) for key in bounded_keys(limits, args[0]))
             elif isinstance(owner, dict) and name == "get" and args:
                 __self._price_search(args[0], owner)
             elif isinstance(owner, LoopContext) and name == "changed":
@@ -332,6 +355,13 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             return text_type(formatter.vformat(owner, args, kwargs))
 
         return bounded_format
+
+    def strftime_now(self, format):  # noqa: A002 - transformers' parameter name
+        """The render's moment as `format` says, priced first: a directive writes at most 32 characters
+        (`%c` writes 24 for 2), and 8M of them asked for 192M characters."""
+        if isinstance(format, str):
+            bounds.check_chars(self.limits, len(format) + 32 * format.count("%"))
+        return (RENDER_NOW.get() or datetime.now()).strftime(format)
 
     def _lipsum(self, n=5, html=True, min=20, max=100):  # noqa: A002 - Jinja's parameter names
         bounds.check_items(self.limits, int(n) * int(max))

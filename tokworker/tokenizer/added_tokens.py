@@ -7,11 +7,12 @@ single_word rejects a match touching a word character; lstrip/rstrip absorb the 
 Ids follow `tokenizers`, not the JSON: a token whose content is in the model vocabulary takes that id, any
 other is numbered after the model (from the model's entry count, or one past the highest added id).
 
-Literal spans (what the template layer passes so message content cannot forge control tokens) are ranges
-where no added token may match: a match overlapping one is dropped and the longest token at the same start
-that stops before the span is tried instead, as if the overlapping token did not exist there. A zero-width
-span (p, p) forbids matches across position p only. Spans are merged and bisected, so a message holding
-thousands of forged tokens costs O(n log n), not matches x spans.
+Literal spans (what the template layer passes: the text it did not write itself) are ranges where no added
+token may match, whitespace-only ones excepted (they are not control tokens, and match in any text): a
+match overlapping one is dropped and the longest token at the same start that stops before the span is
+tried instead, as if the overlapping token did not exist there. A zero-width span (p, p) forbids matches
+across position p only. Spans are merged and bisected, so a message holding thousands of forged tokens
+costs O(n log n), not matches x spans.
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ class AddedVocabulary:
             if normalize is not None:
                 normalized_piece = normalize(piece)
                 if piece_spans is not None and normalized.pattern is not None:
-                    piece_spans = _normalized_spans(piece, normalized_piece, piece_spans, normalize)
+                    piece_spans = _normalized_spans(piece, normalized_piece, piece_spans, normalize) \
+                        if normalized.pattern.search(normalized_piece) else None
                 piece = normalized_piece
             if not piece:
                 continue
@@ -194,13 +196,13 @@ class AddedVocabulary:
             if match is None:
                 break
             start, stop = match.span()
-            if spans is not None:
+            if spans is not None and not match.group().isspace():
                 blocked = spans.blocking(start, stop)
                 if blocked is not None:                   # literal text: that token does not exist here
-                    edge, end = blocked
+                    edge = blocked[0]
                     match = match_at(text, start, edge) if start < edge else None
                     if match is None:
-                        position = start + 1 if start < edge else end
+                        position = start + 1
                         continue
                     stop = match.end()
             position = stop

@@ -4,31 +4,40 @@ translated to tokenizers' Unicode tables.
 
 Building it costs most of a load (150k merges looked up three times each, or every split of every tiktoken
 token); reading it back is a few array reads and one dict build. Files are named by the SHA-256 of the source
-file plus the build parameters, hold only numbers and text (no pickle, nothing executable) and are written
-atomically; an arrays file also carries its own name and a checksum, so a damaged, truncated or swapped
-file is rebuilt, never used. The directory is $TOKWORKER_CACHE_DIR, else ~/.cache/tokworker; "off"
-disables the cache, and a directory that cannot be written is simply not used. Past _DIRECTORY_LIMIT bytes
-the least recently used files are deleted.
+file plus the build parameters and hold only numbers and text (no pickle, nothing executable).
+
+The cache is trusted with ids, so nothing in it is taken on faith:
+- the directory ($TOKWORKER_CACHE_DIR, else ~/.cache/tokworker; "off" disables the cache) must be a real
+  directory owned by this user; it is created, or kept, with mode 0700 (another owner's, or a symlink, is
+  not used, and that is logged once). Files are opened relative to it, without following symlinks;
+- a file must be a regular file of ours, no larger than _LIMIT (a FIFO in its place used to block a load,
+  a symlink to /dev/zero to raise MemoryError);
+- every file carries its kind, its own name and a CRC-32 of its contents: a damaged, truncated or swapped
+  file (a split pattern of another vocabulary once changed the ids) is rebuilt, never used.
+Files are written atomically; a directory that cannot be written is simply not used. Past _DIRECTORY_LIMIT
+bytes the least recently used files are deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
-import tempfile
+import secrets
+import stat
 import zlib
 from array import array
 from pathlib import Path
 
-_FORMAT = b"tokworker-pairs-1\n"
-_TABLES_FORMAT = b"tokworker-tables-1\n"
-_TEXT_FORMAT = b"tokworker-text-1\n"
-_ARRAYS_FORMAT = b"tokworker-arrays-2\n"
-_LIMIT = 64 * 1024 * 1024           # bytes; a larger file is not a merge table of ours
+_FORMAT = b"tokworker-cache-3\n"
+_LIMIT = 64 * 1024 * 1024           # bytes; a larger file is not a table of ours
 _DIRECTORY_LIMIT = 512 * 1024 * 1024    # bytes of our files in the directory, least recently used go first
 _SUFFIXES = (".pairs", ".tables", ".text", ".arrays")
 # a strings array is joined by the first of these no string holds: NUL, then Unicode's noncharacters
 _SEPARATORS = "\0\ufdd0\ufdd1\ufdd2\ufdd3\ufdd4\ufdd5\ufdd6\ufdd7\ufffe\uffff"
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_log = logging.getLogger("tokworker.cache")
+_refused: set[str] = set()
 
 
 def cache_dir() -> Path | None:
@@ -48,78 +57,56 @@ def digest(source: bytes, *parameters) -> str:
 
 def pair_table(name: str, build, consistent) -> dict[int, int]:
     """The table cached under `name` if `consistent(table)` accepts it, else `build()` (then stored)."""
-    directory = cache_dir()
-    path = directory / f"{name}.pairs" if directory is not None else None
-    if path is not None:
-        table = _read(path)
-        if table is not None and consistent(table):
-            return table
+    table = _pairs(_load(f"{name}.pairs"))
+    if table is not None and consistent(table):
+        return table
     table = build()
-    if path is not None:
-        _write(path, table)
+    _write(f"{name}.pairs", table)
     return table
 
 
 def int_tables(name: str, build, count: int) -> list[dict[int, int]]:
     """`count` int -> int dicts cached together under `name` (see pair_table), else `build()` (then stored)."""
-    directory = cache_dir()
-    path = directory / f"{name}.tables" if directory is not None else None
-    if path is not None:
-        tables = _read_tables(path, count)
-        if tables is not None:
-            return tables
+    tables = _tables(_load(f"{name}.tables"), count)
+    if tables is not None:
+        return tables
     tables = build()
-    if path is not None:
-        numbers = array("Q", [len(table) for table in tables])
-        for table in tables:
-            numbers.extend(table.keys())
-            numbers.extend(table.values())
-        _write_bytes(path, _TABLES_FORMAT + numbers.tobytes())
+    numbers = array("Q", [len(table) for table in tables])
+    for table in tables:
+        numbers.extend(table.keys())
+        numbers.extend(table.values())
+    _store(f"{name}.tables", numbers.tobytes())
     return tables
 
 
 def text(name: str, build) -> str:
     """A string cached under `name` (a translated split pattern), else `build()` (then stored)."""
-    directory = cache_dir()
-    path = directory / f"{name}.text" if directory is not None else None
-    if path is not None:
-        data = _read_bytes(path)
-        if data is not None and data.startswith(_TEXT_FORMAT):
-            try:
-                return data[len(_TEXT_FORMAT):].decode("utf-8")
-            except UnicodeDecodeError:
-                pass
+    data = _load(f"{name}.text")
+    if data is not None:
+        try:
+            return str(data, "utf-8")
+        except UnicodeDecodeError:
+            pass
     value = build()
-    if path is not None:
-        _write_bytes(path, _TEXT_FORMAT + value.encode("utf-8"))
+    _store(f"{name}.text", value.encode("utf-8"))
     return value
 
 
 def arrays(name: str, build, typecodes: str) -> list:
     """Arrays of the given typecodes ("q" integers, "d" floats, "s" a list of strings) cached together
     under `name`, else `build()` (then stored)."""
-    directory = cache_dir()
-    path = directory / f"{name}.arrays" if directory is not None else None
-    if path is not None:
-        found = _read_arrays(path, name, typecodes)
-        if found is not None:
-            return found
+    found = _arrays(_load(f"{name}.arrays"), typecodes)
+    if found is not None:
+        return found
     built = [list(values) if code == "s" else array(code, values) for code, values in zip(typecodes, build())]
-    if path is not None:
-        _write_arrays(path, name, typecodes, built)
+    blobs = [_pack_strings(values) if code == "s" else values.tobytes() for code, values in zip(typecodes, built)]
+    if None not in blobs:       # each array's size, then the arrays
+        sizes = [len(blob) if code == "s" else len(values) for code, blob, values in zip(typecodes, blobs, built)]
+        _store(f"{name}.arrays", array("q", sizes).tobytes() + b"".join(blobs))
     return built
 
 
-def _write_arrays(path: Path, name: str, typecodes: str, built: list) -> None:
-    """Header (format, name), then the payload's CRC-32 and each array's size, then the arrays."""
-    blobs = [_pack_strings(values) if code == "s" else values.tobytes() for code, values in zip(typecodes, built)]
-    if None in blobs:
-        return
-    payload = b"".join(blobs)
-    sizes = [len(blob) if code == "s" else len(values) for code, blob, values in zip(typecodes, blobs, built)]
-    numbers = array("q", [zlib.crc32(payload), *sizes])
-    _write_bytes(path, _ARRAYS_FORMAT + name.encode() + b"\n" + numbers.tobytes() + payload)
-
+# ------------------------------------------------------------------ the payloads
 
 def _pack_strings(strings: list[str]) -> bytes | None:
     """The separator, then each string followed by it; None when every separator occurs in the strings."""
@@ -132,29 +119,27 @@ def _pack_strings(strings: list[str]) -> bytes | None:
 
 def _unpack_strings(data) -> list[str] | None:
     try:
-        text = str(data, "utf-8", "surrogatepass")
+        decoded = str(data, "utf-8", "surrogatepass")
     except UnicodeDecodeError:
         return None
-    if not text:
+    if not decoded:
         return None
-    return text[1:].split(text[0])[:-1]
+    return decoded[1:].split(decoded[0])[:-1]
 
 
-def _read_arrays(path: Path, name: str, typecodes: str) -> list | None:
-    data = _read_bytes(path)
-    header = _ARRAYS_FORMAT + name.encode() + b"\n"
-    if data is None or not data.startswith(header):
+def _arrays(data: memoryview | None, typecodes: str) -> list | None:
+    if data is None:
         return None
-    offset = len(header) + 8 * (1 + len(typecodes))
-    numbers = array("q")
+    offset = 8 * len(typecodes)
+    sizes = array("q")
     try:
-        numbers.frombytes(data[len(header):offset])
+        sizes.frombytes(data[:offset])
     except ValueError:
         return None
-    if len(numbers) != 1 + len(typecodes) or zlib.crc32(memoryview(data)[offset:]) != numbers[0]:
+    if len(sizes) != len(typecodes):
         return None
     found = []
-    for code, size in zip(typecodes, numbers[1:]):
+    for code, size in zip(typecodes, sizes):
         if code == "s":
             end = offset + size
             values = _unpack_strings(memoryview(data)[offset:end]) if 0 <= size and end <= len(data) else None
@@ -172,14 +157,9 @@ def _read_arrays(path: Path, name: str, typecodes: str) -> list | None:
     return found if offset == len(data) else None
 
 
-def _read_tables(path: Path, count: int) -> list[dict[int, int]] | None:
-    data = _read_bytes(path)
-    if data is None or not data.startswith(_TABLES_FORMAT):
-        return None
-    numbers = array("Q")
-    try:
-        numbers.frombytes(data[len(_TABLES_FORMAT):])
-    except ValueError:
+def _tables(data: memoryview | None, count: int) -> list[dict[int, int]] | None:
+    numbers = _numbers(data)
+    if numbers is None:
         return None
     sizes, offset, tables = numbers[:count], count, []
     if len(sizes) != count or count + 2 * sum(sizes) != len(numbers):
@@ -191,73 +171,153 @@ def _read_tables(path: Path, count: int) -> list[dict[int, int]] | None:
     return tables
 
 
-def _read_bytes(path: Path) -> bytes | None:
-    try:
-        if path.stat().st_size > _LIMIT:
-            return None
-        data = path.read_bytes()
-    except OSError:
-        return None
-    try:
-        os.utime(path)                       # recently used: pruned last
-    except OSError:
-        pass
-    return data
-
-
-def _read(path: Path) -> dict[int, int] | None:
-    data = _read_bytes(path)
-    if data is None or not data.startswith(_FORMAT):
-        return None
-    numbers = array("Q")
-    try:
-        numbers.frombytes(data[len(_FORMAT):])
-    except ValueError:
+def _pairs(data: memoryview | None) -> dict[int, int] | None:
+    numbers = _numbers(data)
+    if numbers is None or len(numbers) % 2:
         return None
     half = len(numbers) // 2
-    if len(numbers) % 2:
-        return None
     return dict(zip(numbers[:half].tolist(), numbers[half:].tolist()))
 
 
-def _write(path: Path, table: dict[int, int]) -> None:
+def _numbers(data: memoryview | None) -> array | None:
+    numbers = array("Q")
+    try:
+        numbers.frombytes(data)
+    except (TypeError, ValueError):
+        return None
+    return numbers
+
+
+def _write(file_name: str, table: dict[int, int]) -> None:
     numbers = array("Q", table.keys())
     numbers.extend(table.values())
-    _write_bytes(path, _FORMAT + numbers.tobytes())
+    _store(file_name, numbers.tobytes())
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    """Atomically, or not at all (an unwritable cache directory is simply not used)."""
-    temporary = None
+# ------------------------------------------------------------------ the files
+
+def _header(file_name: str, payload) -> bytes:
+    """The format, the file's own name, and a CRC-32 of what follows."""
+    return _FORMAT + file_name.encode() + b"\n" + zlib.crc32(payload).to_bytes(4, "little")
+
+
+def _load(file_name: str) -> memoryview | None:
+    """The payload of our file `file_name`, or None (no cache, no such file, not ours, damaged)."""
+    directory = _open_directory()
+    if directory is None:
+        return None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as handle:
-            temporary = handle.name
-            handle.write(data)
-        os.replace(temporary, path)
+        data = _read(file_name, directory)
+    finally:
+        os.close(directory)
+    if data is None:
+        return None
+    size = len(_header(file_name, b""))
+    payload = memoryview(data)[size:]
+    return payload if data[:size] == _header(file_name, payload) else None
+
+
+def _read(file_name: str, directory: int) -> bytes | None:
+    """A regular file of ours, whole; anything else (a symlink, a FIFO, a device, too large) is None."""
+    try:
+        descriptor = os.open(file_name, _OPEN_FLAGS, dir_fd=directory)
     except OSError:
-        if temporary is not None:
-            try:
-                os.unlink(temporary)
-            except OSError:
-                pass
-        return
-    _prune(path.parent)
-
-
-def _prune(directory: Path) -> None:
-    """Our files in `directory` kept under _DIRECTORY_LIMIT bytes, least recently used deleted first."""
+        return None
     try:
-        entries = [(entry.stat().st_mtime_ns, entry.stat().st_size, entry.path) for entry in os.scandir(directory)
-                   if entry.name.endswith(_SUFFIXES) and entry.is_file(follow_symlinks=False)]
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_size > _LIMIT:
+            return None
+        chunks, left = [], info.st_size
+        while left > 0:
+            chunk = os.read(descriptor, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        os.utime(descriptor)                         # recently used: pruned last
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+
+
+def _store(file_name: str, payload: bytes) -> None:
+    """Atomically, or not at all (an unusable cache directory is simply not used)."""
+    directory = _open_directory()
+    if directory is None:
+        return
+    temporary = f".{file_name}.{secrets.token_hex(6)}.tmp"
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600,
+                             dir_fd=directory)
+        try:
+            with os.fdopen(descriptor, "wb", closefd=False) as handle:
+                handle.write(_header(file_name, payload))
+                handle.write(payload)
+        finally:
+            os.close(descriptor)
+        os.replace(temporary, file_name, src_dir_fd=directory, dst_dir_fd=directory)
+        _prune(directory)
+    except OSError:
+        try:
+            os.unlink(temporary, dir_fd=directory)
+        except OSError:
+            pass
+    finally:
+        os.close(directory)
+
+
+def _open_directory() -> int | None:
+    """The cache directory, opened (created with mode 0700 if missing), when it is a real directory of
+    ours; its mode is set to 0700 if it was looser. None otherwise."""
+    path = cache_dir()
+    if path is None:
+        return None
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+                            | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        if os.path.islink(path):
+            _refuse(path, "is a symlink")
+        return None
+    try:
+        info = os.fstat(directory)
+        if info.st_uid == os.geteuid():
+            if stat.S_IMODE(info.st_mode) & 0o077:
+                os.chmod(directory, 0o700)
+            return directory
+        _refuse(path, f"belongs to user {info.st_uid}")
+    except OSError:
+        pass
+    os.close(directory)
+    return None
+
+
+def _refuse(path: Path, why: str) -> None:
+    if str(path) not in _refused:
+        _refused.add(str(path))
+        _log.warning("not using the cache directory %s: it %s (set TOKWORKER_CACHE_DIR to a directory of "
+                     "yours, or to off)", path, why)
+
+
+def _prune(directory: int) -> None:
+    """Our files in the directory kept under _DIRECTORY_LIMIT bytes, least recently used deleted first."""
+    try:
+        entries = []
+        for entry in os.scandir(directory):
+            if entry.name.endswith(_SUFFIXES) and entry.is_file(follow_symlinks=False):
+                info = entry.stat(follow_symlinks=False)
+                entries.append((info.st_mtime_ns, info.st_size, entry.name))
     except OSError:
         return
     total = sum(size for _, size, _ in entries)
-    for _, size, path in sorted(entries):
+    for _, size, name in sorted(entries):
         if total <= _DIRECTORY_LIMIT:
             break
         try:
-            os.unlink(path)
+            os.unlink(name, dir_fd=directory)
         except OSError:
             continue
         total -= size

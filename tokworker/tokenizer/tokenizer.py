@@ -196,10 +196,10 @@ class Tokenizer:
         return [self._encode(text, add_special_tokens, split_special_tokens, None) for text in texts]
 
     def encode_with_literal_spans(self, text: str, spans, add_special_tokens: bool = False) -> list[int]:
-        """Like encode, but no added token whose text overlaps a (start, end) span of `text` is matched:
-        that text is encoded exactly as if the added token did not exist (message content cannot forge
-        control tokens). A zero-width span (p, p) forbids an added token across position p. Whitespace
-        absorbed by a neighbouring token's lstrip/rstrip behaves as in encode."""
+        """Like encode, but no added token whose text overlaps a (start, end) span of `text` is matched
+        (whitespace-only ones excepted): that text is encoded exactly as if the added token did not exist
+        (caller text cannot forge control tokens). A zero-width span (p, p) forbids an added token across
+        position p. Whitespace absorbed by a neighbouring token's lstrip/rstrip behaves as in encode."""
         checked = []
         for span in spans:
             start, end = span

@@ -17,10 +17,14 @@ Ids are a digest of the model, pattern, eos ids, control tokens and the DFA itse
 an automaton (evicted, or restarted) and compiles the same request again gives the same id and the same
 state numbers; a client that gets `unknown_constraint` recompiles and asks again.
 
-Bounds: at most `max_constraints` automata and `max_constraint_states` compiled states across them (a
-compiled state can hold a few hundred KB on a large vocabulary); the least recently used automata go
-first, never the one being answered. The vocabulary trie is built once (per set of control tokens: one
-more for Mistral's [TOOL_CALLS]) on the first compile, outside that request's time budget.
+Bounds, all held while a request runs, not only after it: at most `max_constraints` automata,
+`max_constraint_states` compiled states across them, and `max_constraint_mb` of memory for all of it (an
+automaton's DFA, each compiled state's tables and mask), priced as each state is compiled; the least
+recently used automata go first, and when the one being answered is alone over a bound, its own least
+recently used states (compiled again if they are needed again). A request that fails (its budget, a bad
+id) leaves nothing it compiled behind: client-chosen states once grew a worker from 148 MB to 3.8 GB. The
+vocabulary trie is built once (per set of control tokens: one more for Mistral's [TOOL_CALLS]) on the first
+compile, outside that request's time budget.
 """
 
 from __future__ import annotations
@@ -39,11 +43,22 @@ MAX_TRIES = 4
 
 
 class _Entry:
-    __slots__ = ("automaton", "masks")
+    """A cached automaton, its masks by state, and what each compiled state costs, least recently used first."""
+
+    __slots__ = ("automaton", "masks", "states")
 
     def __init__(self, automaton):
         self.automaton = automaton
         self.masks: dict[int, bytes] = {}
+        self.states: OrderedDict[int, int] = OrderedDict()
+
+    def cost(self) -> int:
+        return self.automaton.base_bytes + sum(self.states.values())
+
+    def drop(self, state: int) -> None:
+        self.states.pop(state, None)
+        self.masks.pop(state, None)
+        self.automaton.forget((state,))
 
 
 class ConstraintCache:
@@ -56,6 +71,8 @@ class ConstraintCache:
         self.entries: OrderedDict[str, _Entry] = OrderedDict()     # constraint id -> automaton, LRU first
         self.ids: dict[tuple, str] = {}                             # (pattern, eos, control) -> id
         self.tries: dict[tuple, object] = {}
+        self.max_bytes = options.max_constraint_mb << 20
+        self._compiled: list[tuple[_Entry, int]] = []               # by the request being answered
 
     # ------------------------------------------------------------ compile
     def prepare(self, msg: Compile) -> bool:
@@ -67,6 +84,30 @@ class ConstraintCache:
         return True
 
     def compile(self, msg: Compile) -> CompileReply:
+        return self._answer(self._compile, msg)
+
+    def guide(self, msg: Guide) -> GuideReply:
+        return self._answer(self._guide, msg)
+
+    def _answer(self, handler, msg):
+        """handler(msg), with what it compiled forgotten if it fails (a timeout may stop it anywhere)."""
+        self._compiled = []
+        known = set(self.entries)
+        try:
+            return handler(msg)
+        except BaseException:
+            for entry, state in self._compiled:
+                entry.drop(state)
+            for constraint_id in set(self.entries) - known:
+                del self.entries[constraint_id]
+            for entry in self.entries.values():       # a compile stopped half way left a table untracked
+                entry.automaton.forget(entry.automaton.compiled_states() - set(entry.states))
+            self.ids = {key: cid for key, cid in self.ids.items() if cid in self.entries}
+            raise
+        finally:
+            self._compiled = []
+
+    def _compile(self, msg: Compile) -> CompileReply:
         pattern = self._pattern(msg)
         control = self._control_tokens(msg)
         eos = tuple(sorted(set(self.tokenizer.eos_token_ids if msg.eos_token_ids is None else msg.eos_token_ids)))
@@ -78,9 +119,10 @@ class ConstraintCache:
             automaton = TokenAutomaton(pattern, self._trie(control), eos_ids=eos)
             constraint_id = self._digest(automaton, pattern, eos, control)
             entry = self.entries[constraint_id] = _Entry(automaton)
+            automaton.on_compile = self._on_compile(entry)
             self.ids[key] = constraint_id
         self.entries.move_to_end(constraint_id)
-        self._trim()
+        self._fit(entry)
         return CompileReply(constraint_id=constraint_id, pattern=pattern, initial_state=entry.automaton.initial_state,
                             vocab_size=self.vocab_size, eos_token_ids=list(eos))
 
@@ -126,7 +168,7 @@ class ConstraintCache:
         return digest.hexdigest()[:32]
 
     # ------------------------------------------------------------ guide: the per-step query
-    def guide(self, msg: Guide) -> GuideReply:
+    def _guide(self, msg: Guide) -> GuideReply:
         if len(msg.queries) > self.options.max_batch:
             raise CodedError(ErrorCode.TOO_LARGE, f"guide over {self.options.max_batch} queries")
         results, errors = {}, {}
@@ -148,7 +190,14 @@ class ConstraintCache:
                     state = automaton.advance(state, token_id)
                 mask = entry.masks.get(state)
                 if mask is None:
-                    mask = entry.masks[state] = self._bits(automaton.allowed_mask(state))
+                    mask = self._bits(automaton.allowed_mask(state))
+                    if state in entry.states:             # its tables are kept: so is its mask
+                        entry.masks[state] = mask
+                        entry.states[state] += len(mask)
+                        entry.states.move_to_end(state)
+                        self._fit(entry)
+                elif state in entry.states:
+                    entry.states.move_to_end(state)
                 index = mask_index.get(mask)
                 if index is None:
                     index = mask_index[mask] = len(masks)
@@ -156,19 +205,36 @@ class ConstraintCache:
                 results[key] = GuideResult(state=state, mask=index, accepting=automaton.is_accepting(state))
             except ConstraintError as exc:
                 errors[key] = Error(ErrorCode.INVALID, str(exc))
-        self._trim()
         return GuideReply(results=results, masks=masks, errors=errors)
 
     def _bits(self, byte_mask: bytes) -> bytes:
         """One byte per id (0/1) -> one bit per id, LSB first: as a binary numeral read backwards."""
         return int(byte_mask.translate(_BITS)[::-1] or b"0", 2).to_bytes(self.mask_bytes, "little")
 
-    def _trim(self) -> None:
-        """Drop least recently used automata while over either bound (never the most recent one)."""
-        entries = self.entries
-        states = sum(entry.automaton.num_compiled for entry in entries.values())
-        while len(entries) > 1 and (len(entries) > self.options.max_constraints
-                                    or states > self.options.max_constraint_states):
-            states -= entries.popitem(last=False)[1].automaton.num_compiled
+    # ------------------------------------------------------------ bounds
+    def _on_compile(self, entry: _Entry):
+        def compiled(state: int, cost: int) -> None:
+            entry.states[state] = cost
+            self._compiled.append((entry, state))
+            self._fit(entry)
+        return compiled
+
+    def _fit(self, current: _Entry) -> None:
+        """Drop least recently used automata while over a bound, then, when the current one is over a bound
+        alone, its own least recently used states (never the one compiled last)."""
+        options, entries = self.options, self.entries
+        while True:
+            count = sum(len(entry.states) for entry in entries.values())
+            size = sum(entry.cost() for entry in entries.values())
+            if len(entries) <= options.max_constraints and count <= options.max_constraint_states \
+                    and size <= self.max_bytes:
+                break
+            oldest = next(iter(entries.values()))
+            if oldest is not current:
+                entries.popitem(last=False)
+            elif len(current.states) > 1:
+                current.drop(next(iter(current.states)))
+            else:
+                break
         if len(self.ids) > len(entries):
             self.ids = {key: cid for key, cid in self.ids.items() if cid in entries}

@@ -1,8 +1,7 @@
 """The worker's lane: the thread that owns the client socket. It serves session requests (hello, open,
 step, close, stats) itself, at once, and hands stateless work (render, encode, decode, compile, guide) to
-the main thread, which runs it under the wall budget (SIGALRM reaches only the main thread). The
-interpreter hands its lock to the waiting lane every SWITCH_S, so a long render or a compile never holds an
-engine step back for longer.
+the main thread, which runs it under the CPU budget. The interpreter hands its lock to the waiting lane
+every SWITCH_S, so a long render or a compile never holds an engine step back for longer.
 
 A client that stops reading its replies is stopped being read: replies go out with ROUTER_MANDATORY over a
 short queue (REPLY_QUEUE messages), and when that client's queue is full the lane holds its later replies

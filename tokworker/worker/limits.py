@@ -2,8 +2,10 @@
 
 - Memory: RLIMIT_AS caps the worker's address space, so a runaway allocation raises MemoryError inside
   the request (answered OUT_OF_MEMORY) instead of waking the kernel's OOM killer on the whole host.
-- Wall time: a stateless request runs under an interval timer whose SIGALRM raises BudgetExceeded in
-  pure-Python code (answered TIMEOUT); the worker goes on with the next request.
+- Time: a stateless request may use `budget_s` of its thread's own CPU time (a busy host stretches the
+  wall clock, which must cost latency, not a refusal), with a wall-clock ceiling far above it for work
+  that blocks; past either the template watchdog raises BudgetExceeded in pure-Python code (answered
+  TIMEOUT) and the worker goes on with the next request.
 - CPU: code stuck in C ignores signal handlers, and session requests (steps) run without a wall budget,
   so RLIMIT_CPU is kept `cpu_limit_s` ahead of the CPU already used; a request that burns through it gets
   SIGXCPU, the process dies (without a core dump: RLIMIT_CORE is 0), and the launcher starts a new one
@@ -13,8 +15,9 @@
 from __future__ import annotations
 
 import resource
-import signal
 import time
+
+from tokworker.templates.watchdog import WATCHDOG
 
 
 class BudgetExceeded(BaseException):
@@ -57,28 +60,26 @@ class CpuBackstop:
         self.armed_until = soft
 
 
-class WallBudget:
-    """`with budget(seconds):` raises BudgetExceeded in the main thread once `seconds` have passed."""
-
-    def __init__(self):
-        self.active = False
-        signal.signal(signal.SIGALRM, self._expired)
-
-    def _expired(self, signum, frame):
-        if self.active:
-            self.active = False
-            raise BudgetExceeded()
+class CpuBudget:
+    """`with budget(seconds):` raises BudgetExceeded in this thread once it has used `seconds` of its own
+    CPU time, or the wall-clock ceiling (watchdog.ceiling) has passed."""
 
     def __call__(self, seconds: float):
-        self.seconds = seconds
-        return self
+        return _Budget(WATCHDOG.guard(seconds, what="the request"))
+
+
+class _Budget:
+    __slots__ = ("guard",)
+
+    def __init__(self, guard):
+        self.guard = guard
 
     def __enter__(self):
-        self.active = True
-        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self.guard.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self.active = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        return False
+        try:
+            return self.guard.__exit__(*exc)
+        except TimeoutError:
+            raise BudgetExceeded() from None

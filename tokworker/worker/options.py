@@ -52,11 +52,14 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     max_constraint_states: Annotated[int, _setting(
         "their compiled states per worker, all together (a state where most of a 150k vocabulary is allowed "
         "holds ~0.75 MB)", ge=1)] = 1024
-    # Time. A stateless request gets `budget_s` of wall time (an exception between bytecodes); a request
+    max_constraint_mb: Annotated[int, _setting(
+        "memory for the compiled constraints per worker, all together (held while a request runs)", ge=1)] = 512
+    # Time. A stateless request gets `budget_s` of its own CPU time (an exception between bytecodes); a request
     # that burns `cpu_limit_s` of CPU (stuck in C code, where no exception gets in) kills the process,
     # and the launcher starts a new one.
     budget_s: Annotated[float, _setting(
-        "seconds of wall time per render/encode/decode/compile request (TIMEOUT past it)", gt=0)] = 10.0
+        "seconds of CPU time per render/encode/decode/compile request (TIMEOUT past it; a busy host only "
+        "delays it)", gt=0)] = 10.0
     cpu_limit_s: Annotated[int, _setting(
         "seconds of CPU one request may burn before the worker is killed and restarted", ge=1)] = 60
     max_queue: Annotated[int, _setting("requests a worker reads ahead of the one it handles", ge=1)] = 1024

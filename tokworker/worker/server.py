@@ -1,7 +1,7 @@
 """The worker process: one loaded tokenizer and a ROUTER socket, one reply for every request.
 
 Two threads: the lane (lane.py) owns the socket and serves session requests itself; the main thread runs
-stateless work under the wall budget.
+stateless work under the CPU budget.
 
 A message is one frame, the request id (8 bytes) then the msgpack body; the lane splits it into
 [client identity, request id, body] and joins the reply's id and body again. Whatever arrives, the client gets exactly one reply: the result or an ErrorReply
@@ -35,6 +35,7 @@ from tokworker.protocol.endpoints import sinks_path
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CodedError, CloseStreams, Compile, Decode, Encode, ErrorCode,
                                ErrorReply, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
                                StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
+from tokworker.templates.apply import compile_own_templates
 from tokworker.worker.constraints import ConstraintCache
 from tokworker.worker.defaults import default_parsers
 from tokworker.worker.errorlog import RequestErrors
@@ -43,7 +44,7 @@ from tokworker.worker.replies import encode_reply
 from tokworker.worker.handlers import Handlers
 from tokworker.worker.lane import ARRIVED, REPLY_QUEUE, SWITCH_S, Lane
 from tokworker.worker.launcher import notify_ready
-from tokworker.worker.limits import BudgetExceeded, CpuBackstop, WallBudget, apply_memory_limit, disable_core_dumps
+from tokworker.worker.limits import BudgetExceeded, CpuBackstop, CpuBudget, apply_memory_limit, disable_core_dumps
 from tokworker.worker.options import WorkerOptions
 from tokworker.worker.security import check_bind, secure_server
 from tokworker.worker.sinks import SinkTable
@@ -118,6 +119,7 @@ class Worker:
         self.fingerprint = model_fingerprint(options.model_dir, None if options.chat_template is None
                                              else self.tokenizer.chat_template)
         self.handlers = Handlers(self.tokenizer, options)
+        compile_own_templates(self.tokenizer)        # at load, not inside the first render's budget
         self.constraints = ConstraintCache(self.tokenizer, options, self.fingerprint)
         implied_tool, implied_reasoning = default_parsers(options.tool_parser, options.reasoning_parser,
                                                           self.tokenizer.chat_template, log)
@@ -130,7 +132,7 @@ class Worker:
         self.queued = 0                     # stateless requests handed to the main thread, not yet answered
         self.owners: OrderedDict[str, tuple[int, bytes]] = OrderedDict()   # session -> (epoch, identity)
         self.sessions: OrderedDict[bytes, str] = OrderedDict()             # identity -> session
-        self.budget = WallBudget()
+        self.budget = CpuBudget()
         self.draining_until: float | None = None             # set by SIGTERM: the drain's deadline
         self.cpu = CpuBackstop(options.cpu_limit_s)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
@@ -306,7 +308,7 @@ class Worker:
             return self._error(identity, header, request_id, code, message)
         return [identity, header, body]
 
-    # ------------------------------------------------------------ session requests: fast, no wall budget
+    # ------------------------------------------------------------ session requests: fast, no CPU budget
     def _step(self, identity: bytes, session: str, msg: Step) -> StepReply:
         if len(msg.ids) + len(msg.finish) > self.options.max_batch:
             raise CodedError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
