@@ -64,7 +64,11 @@ class Server:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._serve())
+        try:
+            self.loop.run_until_complete(self._serve())
+        finally:                                # the loop's executor threads (pool and engine shutdown) end too
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())
+            self.loop.close()
 
     async def _serve(self) -> None:
         self.engine, options, spawn = self._args
