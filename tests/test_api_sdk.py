@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import anthropic
 import requests
@@ -283,3 +284,19 @@ def test_models_tokenize_detokenize_health_metrics(server, client, tokenizer):
     assert 'tokworker_http_requests_total{route="/v1/chat/completions",code="200"}' in metrics
     assert "tokworker_time_to_first_token_seconds_count" in metrics
     assert "tokworker_streams_open 0" in metrics
+
+
+def test_a_forced_call_is_a_call_where_the_prompt_opens_a_think_block():
+    """QwQ's template ends its generation prompt with "<think>\\n": the answer would start as reasoning, but a
+    forced output (the call, a JSON value) is none of it, so the reasoning parser is off for it."""
+    template = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "chat_templates" / \
+        "Qwen-QwQ-32B.jinja"
+    if not template.is_file():
+        pytest.skip("../shared/fixtures/chat_templates is not present")
+    with running(workers=1, chat_template=str(template)) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        choice = client.chat.completions.create(model=MODEL, messages=ask("plain"), tools=TOOLS,
+                                                tool_choice="required").choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls[0].function.name in (
+            "get_weather", "get_time")
+        assert not getattr(choice.message, "reasoning_content", None)

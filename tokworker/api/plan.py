@@ -114,6 +114,12 @@ def _one_guide(tool_guide: Guide | None, schema_guide: Guide | None, tool_param:
     return schema_guide, (schema_param if schema_guide is not None else None)
 
 
+def _forced(guide: Guide | None) -> str | None:
+    """The reasoning parser of a request: none where a constraint forces the whole output (a call, a JSON
+    value: nothing of it is reasoning, even where the prompt opened a think block), else the worker's."""
+    return "none" if guide is not None else None
+
+
 def _sampling(request, *, max_tokens: int | None, logprobs: int | None, guide: Guide | None) -> SamplingParams:
     """The engine's sampling: what the request set; what it left unset stays None (the engine's default)."""
     knobs = {name: getattr(request, name, None) for name in (
@@ -177,7 +183,7 @@ def plan_chat(request: ChatCompletionRequest, served: Served) -> Plan:
     return Plan(api="chat", model=served.name, stream=request.stream, n=request.n, render=render,
                 params=_text_params(request, logprobs=logprobs, include_usage=include_usage or not request.stream,
                                     continuous=continuous, tools=parse_tools,
-                                    tool_parser=None if parse_tools else "none"),
+                                    tool_parser=None if parse_tools else "none", reasoning_parser=_forced(guide)),
                 sampling=_sampling(request, max_tokens=max_tokens, logprobs=logprobs, guide=guide),
                 max_tokens=max_tokens, include_usage=include_usage, return_token_ids=request.return_token_ids,
                 guide_param=guide_param)
@@ -296,7 +302,7 @@ def plan_responses(request: ResponsesRequest, served: Served) -> Plan:
         kwargs["reasoning_effort"] = request.reasoning.effort
     parse_tools = tools if tools and request.tool_choice != "none" else None
     params = StreamParams(tools=parse_tools, tool_parser=None if parse_tools else "none", logprobs=logprobs,
-                          include_usage=True)
+                          include_usage=True, reasoning_parser=_forced(guide))
     return Plan(api="responses", model=served.name, stream=request.stream,
                 render=dict(messages=_responses_input(request), tools=tools, **kwargs), params=params,
                 sampling=_sampling(request, max_tokens=request.max_output_tokens, logprobs=logprobs, guide=guide),
@@ -360,7 +366,8 @@ def plan_messages(request: MessagesRequest, served: Served) -> Plan:
         kwargs["enable_thinking"] = request.thinking.type == "enabled"
     parse_tools = tools if tools and kind != "none" else None
     params = StreamParams(stop=list(request.stop_sequences or ()), tools=parse_tools,
-                          tool_parser=None if parse_tools else "none", include_usage=True)
+                          tool_parser=None if parse_tools else "none", include_usage=True,
+                          reasoning_parser=_forced(guide))
     return Plan(api="anthropic", model=served.name, stream=request.stream,
                 render=dict(messages=_anthropic_messages(request), tools=tools, **kwargs), params=params,
                 sampling=_sampling(request, max_tokens=request.max_tokens, logprobs=None, guide=guide),
