@@ -239,12 +239,10 @@ def test_a_failed_request_leaves_nothing_it_compiled(qwen3):
     kept = dict(entry.states)
     queries = {f"q{state}": GuideQuery(constraint_id=reply.constraint_id, state=state) for state in range(1, 200)}
     with pytest.raises(BudgetExceeded):
-        with CpuBudget()(0.05):
-            cache.guide(Guide(queries=queries))
+        CpuBudget().run(0.05, cache.guide, Guide(queries=queries))
     assert dict(entry.states) == kept and entry.automaton.compiled_states() == set(kept)
     before = set(cache.entries)
     regex_dfa._CACHE.clear()
     with pytest.raises(BudgetExceeded):
-        with CpuBudget()(0.02):
-            cache.compile(Compile(tools=[FLIGHT], tool_name="book_flight", format="hermes"))
+        CpuBudget().run(0.02, cache.compile, Compile(tools=[FLIGHT], tool_name="book_flight", format="hermes"))
     assert set(cache.entries) == before

@@ -154,3 +154,11 @@ def test_one_long_stop_string_is_cheap_and_bounded():
         StopChecker(["y" * (stop_module.MAX_STOP_BYTES + 1)])
     with pytest.raises(stop_module.StopStringError, match="over the limit"):
         StopChecker(["é" * (stop_module.MAX_STOP_BYTES // 2 + 1)])
+
+
+def test_stops_may_hold_any_character():
+    """The automaton's trie marks the end of a chain with a character no stop holds: there always is one."""
+    stop = "".join(map(chr, range(0x10FFF0, 0x110000))) + "\uffff\ufffe"
+    checker = StopChecker([stop, "\U0010ffff!"])
+    assert checker.add("a" + stop[:5]) == "a"
+    assert checker.add(stop[5:] + " b") == "" and checker.matched == stop

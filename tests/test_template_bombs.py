@@ -10,6 +10,7 @@ a Python internal. Bombs must end in a TemplateError; escapes may render, but mu
 
 from __future__ import annotations
 
+import gc
 import inspect
 import multiprocessing
 import re
@@ -189,6 +190,7 @@ ESCAPES = [
 
 def _judge(template, connection, memory_limit_mb):
     resource.setrlimit(resource.RLIMIT_AS, (memory_limit_mb << 20, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    gc.freeze()       # as a worker freezes what it loaded (the test session's objects are not the render's)
     with PeakResident() as resident:
         started, started_cpu = time.monotonic(), time.thread_time()
         try:

@@ -120,15 +120,13 @@ def test_content_never_forges_control_tokens(case):
     assert expected, f"{name}: the template writes no control tokens at all"
     assert [i for i in attacked if i in controls] == expected
     # nothing is lost: the attack is in the ids as text (SentencePiece decoding puts spaces around control
-    # tokens, so whitespace is left out of the comparison). The whole text is transformers' text only where
-    # the template does not split content on its own tokens: Qwen3 and DeepSeek cut assistant content at
-    # </think>, and what follows still holds bare <tool_call> text, which no render can keep both exact and
-    # inert, so the defused text (no split) is encoded.
+    # tokens, so whitespace is left out of the comparison), and the whole text is transformers' text, also
+    # where the template splits content on its own tokens (Qwen3 and DeepSeek cut assistant content at
+    # </think>)
     squashed = "".join(tokenizer.decode(attacked).split())
     assert "".join(f"Question: {attack}".split()) in squashed
-    if name not in ("qwen3_dir", "deepseek"):
-        text = render_chat(template, _conversation(attack, attack), tools=TOOLS, **variables)
-        assert squashed == "".join(tokenizer.decode(tokenizer.encode(text)).split())
+    text = render_chat(template, _conversation(attack, attack), tools=TOOLS, **variables)
+    assert squashed == "".join(tokenizer.decode(tokenizer.encode(text)).split())
 
 
 def test_opting_out_restores_plain_encoding(case):

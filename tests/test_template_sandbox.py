@@ -296,18 +296,43 @@ def test_the_budget_counts_the_threads_own_cpu_time():
 
 
 def test_guards_nest_and_each_answers_for_its_own_budget():
-    """A worker's request budget around a render's: the outer verdict passes through the inner guard."""
+    """A worker's request budget around a render's: the outer verdict passes through the inner call."""
     from tokworker.templates.watchdog import WATCHDOG
 
     def spin():
         while True:
             pass
     with pytest.raises(TimeoutError, match="the request used more than its budget of 0.2 s"):
-        with WATCHDOG.guard(0.2, what="the request"):
-            WATCHDOG.run(spin, 5.0, what="the template")
+        WATCHDOG.run(lambda: WATCHDOG.run(spin, 5.0, what="the template"), 0.2, what="the request")
     with pytest.raises(TimeoutError, match="the template used more than its budget of 0.2 s"):
-        with WATCHDOG.guard(5.0, what="the request"):
-            WATCHDOG.run(spin, 0.2, what="the template")
+        WATCHDOG.run(lambda: WATCHDOG.run(spin, 0.2, what="the template"), 5.0, what="the request")
+
+
+def test_a_stop_swallowed_where_python_ignores_exceptions_comes_again():
+    """Delivered inside a gc callback (or a __del__), the exception is reported as unraisable and lost, and
+    the call would run on: it is fired again until the call ends, and nothing arrives after it."""
+    import gc
+    import warnings
+
+    from tokworker.templates.watchdog import WATCHDOG
+
+    def slow_callback(phase, info):
+        started = time.thread_time()
+        while time.thread_time() - started < 0.002:
+            pass
+    gc.callbacks.append(slow_callback)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            started = time.thread_time()
+            with pytest.raises(TimeoutError):
+                WATCHDOG.run(lambda: [[] for _ in iter(int, 1)], 0.3)     # allocates: collections all along
+        assert time.thread_time() - started < 3
+    finally:
+        gc.callbacks.remove(slow_callback)
+    busy_until = time.monotonic() + 0.3
+    while time.monotonic() < busy_until:     # a late exception would surface here
+        pass
 
 
 def test_a_tuple_too_deep_to_hash_is_refused_not_a_crash():

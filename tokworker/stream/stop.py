@@ -28,7 +28,6 @@ MAX_STOP_BYTES = 64 * 1024          # UTF-8 bytes of one request's stop strings 
 _PLANS_MAX_BYTES = 32 * 1024 * 1024
 _PLANS: OrderedDict[tuple, "_StopPlan"] = OrderedDict()
 _EXITS_KEPT, _EXITS_WALK = 1024, 16
-_SENTINELS = "\uffff\ufffe\U0010ffff\U0010fffe\U000ffffe\U000fffff"
 
 
 class StopStringError(ValueError):
@@ -49,7 +48,8 @@ class _StopPlan:
     def __init__(self, stops: tuple[str, ...]):
         self.stops = tuple(dict.fromkeys(s for s in stops if s))
         self.firsts = frozenset(s[0] for s in self.stops)
-        sentinel = next(c for c in _SENTINELS if not any(c in s for s in self.stops))
+        used = set("".join(self.stops))             # at most MAX_STOP_BYTES characters: one is free up here
+        sentinel = next(chr(code) for code in range(0x10FFFF, 0, -1) if chr(code) not in used)
         chain: list[str] = [sentinel]
         branches: dict[int, dict[str, int]] = {}
         terminal = {0: 0}

@@ -13,9 +13,11 @@ CPython delivers it at the next bytecode boundary, so a Jinja loop or macro stop
 single C call can't be interrupted, which is why bounds.py prices every allocating operation before it runs.
 
 The injected exception derives from BaseException, so no `except Exception` in Jinja's runtime swallows it.
-It is fired at most once per call and cleared under a lock when the call ends, so it can never escape into
-the caller's code after the guarded call has returned. Guards nest (a worker's request budget around a
-render's): each call answers only for its own verdict.
+Where CPython itself swallows it (delivered inside a gc callback or a __del__, reported as unraisable),
+the call would run on: it is fired again every _REFIRE_SECONDS until the call ends. It is cleared under a
+lock when the call ends, and the guarded call's own frame closes its job where no exception can reach
+(only inside try blocks), so it never escapes into the caller's code after the call has returned. Guards
+nest (a worker's request budget around a render's): each call answers only for its own verdict.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import threading
 import time
 
 _POLL_SECONDS = 0.01
+_REFIRE_SECONDS = 0.1        # a verdict fired and swallowed is fired again this long after
 _QUIET_POLLS = 100           # keep polling this long (1 s) after the last job before sleeping
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -35,7 +38,7 @@ _set_async_exc.restype = ctypes.c_int
 
 
 class Interrupted(BaseException):
-    """Injected into a guarded thread; never seen outside `Watchdog.guard`."""
+    """Injected into a guarded thread; never seen outside `Watchdog.run`."""
 
 
 _statm = {"pid": None, "fd": None}
@@ -66,7 +69,7 @@ def _cpu_clock(thread_id: int):
 
 class _Job:
     __slots__ = ("thread_id", "cpu_now", "cpu_deadline", "wall_deadline", "memory_growth", "memory_ceiling",
-                 "verdict", "done")
+                 "verdict", "fired_at", "done")
 
     def __init__(self, thread_id: int, cpu_seconds: float, wall_seconds: float, memory_growth: int | None):
         self.thread_id = thread_id
@@ -80,37 +83,8 @@ class _Job:
         self.memory_growth = memory_growth
         self.memory_ceiling: int | None = None   # set by the watchdog at its first look at the job
         self.verdict: str | None = None          # "time", "wall" or "memory" once fired
+        self.fired_at = 0.0                      # when it was last fired (monotonic)
         self.done = False
-
-
-class _Guard:
-    """`with WATCHDOG.guard(...)`: the body runs under the budget; an overrun leaves it as TimeoutError or
-    MemoryError."""
-
-    __slots__ = ("_watchdog", "_job", "_budget", "_what")
-
-    def __init__(self, watchdog: "Watchdog", cpu_seconds: float, wall_seconds: float | None,
-                 max_memory_growth: int | None, what: str):
-        self._watchdog, self._what = watchdog, what
-        self._budget = (cpu_seconds, wall_seconds if wall_seconds is not None else ceiling(cpu_seconds),
-                        max_memory_growth or None)
-
-    def __enter__(self):
-        cpu_seconds, wall_seconds, memory = self._budget
-        self._job = self._watchdog._start(threading.get_ident(), cpu_seconds, wall_seconds, memory)
-        return self
-
-    def __exit__(self, kind, error, traceback):
-        job = self._job
-        self._watchdog._finish(job)
-        if kind is not Interrupted or job.verdict is None:
-            return False                        # not ours: an outer guard's verdict goes on up
-        cpu_seconds, wall_seconds, memory = self._budget
-        if job.verdict == "memory":
-            raise MemoryError(f"{self._what} grew resident memory by more than {memory:,} bytes") from None
-        if job.verdict == "wall":
-            raise TimeoutError(f"{self._what} ran past the wall-clock ceiling of {wall_seconds:g} s") from None
-        raise TimeoutError(f"{self._what} used more than its budget of {cpu_seconds:g} s of CPU time") from None
 
 
 def ceiling(cpu_seconds: float) -> float:
@@ -136,22 +110,37 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._idle = True          # waiting with no timeout: a new job must wake it
 
-    def guard(self, cpu_seconds: float, wall_seconds: float | None = None, max_memory_growth: int | None = None,
-              what: str = "the call") -> _Guard:
-        """A context manager: its body may use `cpu_seconds` of the thread's CPU time, `wall_seconds` of wall
-        clock (default: ceiling(cpu_seconds)) and grow resident memory by `max_memory_growth` bytes; past
-        any of them it is stopped with TimeoutError or MemoryError.
-
-        Costs a lock round trip and a clock read: the watchdog, once busy, polls every 10 ms for a second
-        after its last job, so a steady stream of renders never has to wake it, and the memory baseline is
-        read by the watchdog at its first poll (a call shorter than that never pays for reading it)."""
-        return _Guard(self, cpu_seconds, wall_seconds, max_memory_growth, what)
-
     def run(self, function, cpu_seconds: float, max_memory_growth: int | None = None,
             wall_seconds: float | None = None, what: str = "the call"):
-        """function() under guard(...)."""
-        with self.guard(cpu_seconds, wall_seconds, max_memory_growth, what):
-            return function()
+        """function(), which may use `cpu_seconds` of its thread's CPU time, `wall_seconds` of wall clock
+        (default: ceiling(cpu_seconds)) and grow resident memory by `max_memory_growth` bytes; past any of
+        them it is stopped with TimeoutError or MemoryError naming `what`.
+
+        Costs a lock round trip and a clock read: the watchdog, once busy, polls every 10 ms for a second
+        after its last job, so a steady stream of calls never has to wake it, and the memory baseline is
+        read by the watchdog at its first poll (a call shorter than that never pays for reading it)."""
+        wall_seconds = ceiling(cpu_seconds) if wall_seconds is None else wall_seconds
+        job = self._start(threading.get_ident(), cpu_seconds, wall_seconds, max_memory_growth or None)
+        try:
+            result = function()
+        except Interrupted:
+            if job.verdict is None:
+                raise                               # an outer call's verdict: it goes on up
+            result = None
+        finally:
+            while True:                             # an exception arriving here is retried, never let out
+                try:
+                    self._finish(job)
+                    break
+                except Interrupted:
+                    pass
+        if job.verdict is None:
+            return result
+        if job.verdict == "memory":
+            raise MemoryError(f"{what} grew resident memory by more than {max_memory_growth:,} bytes")
+        if job.verdict == "wall":
+            raise TimeoutError(f"{what} ran past the wall-clock ceiling of {wall_seconds:g} s")
+        raise TimeoutError(f"{what} used more than its budget of {cpu_seconds:g} s of CPU time")
 
     def _start(self, thread_id: int, cpu_seconds: float, wall_seconds: float, memory: int | None) -> _Job:
         job = _Job(thread_id, cpu_seconds, wall_seconds, memory)
@@ -163,17 +152,12 @@ class Watchdog:
         return job
 
     def _finish(self, job: _Job) -> None:
-        # The exception may arrive while we are here; retry until the job is closed and nothing is pending.
-        while True:
-            try:
-                with self._lock:
-                    job.done = True
-                    self._jobs.discard(job)
-                    if job.verdict is not None:
-                        _set_async_exc(job.thread_id, None)
-                return
-            except Interrupted:
-                continue
+        """Close the job and clear what it may have left pending (the caller retries if that arrives here)."""
+        with self._lock:
+            job.done = True
+            self._jobs.discard(job)
+            if job.verdict is not None:
+                _set_async_exc(job.thread_id, None)
 
     def _start_locked(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -198,7 +182,12 @@ class Watchdog:
                 now = time.monotonic()
                 rss = resident_bytes() if any(j.memory_growth for j in self._jobs) else None
                 for job in self._jobs:
-                    if job.done or job.verdict is not None:
+                    if job.done:
+                        continue
+                    if job.verdict is not None:           # fired before and still running: swallowed
+                        if now - job.fired_at >= _REFIRE_SECONDS:
+                            job.fired_at = now
+                            _set_async_exc(job.thread_id, id(Interrupted))
                         continue
                     if job.memory_growth and job.memory_ceiling is None and rss is not None:
                         job.memory_ceiling = rss + job.memory_growth
@@ -214,6 +203,7 @@ class Watchdog:
                         job.verdict = "memory"
                     else:
                         continue
+                    job.fired_at = now
                     _set_async_exc(job.thread_id, id(Interrupted))
 
 

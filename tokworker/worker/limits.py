@@ -4,7 +4,7 @@
   the request (answered OUT_OF_MEMORY) instead of waking the kernel's OOM killer on the whole host.
 - Time: a stateless request may use `budget_s` of its thread's own CPU time (a busy host stretches the
   wall clock, which must cost latency, not a refusal), with a wall-clock ceiling far above it for work
-  that blocks; past either the template watchdog raises BudgetExceeded in pure-Python code (answered
+  that blocks; past either the template watchdog stops it in pure-Python code (BudgetExceeded, answered
   TIMEOUT) and the worker goes on with the next request.
 - CPU: code stuck in C ignores signal handlers, and session requests (steps) run without a wall budget,
   so RLIMIT_CPU is kept `cpu_limit_s` ahead of the CPU already used; a request that burns through it gets
@@ -61,25 +61,12 @@ class CpuBackstop:
 
 
 class CpuBudget:
-    """`with budget(seconds):` raises BudgetExceeded in this thread once it has used `seconds` of its own
-    CPU time, or the wall-clock ceiling (watchdog.ceiling) has passed."""
+    """`budget.run(seconds, function, *args)`: function(*args), stopped with BudgetExceeded once it has used
+    `seconds` of its thread's own CPU time, or the wall-clock ceiling (watchdog.ceiling) has passed."""
 
-    def __call__(self, seconds: float):
-        return _Budget(WATCHDOG.guard(seconds, what="the request"))
-
-
-class _Budget:
-    __slots__ = ("guard",)
-
-    def __init__(self, guard):
-        self.guard = guard
-
-    def __enter__(self):
-        self.guard.__enter__()
-        return self
-
-    def __exit__(self, *exc):
+    @staticmethod
+    def run(seconds: float, function, *args):
         try:
-            return self.guard.__exit__(*exc)
+            return WATCHDOG.run(lambda: function(*args), seconds, what="the request")
         except TimeoutError:
             raise BudgetExceeded() from None

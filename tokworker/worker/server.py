@@ -294,8 +294,7 @@ class Worker:
             if kind is Compile and self.constraints.prepare(msg):  # once, outside any request's budget
                 freeze_heap()                                       # the trie lives as long as the process
             if stateless is not None:
-                with self.budget(self.options.budget_s):
-                    reply = stateless(msg)
+                reply = self.budget.run(self.options.budget_s, stateless, msg)
             else:
                 reply = self.session_requests[kind](identity, session or identity.hex(), msg)
             # a step's reply is about its ids' text: counted only when the step was big enough to matter
