@@ -128,8 +128,10 @@ class Stream:
         self.prompt_text = prompt_text
         self.chunks = chunks
         self.engine_ids = engine_ids
-        self.log = array("q") if engine_ids is None else None
-        self.logged = engine_ids is None
+        # the ids sent, for a replay on another worker: none where the engine keeps them, or where the stream
+        # is never replayed (a direct stream ends with its worker)
+        self.logged = engine_ids is None and not sink
+        self.log = array("q") if self.logged else None
         self.opened = False                     # the worker acknowledged the open: a recovery replays it
         self.finished = False
         self.finish_reason: str | None = None
