@@ -67,7 +67,8 @@ def test_a_step_is_answered_while_a_long_render_runs():
     async def main():
         async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
             await pool.open_stream("s", buffer=False)
-            long_render = asyncio.ensure_future(pool.render([{"role": "user", "content": "many words " * 60_000}]))
+            # ~0.3 s of render and encode (the template itself was compiled when the worker loaded)
+            long_render = asyncio.ensure_future(pool.render([{"role": "user", "content": "many words " * 500_000}]))
             await asyncio.sleep(0.05)                          # the render is running in the worker now
             for _ in range(3):
                 await pool.step({"s": [5]})
