@@ -14,7 +14,8 @@ single C call can't be interrupted, which is why bounds.py prices every allocati
 
 The injected exception derives from BaseException, so no `except Exception` in Jinja's runtime swallows it.
 Where CPython itself swallows it (delivered inside a gc callback or a __del__, reported as unraisable),
-the call would run on: it is fired again every _REFIRE_SECONDS until the call ends. It is cleared under a
+the call would run on: it is fired again at every poll until the call ends, and a call that ends with a
+result before any firing reached it returns that result (its work is done and whole). It is cleared under a
 lock when the call ends, and the guarded call's own frame closes its job where no exception can reach
 (only inside try blocks), so it never escapes into the caller's code after the call has returned. Guards
 nest (a worker's request budget around a render's): each call answers only for its own verdict.
@@ -28,7 +29,6 @@ import threading
 import time
 
 _POLL_SECONDS = 0.01
-_REFIRE_SECONDS = 0.1        # a verdict fired and swallowed is fired again this long after
 _QUIET_POLLS = 100           # keep polling this long (1 s) after the last job before sleeping
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -69,7 +69,7 @@ def _cpu_clock(thread_id: int):
 
 class _Job:
     __slots__ = ("thread_id", "cpu_now", "cpu_deadline", "wall_deadline", "memory_growth", "memory_ceiling",
-                 "verdict", "fired_at", "done")
+                 "verdict", "done")
 
     def __init__(self, thread_id: int, cpu_seconds: float, wall_seconds: float, memory_growth: int | None):
         self.thread_id = thread_id
@@ -83,7 +83,6 @@ class _Job:
         self.memory_growth = memory_growth
         self.memory_ceiling: int | None = None   # set by the watchdog at its first look at the job
         self.verdict: str | None = None          # "time", "wall" or "memory" once fired
-        self.fired_at = 0.0                      # when it was last fired (monotonic)
         self.done = False
 
 
@@ -121,8 +120,10 @@ class Watchdog:
         read by the watchdog at its first poll (a call shorter than that never pays for reading it)."""
         wall_seconds = ceiling(cpu_seconds) if wall_seconds is None else wall_seconds
         job = self._start(threading.get_ident(), cpu_seconds, wall_seconds, max_memory_growth or None)
+        completed = False
         try:
             result = function()
+            completed = True
         except Interrupted:
             if job.verdict is None:
                 raise                               # an outer call's verdict: it goes on up
@@ -134,7 +135,7 @@ class Watchdog:
                     break
                 except Interrupted:
                     pass
-        if job.verdict is None:
+        if completed or job.verdict is None:       # every firing swallowed (gc callbacks): the work is whole
             return result
         if job.verdict == "memory":
             raise MemoryError(f"{what} grew resident memory by more than {max_memory_growth:,} bytes")
@@ -185,9 +186,7 @@ class Watchdog:
                     if job.done:
                         continue
                     if job.verdict is not None:           # fired before and still running: swallowed
-                        if now - job.fired_at >= _REFIRE_SECONDS:
-                            job.fired_at = now
-                            _set_async_exc(job.thread_id, id(Interrupted))
+                        _set_async_exc(job.thread_id, id(Interrupted))
                         continue
                     if job.memory_growth and job.memory_ceiling is None and rss is not None:
                         job.memory_ceiling = rss + job.memory_growth
@@ -203,7 +202,6 @@ class Watchdog:
                         job.verdict = "memory"
                     else:
                         continue
-                    job.fired_at = now
                     _set_async_exc(job.thread_id, id(Interrupted))
 
 
