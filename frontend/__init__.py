@@ -1,4 +1,5 @@
-"""What the API process imports: TokenizerPool (asyncio, uvloop-friendly) and the errors it raises.
+"""tokworker.frontend (installed from frontend/): what the API process imports, TokenizerPool (asyncio,
+uvloop-friendly) and the errors it raises.
 
 ChunkFormat (open_stream's `chunks`) has the workers write each stream's OpenAI chunks as server-sent
 event bytes, so the API process neither decodes deltas nor encodes JSON per token.

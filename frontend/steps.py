@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 
-from tokworker.protocol.deltas import StreamUpdate
+from tokworker.protocol.deltas import EMPTY, StreamUpdate
 from tokworker.protocol.messages import ErrorCode, Step
 from tokworker.frontend.constraints import encode_request
 from tokworker.frontend.errors import InvalidRequest, UnknownStream
-from tokworker.frontend.stream import EMPTY, StepCall, StepPart, drop_logged, extend_logs
+from tokworker.frontend.stream import StepCall, StepPart, drop_logged, extend_logs
 
 
 def send_step(links: list, table: dict, ids: dict, finish=()) -> asyncio.Future:

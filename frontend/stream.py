@@ -33,14 +33,13 @@ from collections import deque
 
 import msgspec
 
-from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, joined_logprobs
+from tokworker.protocol.deltas import EMPTY, ChunkFormat, StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import ErrorCode, ErrorReply, OpenStream, encode_message
 from tokworker.frontend.errors import InvalidRequest, PoolError, StreamFailed, error_for
 from tokworker.frontend.pending import Pending
 
 MAX_BUFFERED = 64
 REPLAY_BATCH = 4096  # ids per batch when a log is replayed
-EMPTY = StreamUpdate()
 
 
 def extend_logs(ids: dict, streams) -> None:
