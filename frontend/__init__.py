@@ -16,8 +16,8 @@ from tokworker.frontend.client import TokenizerPool
 from tokworker.frontend.constraints import Constraint, GuideStep
 from tokworker.frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeout, ShuttingDown, StreamFailed,
                              UnknownStream, WorkerLost)
-from tokworker.frontend.stream import Stream
+from tokworker.frontend.stream import StreamHandle
 
-__all__ = ["TokenizerPool", "Stream", "ChunkFormat", "Constraint", "GuideStep",
+__all__ = ["TokenizerPool", "StreamHandle", "ChunkFormat", "Constraint", "GuideStep",
            "PoolError", "InvalidRequest", "Overloaded", "RequestTimeout", "ShuttingDown",
            "StreamFailed", "UnknownStream", "WorkerLost"]

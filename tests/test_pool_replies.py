@@ -114,9 +114,9 @@ def test_a_replay_past_the_budget_is_a_timeout_not_a_dead_worker():
     async def main():
         async with await TokenizerPool.spawn(MODEL, workers=1, budget_s=0.2, request_timeout=60) as pool:
             from tokworker.protocol.messages import OpenStream
-            from tokworker.frontend.constraints import encode_request
+            from tokworker.frontend.link import encode_request
             params = StreamParams(tool_parser="hermes", tools=TOOLS, reasoning_parser="qwen3")
-            body = encode_request(OpenStream(stream_id="big", params=params, replay=[ids * 20_000]))
+            body = encode_request(OpenStream(stream_id="big", params=params, replay=[ids * 200_000]))
             with pytest.raises(PoolError) as failed:
                 await pool.links[0].request(body, stateful=True)
             assert failed.value.code == "timeout"
