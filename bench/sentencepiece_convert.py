@@ -14,7 +14,6 @@ Control pieces become special added tokens, user-defined pieces non-special ones
 from __future__ import annotations
 
 import base64
-import json
 from pathlib import Path
 
 from sentencepiece import sentencepiece_model_pb2
@@ -122,8 +121,3 @@ def convert(path: str | Path) -> dict:
         return _unigram_tokenizer(proto)
     raise ValueError(f"no converter for SentencePiece model type {model_type}")
 
-
-def write_tokenizer_json(model_path: str | Path, out_path: str | Path) -> Path:
-    out = Path(out_path)
-    out.write_text(json.dumps(convert(model_path), ensure_ascii=False), encoding="utf-8")
-    return out

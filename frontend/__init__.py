@@ -1,4 +1,5 @@
-"""What the API process imports: TokenizerPool (asyncio, uvloop-friendly) and the errors it raises.
+"""tokworker.frontend (installed from frontend/): what the API process imports, TokenizerPool (asyncio,
+uvloop-friendly) and the errors it raises.
 
 ChunkFormat (open_stream's `chunks`) has the workers write each stream's OpenAI chunks as server-sent
 event bytes, so the API process neither decodes deltas nor encodes JSON per token.
@@ -15,8 +16,8 @@ from tokworker.frontend.client import TokenizerPool
 from tokworker.frontend.constraints import Constraint, GuideStep
 from tokworker.frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeout, ShuttingDown, StreamFailed,
                              UnknownStream, WorkerLost)
-from tokworker.frontend.stream import Stream
+from tokworker.frontend.stream import StreamHandle
 
-__all__ = ["TokenizerPool", "Stream", "ChunkFormat", "Constraint", "GuideStep",
+__all__ = ["TokenizerPool", "StreamHandle", "ChunkFormat", "Constraint", "GuideStep",
            "PoolError", "InvalidRequest", "Overloaded", "RequestTimeout", "ShuttingDown",
            "StreamFailed", "UnknownStream", "WorkerLost"]

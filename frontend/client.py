@@ -35,12 +35,12 @@ import zmq
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
                                RenderReply, Stats, StatsReply)
-from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, encode_request, guide
+from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, guide
 from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, ShuttingDown, WorkerLost
 from tokworker.worker.launcher import Launcher
-from tokworker.frontend.link import WorkerLink
+from tokworker.frontend.link import WorkerLink, encode_request
 from tokworker.frontend.steps import send_step
-from tokworker.frontend.stream import Stream
+from tokworker.frontend.stream import StreamHandle
 from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
 from tokworker.protocol.endpoints import ClientKeys, MissingDirectory, check_ipc_peer, worker_endpoints
 
@@ -77,11 +77,11 @@ class TokenizerPool:
         self._link_options = dict(keys=keys, request_timeout=request_timeout, connect_timeout=connect_timeout,
                                   max_inflight=max_inflight, max_attempts=max_attempts, hang_timeout=hang_timeout,
                                   on_hung=self._replace_hung)
-        self.streams: dict[str, Stream] = {}    # the one table of streams, open and lately finished
+        self.streams: dict[str, StreamHandle] = {}   # the one table of streams, open and lately finished
         self.links: list[WorkerLink] = [self._new_link(endpoint, i) for i, endpoint in enumerate(endpoints)]
         self.launcher = launcher
         self.run_dir = run_dir
-        self._ended: deque[Stream] = deque()     # finished streams still in the table, oldest first
+        self._ended: deque[StreamHandle] = deque()   # finished streams still in the table, oldest first
         self.max_streams = 0
         self.closed = False
 
@@ -262,7 +262,7 @@ class TokenizerPool:
     # ------------------------------------------------------------ streams
     async def open_stream(self, stream_id: str, params: StreamParams | None = None, prompt_ids: list[int] | None = None,
                           prompt_text: str | None = None, *, buffer: bool = True,
-                          chunks: ChunkFormat | None = None, engine_ids=None, sink: bool = False) -> Stream:
+                          chunks: ChunkFormat | None = None, engine_ids=None, sink: bool = False) -> StreamHandle:
         """Create a stream on the worker with the fewest; `buffer=False` when only step()'s return value is
         read (no per-stream buffer to fill). With `chunks`, every update carries `sse`: the stream's OpenAI
         chat.completion.chunk server-sent events (`data: {json}\n\n` each), and no deltas.
@@ -270,7 +270,7 @@ class TokenizerPool:
         record, e.g. `lambda: request.output_token_ids`); the pool then keeps no copy and a replay after a
         worker's death reads it (see stream.py for its contract).
         `sink` (with `chunks`): direct streaming, where the worker takes it (a local worker): the worker
-        writes the events itself to the client socket given to hand_over(); the returned Stream's `sink`
+        writes the events itself to the client socket given to hand_over(); the returned StreamHandle's `sink`
         says whether it does. Such a stream is not replayed after its worker's death: it fails."""
         if chunks is not None and not isinstance(chunks, ChunkFormat):
             raise InvalidRequest(ErrorCode.INVALID, f"chunks is a ChunkFormat, not {type(chunks).__name__}")
@@ -297,12 +297,13 @@ class TokenizerPool:
                 continue                                     # that worker is draining: open it on another
 
     async def _open_on(self, link: WorkerLink, stream_id: str, params: StreamParams, prompt_ids, prompt_text,
-                       buffer: bool, chunks, engine_ids, sink: bool) -> Stream:
+                       buffer: bool, chunks, engine_ids, sink: bool) -> StreamHandle:
         body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
                                          prompt_text=prompt_text, chunks=chunks, sink=sink))
         link.check(size=len(body))                   # refused before the stream exists anywhere
-        stream = Stream(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks, self._retire, engine_ids,
-                        sink)
+        stream = StreamHandle(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks, self._retire,
+                              engine_ids, sink)
+        link.place(stream)
 
         def opened(reply):
             stream.opened = True
@@ -338,7 +339,7 @@ class TokenizerPool:
         and message; for a chunked stream an OpenAI error event in `sse`)."""
         return await self.submit_step(ids, finish)
 
-    def _retire(self, stream: Stream) -> None:
+    def _retire(self, stream: StreamHandle) -> None:
         """A finished stream stays in the table a while (late ids for it are no error), bounded in count."""
         ended = self._ended
         ended.append(stream)

@@ -18,8 +18,9 @@ import asyncio
 
 import msgspec
 
-from tokworker.protocol.messages import CompileReply, ErrorCode, Guide, GuideQuery, encode_message
-from tokworker.frontend.errors import InvalidRequest, PoolError, error_for
+from tokworker.protocol.messages import CompileReply, ErrorCode, Guide, GuideQuery
+from tokworker.frontend.errors import PoolError, error_for
+from tokworker.frontend.link import encode_request
 
 
 class GuideStep(msgspec.Struct, gc=False):
@@ -49,13 +50,6 @@ class Constraint:
 
     def __repr__(self) -> str:
         return f"Constraint({self.id!r}, pattern={self.pattern[:60]!r}, initial_state={self.initial_state})"
-
-
-def encode_request(msg) -> bytes:
-    try:
-        return encode_message(msg)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidRequest(ErrorCode.INVALID, f"cannot encode this request: {exc}") from None
 
 
 async def compile_on(link, request: bytes, timeout: float | None) -> Constraint:

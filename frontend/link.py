@@ -1,18 +1,10 @@
-"""One connection from the API process to one worker, and how it survives the worker's death.
+"""One connection from the API process to one worker: its requests in flight and their replies.
 
 Requests go out as one frame (request id, body) on a DEALER socket and wait in `pending` for the reply with the
 same id; every one has a timer, because ZeroMQ drops an oversize frame silently and a dead peer answers
 nothing. The socket is read from the event loop (add_reader on ZeroMQ's descriptor, drained until empty),
-so a reply costs no task and no future beyond the caller's own.
-
-Recovery. When the connection drops (a socket monitor reports the disconnect: kill -9, OOM, a crash) or
-a stream request times out, the link throws the socket away and starts a new epoch: a fresh socket, and
-a Hello(reset=True, epoch+1) that makes the worker drop this session's streams and ignore anything still
-arriving on older connections. Then it replays every acknowledged stream from its log (open + all
-acknowledged id batches, output discarded, with the same ChunkFormat so the worker knows the role chunk
-was sent) and re-sends, in their original order, the requests that had not been answered. Nothing
-answered is re-sent and nothing unanswered is lost, so every delta reaches the caller exactly once. A
-request re-sent `max_attempts` times fails with WorkerLost (a poison request must not kill workers forever).
+so a reply costs no task and no future beyond the caller's own. A link counts the streams placed on its
+worker (`place` / `remove`). How it survives its worker's death is recovery.py, its base class.
 """
 
 from __future__ import annotations
@@ -23,36 +15,31 @@ import logging
 
 import msgspec
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
-from tokworker.protocol.messages import (ID_FRAME, PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, Stats,
-                                         decode_reply, encode_message, frame)
-from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost, error_for
+from tokworker.protocol.messages import ID_FRAME, ErrorCode, ErrorReply, HelloReply, Stats, decode_reply, encode_message, frame
+from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost
 from tokworker.frontend.pending import Call, Pending, Probe
+from tokworker.frontend.recovery import Recovery
 from tokworker.frontend.sinks import SinkSender
 from tokworker.protocol.endpoints import sinks_path
 
 log = logging.getLogger("tokworker.frontend")
 
-_AUTH_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
-# A CURVE server drops a plaintext client mid-handshake, which the client often sees only as "failed, no
-# detail" (the same as a peer dying mid-handshake): this many of those in a row count as a refusal.
-_HANDSHAKE_DROPS = 3
-_WATCHED = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | \
-    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-
-
-class _Disconnected(Exception):
-    pass
-
-
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 _unpack_id = ID_FRAME.unpack_from
-_SWEEP_S = 0.05
-_STATS = encode_message(Stats())          # how often a link with requests in flight looks for ones past their deadline
+_SWEEP_S = 0.05                           # how often a link with requests in flight looks for ones past their deadline
+_STATS = encode_message(Stats())
 
 
-class WorkerLink:
+def encode_request(msg) -> bytes:
+    """A request's body, or InvalidRequest for one msgspec cannot encode (the caller's values, not ours)."""
+    try:
+        return encode_message(msg)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidRequest(ErrorCode.INVALID, f"cannot encode this request: {exc}") from None
+
+
+class WorkerLink(Recovery):
     def __init__(self, context: zmq.Context, endpoint: str, session: str, streams: dict, *, keys=None,
                  request_timeout=30.0, connect_timeout=60.0, max_inflight=256, max_attempts=3,
                  max_message_bytes=64 << 20, hang_timeout=10.0, on_hung=None):
@@ -70,11 +57,12 @@ class WorkerLink:
         self.replied = 0.0                      # when the worker last answered anything
         self.loop = asyncio.get_running_loop()
         self.pending: dict[int, Pending] = {}
-        self.table = streams                    # the pool's one stream table (id -> Stream)
-        self.live: dict = {}                    # id -> Stream placed here and not finished
-        self.attended = 0                       # of those, buffered ones, and streams with late output: a step
-        self.scored = 0                         # reply must visit them; streams stepped with logprobs
-        self.logged = 0                         # streams that keep their own id log (not engine_ids)
+        self.table = streams                    # the pool's one stream table (id -> StreamHandle)
+        self.live: dict = {}                    # id -> StreamHandle placed here and not finished (place/remove)
+        self.buffered = 0                       # of those, buffered ones (a step's reply must visit them),
+        self.scored = 0                         # those stepped with logprobs,
+        self.logged = 0                         # and those that keep their own id log (not engine_ids)
+        self.late = 0                           # streams holding late output (steps.py)
         self.stateless = 0                      # stateless requests in flight (bounded by max_inflight)
         self.ready = False                      # connected and handshaken: requests go out at once
         self.down = False                       # gave up after connect_timeout: requests fail at once
@@ -88,8 +76,7 @@ class WorkerLink:
         self.hangs = 0
         self.lagging = False                    # replaced as hung and not yet back
         self._ids = itertools.count(1)
-        self._sock = self._monitor = None
-        self._send = self._recv = self._get = None
+        self._connection = None                 # this epoch's Connection (recovery.py)
         self._sweeping = None
         self._hello: asyncio.Future | None = None
         self._hello_id = -1
@@ -106,6 +93,21 @@ class WorkerLink:
     def open_streams(self) -> int:
         """Streams placed here and not finished (placement's measure)."""
         return len(self.live)
+
+    def place(self, stream) -> None:
+        """A stream opened on this link's worker: counted until remove()."""
+        self.live[stream.id] = stream
+        self.buffered += stream.buffered
+        self.scored += stream.scored
+        self.logged += stream.logged
+
+    def remove(self, stream) -> None:
+        """A placed stream ended (finished, failed or closed)."""
+        if self.live.get(stream.id) is stream:
+            del self.live[stream.id]
+        self.buffered -= stream.buffered
+        self.scored -= stream.scored
+        self.logged -= stream.logged
 
     # ------------------------------------------------------------ requests
     def request(self, body: bytes, on_reply=None, on_error=None, stateful=False, timeout=None) -> asyncio.Future:
@@ -152,7 +154,7 @@ class WorkerLink:
         pending.rid = rid
         pending.attempts += 1
         try:
-            self._send(frame(rid, pending.body), _NOBLOCK)
+            self._connection.send(frame(rid, pending.body), _NOBLOCK)
         except zmq.ZMQError as exc:
             self._finish(pending, Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
 
@@ -206,9 +208,12 @@ class WorkerLink:
 
     # ------------------------------------------------------------ replies
     def _on_readable(self) -> None:
-        sock, get, recv = self._sock, self._get, self._recv
+        connection = self._connection
+        if connection is None:
+            return
+        get, recv = connection.get, connection.recv
         try:
-            while sock is self._sock and get(_EVENTS) & _POLLIN:
+            while connection is self._connection and get(_EVENTS) & _POLLIN:
                 self._deliver(recv(_NOBLOCK))
         except zmq.ZMQError:
             pass
@@ -216,8 +221,8 @@ class WorkerLink:
 
     def _kick(self) -> None:
         """ZeroMQ's descriptor only signals changes: after a send, look for replies that are already there."""
-        sock = self._sock
-        if sock is not None and self._get(_EVENTS) & _POLLIN:
+        connection = self._connection
+        if connection is not None and connection.get(_EVENTS) & _POLLIN:
             self.loop.call_soon(self._on_readable)
 
     def _deliver(self, message: bytes) -> None:
@@ -241,196 +246,6 @@ class WorkerLink:
         if type(reply) is ErrorReply and reply.code == ErrorCode.SHUTTING_DOWN:
             self.draining = True                             # new work goes to other workers until it is back
         pending.reply(reply)
-
-    # ------------------------------------------------------------ connection and recovery
-    async def start(self) -> HelloReply:
-        """First connection; raises WorkerLost (or the auth error) if the worker does not answer."""
-        return await self._recover(first=True)
-
-    def _start_recovery(self) -> None:
-        if self.closed or (self._task is not None and not self._task.done()):
-            return
-        self.ready = False
-        self._task = self.loop.create_task(self._recover())
-
-    async def _recover(self, first: bool = False) -> HelloReply | None:
-        """Handshake on fresh sockets until the worker answers, then resume. The first connection raises
-        on failure; a later one fails what waits (WorkerLost), marks the link down and keeps trying."""
-        self.ready = False
-        if not first:
-            self.recoveries += 1
-        deadline = self.loop.time() + self.connect_timeout
-        delay = 0.02
-        while not self.closed:
-            self._open_socket()
-            try:
-                reply = await asyncio.wait_for(self._hello, max(deadline - self.loop.time(), 0.01))
-            except (_Disconnected, asyncio.TimeoutError):
-                reply = None
-            except PoolError as exc:                             # the security handshake was refused
-                if first:
-                    self._close_socket()
-                    raise
-                reply, self._auth_error = None, exc
-            if reply is None:
-                if self.loop.time() < deadline:
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
-                    continue
-                error = self._auth_error or WorkerLost(ErrorCode.WORKER_LOST,
-                                                       f"no handshake from {self.endpoint} in {self.connect_timeout} s")
-                if first:
-                    self._close_socket()
-                    raise error
-                elsewhere = self.failover(self) if self.failover is not None else None
-                if elsewhere is not None:                        # a whole daemon went away: rebuild there,
-                    log.warning("%s stayed unreachable; moving this link's streams to %s", self.endpoint, elsewhere)
-                    self.endpoint = elsewhere                    # replay and re-send as after a restart
-                    deadline = self.loop.time() + self.connect_timeout
-                    continue
-                self._give_up(error)
-                deadline = self.loop.time() + self.connect_timeout
-                await asyncio.sleep(delay)
-                continue
-            error = self._refusal(reply)
-            if error is not None:                                # wrong version or model: no point retrying
-                self._close_socket()
-                if first:
-                    raise error
-                self._give_up(error)
-                return None
-            self.info = reply
-            self.max_message_bytes = min(self.max_message_bytes, reply.limits.max_message_bytes)
-            self.down = self.draining = False
-            self._auth_error = None
-            self._handshake_drops = 0
-            self._resume()
-            return reply
-        return None
-
-    def _refusal(self, reply) -> PoolError | None:
-        if type(reply) is ErrorReply:
-            return error_for(reply.code, reply.message)
-        if self.expected_fingerprint and reply.model_fingerprint != self.expected_fingerprint:
-            return PoolError(ErrorCode.MODEL_MISMATCH, f"{self.endpoint} serves model {reply.model_fingerprint}, the pool "
-                                               f"expects {self.expected_fingerprint}")
-        return None
-
-    def _open_socket(self) -> None:
-        self._close_socket()
-        self.epoch += 1
-        sock = self.context.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, 0)                       # bounded by max_inflight instead
-        sock.setsockopt(zmq.RCVHWM, 0)
-        sock.setsockopt(zmq.RECONNECT_IVL, 20)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
-        sock.setsockopt(zmq.HEARTBEAT_IVL, 2000)             # a peer gone silent (no FIN on tcp) counts as
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)       # a disconnect, and recovery starts
-        if self.keys is not None:
-            self.keys.apply(sock)
-        self._monitor = sock.get_monitor_socket(_WATCHED)
-        sock.connect(self.endpoint)
-        self._sock = sock
-        raw = super(zmq.Socket, sock)                       # pyzmq's Cython socket: no per-call option checks
-        self._send, self._recv, self._get = raw.send, raw.recv, raw.get
-        self.loop.add_reader(sock.getsockopt(zmq.FD), self._on_readable)
-        self.loop.add_reader(self._monitor.getsockopt(zmq.FD), self._on_monitor)
-        self._hello = self.loop.create_future()
-        self._hello_id = next(self._ids)
-        hello = Hello(version=PROTOCOL_VERSION, session=self.session, epoch=self.epoch, reset=True)
-        sock.send(frame(self._hello_id, encode_message(hello)))
-        self._kick()
-        self._on_monitor()          # an unread ZeroMQ pipe never signals: look once so that the next event does
-
-    def _close_socket(self) -> None:
-        sock, monitor = self._sock, self._monitor
-        self._sock = self._monitor = None
-        if sock is None:
-            return
-        self.loop.remove_reader(sock.getsockopt(zmq.FD))
-        self.loop.remove_reader(monitor.getsockopt(zmq.FD))
-        sock.disable_monitor()
-        monitor.close(linger=0)
-        sock.close(linger=0)
-
-    def _on_monitor(self) -> None:
-        monitor = self._monitor
-        try:
-            while monitor is self._monitor and monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                self._on_event(recv_monitor_message(monitor, zmq.NOBLOCK)["event"])
-        except zmq.ZMQError:
-            pass
-
-    def _on_event(self, event: int) -> None:
-        hello = self._hello
-        if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-            self._handshake_drops += 1
-        if event in _AUTH_EVENTS or self._handshake_drops >= _HANDSHAKE_DROPS:
-            error = PoolError(ErrorCode.AUTH_FAILED, f"{self.endpoint} refused the connection's security handshake "
-                                             "(CurveZMQ keys missing, wrong or not authorized)")
-            if hello is not None and not hello.done():
-                hello.set_exception(error)
-        else:                                                # disconnected, or the peer died mid-handshake
-            if hello is not None and not hello.done():
-                hello.set_exception(_Disconnected())
-            elif self.ready:
-                log.warning("lost the connection to %s; reconnecting", self.endpoint)
-                self._start_recovery()
-
-    def _take_pending(self) -> list[Pending]:
-        waiting = list(self.pending.values())
-        self.pending.clear()
-        self.stateless = 0
-        return waiting
-
-    def _resume(self) -> None:
-        """After a handshake: replay acknowledged streams, then re-send what was unanswered, in order. A
-        stream's log holds every id sent for it; those of unanswered steps are re-sent, so the replay is
-        the rest."""
-        waiting = self._take_pending()
-        self.ready = True
-        self.lagging = False
-        in_flight: dict[str, int] = {}
-        for pending in waiting:
-            for stream_id, ids in pending.step_ids().items():
-                in_flight[stream_id] = in_flight.get(stream_id, 0) + len(ids)
-        for stream in [s for s in self.live.values() if s.opened]:
-            if stream.sink:                                  # what the dead worker wrote cannot be known
-                stream.fail(WorkerLost(ErrorCode.WORKER_LOST, f"the worker that streamed {stream.id!r} to its "
-                                                              f"client directly is gone"))
-                continue
-            try:
-                body = stream.replay_request(in_flight.get(stream.id, 0))
-            except PoolError as error:                       # the engine's record of its ids failed it
-                stream.fail(error)
-                continue
-            replay = Call(body, self.loop.create_future(), None, stream.fail, True, replay=True)
-            replay.future.add_done_callback(_quiet)
-            self.send(replay)
-        for pending in waiting:
-            if pending.replay or pending.abandoned():
-                pending.abandon()                            # replayed afresh above, or the caller gave up
-                continue
-            if pending.attempts >= self.max_attempts:
-                pending.fail(WorkerLost(ErrorCode.WORKER_LOST, f"sent {pending.attempts} times to "
-                                                               f"{self.endpoint}; the worker died each time"))
-                continue
-            rid = next(self._ids)
-            self.pending[rid] = pending
-            if not pending.stateful:
-                self.stateless += 1
-            self._transmit(rid, pending)
-        self._kick()
-
-    def _give_up(self, error: PoolError) -> None:
-        """The worker stayed unreachable: fail what waits on it, and keep trying in the background."""
-        log.error("giving up on %s for now: %s", self.endpoint, error)
-        self.down = True
-        for pending in self._take_pending():
-            pending.fail(WorkerLost(error.code, error.message))
-        for stream in list(self.live.values()):
-            stream.fail(WorkerLost(error.code, error.message))
 
     def hand_over(self, stream_id: str, fd: int) -> None:
         """Give this link's worker the client socket of `stream_id` (direct streaming; see frontend/sinks.py).
@@ -461,9 +276,3 @@ class WorkerLink:
         for pending in self._take_pending():
             pending.fail(PoolError(ErrorCode.CLOSED, "the pool was closed"))
         self._close_socket()
-
-
-def _quiet(future: asyncio.Future) -> None:
-    """Replays have no caller; retrieve their exception so asyncio does not log it as unhandled."""
-    if not future.cancelled():
-        future.exception()

@@ -1,6 +1,6 @@
-"""The API process's side of one stream: where it lives, every id sent for it, and its updates.
+"""StreamHandle: the API process's side of one stream: where it lives, every id sent for it, and its updates.
 
-The pool's table of Streams is its only record of streams (a finished one stays a while, small, so that
+The pool's table of StreamHandles is its only record of streams (a finished one stays a while, small, so that
 late ids for it are not errors). `log` holds every id sent for the stream, in order. It is what makes a
 worker's death invisible: the link replays the log onto the replacement worker, less the ids of steps
 still unanswered (those it re-sends), so the client sees each delta exactly once. A stream's state after
@@ -15,7 +15,7 @@ step in one stretch of code without an await), or a replay would send it and the
 ids are checked by the worker, not here: a batch that is not ids fails the step's streams on that worker,
 since the engine's record now holds ids the worker never took.
 
-Iterating a Stream (`async for update in stream`) yields its StreamUpdates as steps deliver them; updates
+Iterating a StreamHandle (`async for update in stream`) yields its StreamUpdates as steps deliver them; updates
 that pile up while nobody reads are merged into one, so the buffer stays one entry per unread step at most
 `MAX_BUFFERED` long. The iteration ends after the update that carries the finish reason, or raises
 StreamFailed if the stream failed.
@@ -27,63 +27,17 @@ A stream opened with a ChunkFormat gets its output as server-sent event bytes (`
 from __future__ import annotations
 
 import asyncio
-import itertools
 from array import array
 from collections import deque
 
 import msgspec
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, joined_logprobs
-from tokworker.protocol.messages import ErrorCode, ErrorReply, OpenStream, encode_message
-from tokworker.frontend.errors import InvalidRequest, PoolError, StreamFailed, error_for
-from tokworker.frontend.pending import Pending
+from tokworker.protocol.messages import ErrorCode, OpenStream, encode_message
+from tokworker.frontend.errors import InvalidRequest, PoolError, StreamFailed
 
 MAX_BUFFERED = 64
 REPLAY_BATCH = 4096  # ids per batch when a log is replayed
-EMPTY = StreamUpdate()
-
-
-def extend_logs(ids: dict, streams) -> None:
-    """Log each batch of `ids` (stream id -> ids) in its stream (found in `streams`), all or none: a batch
-    that is not a list of ids raises InvalidRequest naming its stream, with every log as it was."""
-    try:
-        for stream_id, batch in ids.items():
-            log = streams[stream_id].log
-            if log is not None:                          # else the engine keeps the stream's ids
-                log.extend(batch)
-    except (TypeError, OverflowError):
-        for stream_id, batch in ids.items():
-            log = streams[stream_id].log
-            if log is None:
-                continue
-            try:
-                array("q", batch)
-            except (TypeError, OverflowError) as exc:   # the batch that failed: undo the part it added
-                del log[len(log) - _valid_prefix(batch):]
-                drop_logged({k: ids[k] for k in itertools.takewhile(lambda k: k != stream_id, ids)}, streams)
-                raise InvalidRequest(ErrorCode.INVALID, f"the ids of stream {stream_id!r} are not a list of "
-                                                        f"token ids: {exc}") from None
-        raise
-
-
-def drop_logged(ids: dict, streams) -> None:
-    """Undo extend_logs(ids, streams)."""
-    for stream_id, batch in ids.items():
-        log = streams[stream_id].log
-        if log is not None:
-            del log[len(log) - len(batch):]
-
-
-def _valid_prefix(batch) -> int:
-    """How many leading items of `batch` an id log accepts (array.extend appends those before it fails)."""
-    count = 0
-    for item in batch:
-        try:
-            array("q", [item])
-        except (TypeError, OverflowError):
-            break
-        count += 1
-    return count
 
 
 class StreamFailure(StreamUpdate, kw_only=True):
@@ -117,7 +71,10 @@ def merge_updates(updates) -> StreamUpdate:
                         logprobs=joined_logprobs(updates), usage=usage)
 
 
-class Stream:
+class StreamHandle:
+    """What the pool's open_stream returns and keeps in its table (see the module's docstring); its link
+    counts it from `place` to `remove`."""
+
     def __init__(self, stream_id: str, link, params: StreamParams, prompt_ids, prompt_text, buffer: bool,
                  chunks: ChunkFormat | None = None, on_end=None, engine_ids=None, sink: bool = False):
         self.id = stream_id
@@ -143,10 +100,6 @@ class Stream:
         self.late: StreamUpdate | None = None   # output of a step its worker answered after the step had returned
         self._on_end = on_end
         self.scored = params.logprobs is not None   # steps carry (ids, logprobs) for it
-        link.live[stream_id] = self
-        link.attended += buffer
-        link.scored += self.scored
-        link.logged += self.logged
 
     def replay_request(self, in_flight: int = 0) -> bytes:
         """The OpenStream that rebuilds this stream on a new worker: its log (or the engine's record), less
@@ -194,37 +147,15 @@ class Stream:
         if not self.finished:
             self._end("abort")
 
-    def take_failure(self) -> StreamUpdate | None:
-        """What the engine has not been told, once: late output, then the failure (for the step that
-        reports it)."""
-        late = self.take_late()
+    def take_failure(self) -> StreamFailure | None:
+        """The failure the engine has not been told of, once."""
         failure, self._unreported = self._unreported, None
-        if late is None:
-            return failure
-        return late if failure is None else merge_updates((late, failure))
-
-    def take_late(self) -> StreamUpdate | None:
-        late, self.late = self.late, None
-        if late is not None:
-            self.link.attended -= 1
-        return late
-
-    def add_late(self, update: StreamUpdate) -> None:
-        if self.late is None:
-            self.link.attended += 1             # its next step's reply must look at it
-            self.late = update
-        else:
-            self.late = merge_updates((self.late, update))
+        return failure
 
     def _end(self, reason: str) -> None:
         self.finished = True
         self.finish_reason = reason
-        link = self.link
-        if link.live.get(self.id) is self:
-            del link.live[self.id]
-        link.attended -= self.buffered
-        link.scored -= self.scored
-        link.logged -= self.logged
+        self.link.remove(self)
         self.log = self.engine_ids = self.prompt_ids = self.prompt_text = self.params = None   # kept: little
         if self._on_end is not None:
             self._on_end(self)
@@ -269,128 +200,3 @@ class Stream:
         update = merge_updates(buffer)
         buffer.clear()
         return update
-
-
-class StepCall:
-    """An engine step whose streams live on several links (or that answers some streams itself): one
-    future, resolved with every stream's update once each link's share is answered."""
-
-    __slots__ = ("future", "results", "remaining")
-
-    def __init__(self, future: asyncio.Future, results: dict | None, parts: int):
-        self.future, self.results, self.remaining = future, results, parts
-
-    def done(self, updates: dict) -> None:
-        results = self.results
-        if results is None:
-            self.results = updates
-        else:
-            results.update(updates)
-        self.remaining -= 1
-        if not self.remaining and not self.future.done():
-            self.future.set_result(self.results)
-
-    def failed(self, error: PoolError) -> None:
-        if not self.future.done():
-            self.future.set_exception(error)
-
-
-class StepPart(Pending):
-    """One link's share of an engine step: `ids` (stream id -> the ids sent) and `finish_only` (streams
-    the step only ends), whose names, in that order, are the order of the reply's updates. `streams` are
-    their Streams when the step looked them up; a step sent whole to its one link (the usual case) did
-    not, and a reply that needs them finds them in the link's table. `call` is the StepCall when the step
-    has other shares; otherwise the reply resolves `future` itself."""
-
-    __slots__ = ("future", "call", "link", "ids", "finish_only", "streams", "finishing", "detached")
-
-    def __init__(self, body: bytes, future, call: StepCall | None, link, ids: dict, finish_only: list = (),
-                 streams: list | None = None, finishing: bool = False):
-        super().__init__(body, True)
-        self.future, self.call, self.link = future, call, link
-        self.ids, self.finish_only, self.streams = ids, finish_only, streams
-        self.finishing = finishing              # ends streams: the engine steps them no more, so it waits
-        self.detached = False
-
-    def _names(self) -> list:
-        names = list(self.ids)
-        if self.finish_only:
-            names += self.finish_only
-        return names
-
-    def _streams(self, names: list) -> list:
-        if self.streams is None:
-            live, table = self.link.live, self.link.table
-            self.streams = [live.get(name) or table.get(name) for name in names]
-        return self.streams
-
-    def _done(self, updates: dict) -> None:
-        if self.call is not None:
-            self.call.done(updates)
-        elif not self.future.done():
-            self.future.set_result(updates)
-
-    def detach(self) -> None:
-        """The worker hangs: the step returns without this share (its streams' updates empty for now); the
-        share's output, when the replaced worker answers, reaches the engine with its next step."""
-        if not self.detached and not self.finishing:
-            self.detached = True
-            self._done(dict.fromkeys(self._names(), EMPTY))
-
-    def step_ids(self) -> dict:
-        return self.ids
-
-    def reply(self, reply) -> None:
-        if type(reply) is ErrorReply:
-            self.fail(error_for(reply.code, reply.message))
-            return
-        names = self._names()
-        updates = reply.updates
-        if reply.errors or len(updates) != len(names) or self.link.attended or self.detached:
-            self._attend(names, updates, reply.errors)
-            return
-        results = dict(zip(names, updates))
-        if reply.finished:
-            live = self.link.live
-            for place in reply.finished:
-                stream = live.get(names[place])
-                if stream is not None:           # else closed by the caller while the step was in flight
-                    stream.acknowledged(updates[place])
-        self._done(results)
-
-    def _attend(self, names: list, updates: list, errors: dict) -> None:
-        """The reply stream by stream: buffered streams, late output to pass on, streams the worker could not
-        step (they fail with its error; one it left out fails as our bug), a share the step returned without."""
-        results = {}
-        for place, (name, stream) in enumerate(zip(names, self._streams(names))):
-            update = updates[place] if place < len(updates) else None
-            error = errors.get(name)
-            if stream is None:                   # closed by the caller while the step was in flight
-                results[name] = EMPTY
-                continue
-            if error is not None or update is None:
-                failure = stream.fail(error_for(error.code, error.message) if error is not None else
-                                      PoolError(ErrorCode.INTERNAL, "the worker's step reply left this stream out"))
-                if not self.detached:            # else the next step that names it reports it; this one
-                    failure = stream.take_failure() or failure   # may report a failure from before (a replay)
-                results[name] = failure or EMPTY
-                continue
-            stream.acknowledged(update)
-            if self.detached:                    # the step returned without us: the engine hears it next time
-                stream.add_late(update)
-            elif stream.late is not None:
-                update = merge_updates((stream.take_late(), update))
-            results[name] = update
-        if not self.detached:
-            self._done(results)
-
-    def fail(self, error: PoolError) -> None:
-        """The step failed as a whole (timeout, worker lost, rejected): its streams' state is unknown to
-        their callers, so they end with the error rather than continue with a gap."""
-        for stream in self._streams(self._names()):
-            if stream is not None:
-                stream.fail(StreamFailed(error.code, f"a step of this stream failed: {error.message}"))
-        if self.call is not None:
-            self.call.failed(error)
-        elif not self.future.done():
-            self.future.set_exception(error)

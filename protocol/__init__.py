@@ -1,1 +1,2 @@
-"""The wire contract between API processes and tokworker workers: msgspec Structs, msgpack frames."""
+"""tokworker.protocol (installed from protocol/): the wire contract between API processes and tokworker workers,
+msgspec Structs in msgpack frames."""

@@ -127,6 +127,9 @@ class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     usage: Usage | None = None
 
 
+EMPTY = StreamUpdate()   # the one update of a step that changed nothing (updates are read-only: share it)
+
+
 def joined_logprobs(updates) -> list[list[TokenLogprob]]:
     """The entry lists of consecutive updates of one stream merged into one update, still one list per
     delta (a list without a delta, at the end of a stream, joins the last delta's)."""

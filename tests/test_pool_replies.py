@@ -114,7 +114,7 @@ def test_a_replay_past_the_budget_is_a_timeout_not_a_dead_worker():
     async def main():
         async with await TokenizerPool.spawn(MODEL, workers=1, budget_s=0.2, request_timeout=60) as pool:
             from tokworker.protocol.messages import OpenStream
-            from tokworker.frontend.constraints import encode_request
+            from tokworker.frontend.link import encode_request
             # 20,000 calls to parse (no reasoning parser: qwen3's, without a prompt, would read them all as
             # reasoning, a hermes call drafted in an open think block being no call)
             params = StreamParams(tool_parser="hermes", tools=TOOLS)

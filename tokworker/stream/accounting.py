@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 import weakref
 
-from tokworker.protocol.deltas import StreamParams, StreamUpdate, TokenLogprob, TopLogprob, Usage
+from tokworker.protocol.deltas import EMPTY, StreamParams, StreamUpdate, TokenLogprob, TopLogprob, Usage
 
-from .coalesce import EMPTY, coalesce
+from .coalesce import coalesce
 
 _FLOOR = -9999.0          # vLLM's floor: JSON has no -inf, and OpenAI writes very unlikely tokens so
 _NAME_CACHE_LIMIT = 65536  # entries per tokenizer; a token's name and bytes are short, so this bounds bytes

@@ -3,9 +3,7 @@ step however the stages split the text."""
 
 from __future__ import annotations
 
-from tokworker.protocol.deltas import Delta, StreamUpdate
-
-EMPTY = StreamUpdate()  # every step that changes nothing returns this one (updates are read-only)
+from tokworker.protocol.deltas import Delta
 
 
 def coalesce(deltas: list[Delta]) -> list[Delta]:

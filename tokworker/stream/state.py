@@ -29,12 +29,12 @@ from __future__ import annotations
 import sys
 import weakref
 
-from tokworker.protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
+from tokworker.protocol.deltas import EMPTY, Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
 from tokworker.parsers.reasoning import get_reasoning_parser
 from tokworker.parsers.tools import get_tool_parser
 
 from .accounting import StreamAccounting
-from .coalesce import EMPTY, coalesce
+from .coalesce import coalesce
 from .detokenizer import IncrementalDetokenizer
 from .stop import StopChecker
 

@@ -1,6 +1,6 @@
 """The files beside tokenizer.json in a Hugging Face model folder, read the way transformers reads them.
 
-tokenizer_config.json (bos/eos/pad/unk, added_tokens_decoder, chat_template, model_max_length),
+tokenizer_config.json (bos/eos/pad/unk, added_tokens_decoder, chat_template),
 special_tokens_map.json (fallback for the special token names), chat_template.jinja / chat_template.json
 (which take precedence over the config's template) and generation_config.json (eos ids, often a list).
 """
@@ -58,7 +58,6 @@ class TokenizerConfig:
     pad_token: str | None = None
     unk_token: str | None = None
     chat_template: str | dict | None = None
-    model_max_length: int | None = None
     added_tokens_decoder: dict[int, dict] = field(default_factory=dict)
     generation_eos_ids: list[int] = field(default_factory=list)
     generation_bos_id: int | None = None
@@ -74,11 +73,9 @@ class TokenizerConfig:
                 continue
             if isinstance(spec, dict) and isinstance(spec.get("content"), str):
                 decoder[token_id] = spec
-        max_length = config.get("model_max_length")
         bos_ids = _ids(generation.get("bos_token_id"))
         return cls(**{name: token_content(config.get(name)) for name in _SPECIAL_NAMES},
                    chat_template=_chat_template(config.get("chat_template")),
-                   model_max_length=max_length if isinstance(max_length, int) else None,
                    added_tokens_decoder=decoder, generation_eos_ids=_ids(generation.get("eos_token_id")),
                    generation_bos_id=bos_ids[0] if bos_ids else None)
 

@@ -24,7 +24,6 @@ from tokworker.worker.security import check_bind
 
 log = logging.getLogger("tokworker.daemon")
 
-STARTUP_TIMEOUT_S = 300.0           # a huge vocabulary's first load; a worker that fails says so long before
 STOP_MARGIN_S = 5.0                 # past the drain timeout, before a worker that did not exit is killed
 
 

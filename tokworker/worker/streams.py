@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import msgspec
 
-from tokworker.protocol.deltas import StreamParams, StreamUpdate, joined_logprobs
+from tokworker.protocol.deltas import EMPTY, StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import CodedError, Error, ErrorCode, OpenStream, Step, StepReply
 from tokworker.sse import done_event, params_for, writer_for
 from tokworker.stream.state import TextStream
@@ -28,7 +28,6 @@ from tokworker.worker.errors import error_of
 
 log = logging.getLogger("tokworker.worker")
 
-EMPTY = StreamUpdate()
 CLIENT_GONE = StreamUpdate(finish_reason="abort", abort=True)
 REPLAY_PIECE = 4096                         # ids pushed at once in a replay (the budget is checked between)
 
