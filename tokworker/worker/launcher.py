@@ -91,11 +91,12 @@ class _Slot:
 
 
 class Launcher:
-    def __init__(self, options: list[WorkerOptions], python: str = sys.executable):
+    def __init__(self, options: list[WorkerOptions], python: str = sys.executable, inherit_fds: tuple[int, ...] = ()):
         for option in options:
             validate_options(option)                 # a typo fails here, before any process starts
         self.options = list(options)
         self.python = python
+        self.inherit_fds = inherit_fds              # the daemon's endpoint locks: held while any worker lives
         self.restarts = 0
         self.exits: deque[tuple[int, int, int]] = deque(maxlen=256)   # (index, pid, exit status), latest last
         self.failure: WorkerStartError | None = None
@@ -148,7 +149,7 @@ class Launcher:
         os.set_blocking(read_fd, False)
         try:
             slot.proc = subprocess.Popen([self.python, "-m", "tokworker.worker", options_to_json(self.options[index])],
-                                         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                                         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd, *self.inherit_fds),
                                          env={**self._env, READY_FD_ENV: str(write_fd)})
         except OSError:
             os.close(read_fd)
