@@ -1,5 +1,6 @@
 """The daemon's lifecycle as an operator meets it, with real `tokworker serve` processes: one daemon per
-endpoint (a second one exits 1 at once naming the first one's pid, which keeps serving)."""
+endpoint (a second one exits 1 at once naming the first one's pid, which keeps serving); a client finds
+out at once that an ipc endpoint has no socket."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from tokworker.frontend import TokenizerPool
+from tests.daemons import wait_held
+from tokworker.frontend import NoSuchSocket, TokenizerPool, WorkerLost
 from tokworker.tokenizer import Tokenizer
 from tokworker.worker.endpoint_lock import hold_endpoints, holder, lock_path
 
@@ -25,16 +27,6 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 def cli(*args, env=ENV) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tokworker.cli", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-
-
-def wait_held(proc: subprocess.Popen, bind: str, timeout: float = 60) -> int:
-    """The pid holding `bind` once `proc` (a starting daemon) took it."""
-    deadline = time.monotonic() + timeout
-    while (pid := holder(bind)) is None:
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    return pid
 
 
 @pytest.fixture
@@ -127,3 +119,37 @@ def test_locks_are_all_or_nothing_and_name_their_holder(run_dir):
     finally:
         ours.release()
     assert holder(f"ipc://{run_dir}/a") is None and not list(run_dir.iterdir())
+
+
+@pytest.mark.parametrize("where", ["run", "missing/deeper"])
+def test_connecting_to_an_ipc_endpoint_with_no_socket_fails_at_once(tmp_path, run_dir, where):
+    path = tmp_path / where / "worker"
+
+    async def main():
+        started = time.monotonic()
+        with pytest.raises(NoSuchSocket) as failed:
+            await TokenizerPool.connect(f"ipc://{path}", connect_timeout=30)
+        return failed.value, time.monotonic() - started
+
+    error, elapsed = uvloop.run(main())
+    assert error.code == "worker_lost" and isinstance(error, WorkerLost)
+    assert error.message == f"no such socket: {path} (no `tokworker serve` runs on ipc://{path})"
+    assert elapsed < 1                                         # not the 30 s connect timeout
+
+
+def test_a_client_waits_for_the_socket_of_a_daemon_that_holds_its_endpoint(run_dir):
+    bind = f"ipc://{run_dir}/worker"
+    locks = hold_endpoints([bind])                             # a daemon that is starting: no socket yet
+
+    async def main():
+        started = time.monotonic()
+        with pytest.raises(NoSuchSocket) as failed:
+            await TokenizerPool.connect(bind, connect_timeout=0.5)
+        return failed.value, time.monotonic() - started
+
+    try:
+        error, elapsed = uvloop.run(main())
+    finally:
+        locks.release()
+    assert f"the daemon holding {bind}, pid {os.getpid()}, has not bound it in 0.5 s" in error.message
+    assert 0.5 <= elapsed < 5
