@@ -1,10 +1,13 @@
 """The daemon's lifecycle as an operator meets it, with real `tokworker serve` processes: one daemon per
 endpoint (a second one exits 1 at once naming the first one's pid, which keeps serving); a client finds
-out at once that an ipc endpoint has no socket."""
+out at once that an ipc endpoint has no socket; what would fail every request (no chat template, one that
+does not compile, a parser that does not fit the vocabulary) is refused at start in one line, by `serve`,
+`api` and `demo` alike."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +21,8 @@ from tests.daemons import wait_held
 from tokworker.frontend import NoSuchSocket, TokenizerPool, WorkerLost
 from tokworker.tokenizer import Tokenizer
 from tokworker.worker.endpoint_lock import hold_endpoints, holder, lock_path
+from tokworker.worker.preflight import UnservableModel, check_model
+from tests.realdata import vocabulary
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
@@ -153,3 +158,88 @@ def test_a_client_waits_for_the_socket_of_a_daemon_that_holds_its_endpoint(run_d
         locks.release()
     assert f"the daemon holding {bind}, pid {os.getpid()}, has not bound it in 0.5 s" in error.message
     assert 0.5 <= elapsed < 5
+
+
+@pytest.fixture
+def bare(tmp_path):
+    """The bundled tokenizer without its chat template: what a base model's folder looks like."""
+    folder = tmp_path / "bare"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(MODEL / name, folder / name)
+    return folder
+
+
+def refused(*args) -> str:
+    """Run a command that must refuse at start: exit status 1, one line on stderr, no traceback."""
+    started = time.monotonic()
+    proc = cli(*args)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert time.monotonic() - started < 30                    # no worker started, nothing waited for
+    return lines[0]
+
+
+def test_serve_refuses_a_model_without_a_chat_template_in_one_line(bare, run_dir):
+    line = refused("serve", "--model-dir", str(bare), "--bind", f"ipc://{run_dir}/w")
+    assert line.endswith(f"cannot serve {bare}: it ships no chat template (no chat_template in "
+                         "tokenizer_config.json, no chat_template.jinja): give one with --chat-template FILE, or "
+                         "--chat-template chatml")
+    assert not list(run_dir.iterdir())                        # the endpoint's lock was let go
+
+
+def test_serve_refuses_a_template_that_does_not_compile_and_a_parser_that_does_not_fit(tmp_path, run_dir):
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for message in messages %}{{ message.content }}")
+    line = refused("serve", "--model-dir", str(MODEL), "--bind", f"ipc://{run_dir}/w", "--chat-template", str(broken))
+    assert f"cannot serve {MODEL}: --chat-template {broken} does not compile: " in line
+    line = refused("serve", "--model-dir", str(MODEL), "--bind", f"ipc://{run_dir}/w", "--tool-call-parser", "kimi_k2")
+    assert line.endswith("--tool-call-parser kimi_k2 does not fit its vocabulary: none of its control tokens "
+                         "<|tool_calls_section_begin|>, <|tool_call_begin|>, <|tool_calls_section_end|>, "
+                         "<|tool_call_argument_begin|>, <|tool_call_end|> is in it")
+
+
+def test_the_traceback_of_a_refusal_shows_at_log_level_debug(bare, run_dir):
+    proc = cli("serve", "--model-dir", str(bare), "--bind", f"ipc://{run_dir}/w", "--log-level", "DEBUG")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" in err
+    assert "it ships no chat template" in err
+
+
+def test_api_and_demo_refuse_a_model_without_a_chat_template_in_one_line(bare):
+    assert refused("api", "--model-dir", str(bare), "--port", "0") == \
+        f"tokworker api: cannot serve {bare}: it ships no chat template (no chat_template in tokenizer_config.json, " \
+        "no chat_template.jinja): give one with --chat-template FILE, or --chat-template chatml"
+    assert refused("demo", "--model-dir", str(bare)).startswith(f"tokworker demo: cannot serve {bare}: it ships no "
+                                                                "chat template")
+
+
+def test_demo_takes_the_chat_template_its_refusal_names(bare):
+    proc = cli("demo", "--model-dir", str(bare), "--chat-template", "chatml")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1] == '=== tool call: get_weather({"city": "Paris", "unit": "celsius"})'
+
+
+def test_parsers_fit_the_vocabularies_they_were_made_for():
+    """On real vocabularies: a format whose openers are all control tokens needs one of them; a format that
+    can open on text fits any vocabulary."""
+    def verdict(model, **parsers):
+        try:
+            check_model(str(model), "chatml", **parsers)
+        except UnservableModel as refusal:
+            return refusal.message.split(": ", 1)[1]
+        return "fits"
+
+    qwen, tekken = vocabulary("qwen3_dir"), vocabulary("mistral_tekken")
+    for parser in ("hermes", "qwen3_coder", "pythonic", "llama3_json", "openai"):
+        assert verdict(qwen, tool_parser=parser) == "fits"
+    assert verdict(qwen, reasoning_parser="qwen3") == "fits"
+    assert verdict(qwen, tool_parser="mistral") == ("--tool-call-parser mistral does not fit its vocabulary: its "
+                                                    "control token [TOOL_CALLS] is not in it")
+    assert verdict(tekken, tool_parser="mistral") == "fits"    # [TOOL_CALLS] without v11's [ARGS]: still mistral
+    assert verdict(tekken, reasoning_parser="mistral") == ("--reasoning-parser mistral does not fit its vocabulary: "
+                                                           "its control token [/THINK] is not in it")   # not Magistral
+    assert verdict(qwen, reasoning_parser="gemma4").startswith("--reasoning-parser gemma4 does not fit")

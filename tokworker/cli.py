@@ -165,7 +165,22 @@ def _api(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; a typed error that stops it (the model cannot be served, workers cannot start) is one
+    line on stderr and exit status 1, with its traceback only at --log-level DEBUG."""
+    from tokworker.protocol.messages import CodedError
+
     args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except CodedError as exc:
+        if getattr(args, "log_level", "") == "DEBUG":
+            import traceback
+            traceback.print_exc()
+        print(f"tokworker {args.command}: {exc.message or exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return _serve(args)
     if args.command == "api":

@@ -3,8 +3,9 @@ alive by the launcher. SIGTERM drains them (open streams finish, new work is ref
 for at most --drain-timeout seconds) and stops; SIGINT stops at once.
 
 Exit status: 0 after a clean stop, 2 when the command line is wrong (nothing was started), 1 when the
-workers cannot start (the worker's own error is logged) or another daemon serves the endpoint
-(endpoint_lock.py), so a service manager sees a failed service instead of a restart loop.
+model cannot be served (preflight.py: no chat template, one that does not compile, a parser that does
+not fit the vocabulary), the workers cannot start (the worker's own error is logged) or another daemon
+serves the endpoint (endpoint_lock.py), so a service manager sees a failed service instead of a restart loop.
 
 API processes on other hosts connect with `TokenizerPool.connect("tcp://host:port", curve_keys=DIR)`;
 the first worker's handshake tells them how many workers there are.
@@ -32,6 +33,7 @@ def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys:
     """Run the daemon in the foreground; returns the process exit status."""
     from tokworker.worker.endpoint_lock import EndpointInUse, hold_endpoints
     from tokworker.worker.launcher import Launcher, WorkerStartError
+    from tokworker.worker.preflight import UnservableModel, check_model
 
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
     bind = bind or default_bind()
@@ -44,6 +46,13 @@ def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys:
         locks = hold_endpoints([option.bind for option in options])
     except EndpointInUse as exc:
         log.error("%s", exc)
+        return 1
+    try:
+        check_model(options[0].model_dir, options[0].chat_template, options[0].tool_parser,
+                    options[0].reasoning_parser)
+    except UnservableModel as exc:
+        log.error("%s", exc.message, exc_info=log.isEnabledFor(logging.DEBUG))
+        locks.release()
         return 1
     stop = threading.Event()
     drain = [False]
