@@ -243,3 +243,30 @@ def test_parsers_fit_the_vocabularies_they_were_made_for():
     assert verdict(tekken, reasoning_parser="mistral") == ("--reasoning-parser mistral does not fit its vocabulary: "
                                                            "its control token [/THINK] is not in it")   # not Magistral
     assert verdict(qwen, reasoning_parser="gemma4").startswith("--reasoning-parser gemma4 does not fit")
+
+
+def test_an_idle_launcher_never_wakes_and_still_restarts_a_killed_worker(run_dir):
+    """The watcher sleeps on the children's pidfds and ready pipes: over an idle second its thread is not
+    scheduled at all (it used to wake 50 times a second), and a kill -9 still wakes it to restart."""
+    import threading
+    from tokworker.worker.launcher import Launcher
+    from tokworker.worker.options import WorkerOptions
+
+    def slices(thread) -> int:
+        return int(Path(f"/proc/self/task/{thread.native_id}/schedstat").read_text().split()[2])
+
+    launcher = Launcher([WorkerOptions(model_dir=str(MODEL), bind=f"ipc://{run_dir}/w", log_level="WARNING")]).start()
+    try:
+        assert launcher.wait_ready(60)
+        watcher = next(t for t in threading.enumerate() if t.name == "tokworker-launcher")
+        before = slices(watcher)
+        time.sleep(1.0)
+        assert slices(watcher) - before == 0
+        os.kill(launcher.pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while launcher.restarts == 0 or not launcher.all_ready:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert launcher.exits[-1][2] == -signal.SIGKILL and launcher.failure is None
+    finally:
+        launcher.stop()
