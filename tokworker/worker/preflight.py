@@ -56,11 +56,15 @@ def check_model(model_dir: str, chat_template: str | None = None, tool_parser: s
     try:
         compile_own_templates(tokenizer)
     except TemplateError as exc:
-        whose = "its chat template" if chat_template is None else f"--chat-template {chat_template}"
+        given = chat_template if chat_template is None or "\n" not in chat_template else "TEXT"
+        whose = "its chat template" if given is None else f"--chat-template {given:.80}"
         refuse(ErrorCode.TEMPLATE, f"{whose} does not compile: {_one_line(exc)}", exc)
     for flag, name, openers in (("--tool-call-parser", tool_parser, _tool_openers),
                                 ("--reasoning-parser", reasoning_parser, _reasoning_openers)):
-        needed = required_tokens(openers(name)) if name not in (None, "none") else []
+        try:
+            needed = required_tokens(openers(name)) if name not in (None, "none") else []
+        except ValueError as exc:   # a name no parser has: the message lists the known ones
+            refuse(ErrorCode.INVALID, _one_line(exc), exc)
         if needed and all(tokenizer.token_to_id(token) is None for token in needed):
             missing = f"its control token {needed[0]} is not" if len(needed) == 1 else \
                 f"none of its control tokens {', '.join(needed)} is"
