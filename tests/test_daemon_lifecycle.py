@@ -214,6 +214,8 @@ def test_api_and_demo_refuse_a_model_without_a_chat_template_in_one_line(bare):
         "no chat_template.jinja): give one with --chat-template FILE, or --chat-template chatml"
     assert refused("demo", "--model-dir", str(bare)).startswith(f"tokworker demo: cannot serve {bare}: it ships no "
                                                                 "chat template")
+    assert refused("api", "--tool-call-parser", "hermess", "--port", "0").startswith(
+        f"tokworker api: cannot serve {MODEL}: unknown tool parser 'hermess'; known: apertus, ")
 
 
 def test_demo_takes_the_chat_template_its_refusal_names(bare):
@@ -259,6 +261,7 @@ def test_an_idle_launcher_never_wakes_and_still_restarts_a_killed_worker(run_dir
     try:
         assert launcher.wait_ready(60)
         watcher = next(t for t in threading.enumerate() if t.name == "tokworker-launcher")
+        time.sleep(0.5)                 # the watcher finishes the turn that saw the worker ready
         before = slices(watcher)
         time.sleep(1.0)
         assert slices(watcher) - before == 0
