@@ -27,6 +27,7 @@ STATUS_CODES = {400: ErrorCode.INVALID, 404: ErrorCode.UNAVAILABLE, 413: ErrorCo
                 422: ErrorCode.INVALID, 429: ErrorCode.OVERLOADED, 501: ErrorCode.UNAVAILABLE,
                 503: ErrorCode.OVERLOADED, 504: ErrorCode.TIMEOUT}
 log = logging.getLogger("tokworker.engines")
+DEFAULTED = {"stop_token_ids", "ignore_eos", "min_tokens", "logit_bias"}     # set when not [] / False / 0
 DATA = b"data: "
 JSON = {"Content-Type": "application/json"}
 encode = msgspec.json.encode
@@ -45,6 +46,7 @@ class HttpEngine(Engine):
         self.connect_timeout = connect_timeout
         self.session = None
         self.tasks: dict[str, asyncio.Task] = {}
+        self.kept: dict[str, object] = {}              # what read() keeps per request between its events
         self.posts: set[asyncio.Task] = set()          # abort POSTs in flight (awaited by close)
 
     async def start(self, pool) -> None:
@@ -102,6 +104,7 @@ class HttpEngine(Engine):
     def forget(self, request_id: str) -> None:
         """The request's task ended (finished, failed or aborted): drop what was kept for it."""
         self.tasks.pop(request_id, None)
+        self.kept.pop(request_id, None)
 
     def abort_posts(self, request_ids: list[str]) -> list[tuple[str, dict]]:
         """(path, body) of each POST that aborts these requests on the engine; none: closing is enough."""
@@ -150,6 +153,21 @@ class HttpEngine(Engine):
                 accepted.set_exception(error)
             else:
                 self.emit(request_id, [], finish="error", error=error)
+
+
+def engine_params(sampling: SamplingParams, names: dict[str, str]) -> dict:
+    """The sampling the request set, under the engine's names ({our name: theirs}): the knobs it gave, and
+    stop_token_ids, ignore_eos, min_tokens and logit_bias where they are not their defaults.
+
+    >>> engine_params(SamplingParams(max_tokens=8, top_k=5, ignore_eos=True), {"top_k": "k", "ignore_eos": "ie",
+    ...                                                                          "min_tokens": "mt"})
+    {'k': 5, 'ie': True}
+    """
+    params = sampling.knobs({ours: theirs for ours, theirs in names.items() if ours not in DEFAULTED})
+    for ours in DEFAULTED.intersection(names):
+        if value := getattr(sampling, ours):
+            params[names[ours]] = value
+    return params
 
 
 def guide_pattern(guide: Guide, engine: str) -> str:

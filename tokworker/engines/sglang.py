@@ -18,12 +18,13 @@ from __future__ import annotations
 import msgspec
 
 from tokworker.engines.base import EngineError, SamplingParams
-from tokworker.engines.http import DONE, STATUS_CODES, HttpEngine, guide_pattern
+from tokworker.engines.http import DONE, STATUS_CODES, HttpEngine, engine_params, guide_pattern
 from tokworker.protocol.messages import ErrorCode
 
-KNOBS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+NAMES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
          "seed": "sampling_seed", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-         "repetition_penalty": "repetition_penalty"}
+         "repetition_penalty": "repetition_penalty", "stop_token_ids": "stop_token_ids", "ignore_eos": "ignore_eos",
+         "min_tokens": "min_new_tokens", "logit_bias": "logit_bias"}
 FINISHES = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
@@ -47,21 +48,9 @@ class SglangEngine(HttpEngine):
     name = "sglang"
     route = "/generate"
 
-    def __init__(self, url: str, **connection):
-        super().__init__(url, **connection)
-        self.seen: dict[str, int] = {}                # ids each request has handed out so far
-
     def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
         """The GenerateReqInput for these ids and this sampling (SGLang's sampling names)."""
-        params = {"max_new_tokens": sampling.max_tokens, **sampling.knobs(KNOBS)}
-        if sampling.stop_token_ids:
-            params["stop_token_ids"] = sampling.stop_token_ids
-        if sampling.ignore_eos:
-            params["ignore_eos"] = True
-        if sampling.min_tokens:
-            params["min_new_tokens"] = sampling.min_tokens
-        if sampling.logit_bias:
-            params["logit_bias"] = {str(token): bias for token, bias in sampling.logit_bias.items()}
+        params = {"max_new_tokens": sampling.max_tokens, **engine_params(sampling, NAMES)}
         guide = sampling.guide
         if guide is not None:
             if guide.json_schema is not None:
@@ -81,10 +70,10 @@ class SglangEngine(HttpEngine):
             raise EngineError(STATUS_CODES.get(event.error.get("code"), ErrorCode.INTERNAL),
                               f"sglang failed the request: {event.error.get('message')}")
         meta = event.meta_info or _Meta()
-        ids, seen = event.output_ids, self.seen.get(request_id, 0)
+        ids, seen = event.output_ids, self.kept.get(request_id, 0)      # kept: the ids handed out so far
         if len(ids) == meta.completion_tokens:                # every id so far: the new ones are past `seen`
             ids = ids[seen:]
-        self.seen[request_id] = seen + len(ids)
+        self.kept[request_id] = seen + len(ids)
         reason = meta.finish_reason
         finish = None if reason is None else FINISHES.get(reason.get("type"), "stop")
         if finish == "abort" and reason.get("status_code"):   # the scheduler refused it (a long prompt, ...)
@@ -93,10 +82,6 @@ class SglangEngine(HttpEngine):
         if ids or finish is not None:
             self.emit(request_id, ids, _logprobs(meta, len(ids), sampling.logprobs), finish)
         return finish is not None
-
-    def forget(self, request_id: str) -> None:
-        super().forget(request_id)
-        self.seen.pop(request_id, None)
 
     def abort_posts(self, request_ids: list[str]) -> list[tuple[str, dict]]:
         return [("/abort_request", {"rid": request_id}) for request_id in request_ids]

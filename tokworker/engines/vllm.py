@@ -17,11 +17,12 @@ from __future__ import annotations
 import msgspec
 
 from tokworker.engines.base import EngineError, SamplingParams
-from tokworker.engines.http import DONE, HttpEngine, guide_pattern
+from tokworker.engines.http import DONE, HttpEngine, engine_params, guide_pattern
 from tokworker.protocol.messages import ErrorCode
 
-KNOBS = {name: name for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
-                                 "frequency_penalty", "repetition_penalty")}
+NAMES = {name: name for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
+                                 "frequency_penalty", "repetition_penalty", "stop_token_ids", "ignore_eos",
+                                 "min_tokens", "logit_bias", "logprobs")}
 FINISHES = {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}
 UNRANKED = 1 << 62                              # vLLM sends rank None for a NaN logprob: last
 
@@ -61,23 +62,9 @@ class VllmEngine(HttpEngine):
     name = "vllm"
     route = "/inference/v1/generate"
 
-    def __init__(self, url: str, **connection):
-        super().__init__(url, **connection)
-        self.engine_ids: dict[str, str] = {}         # our request id -> the one vLLM named in its stream
-
     def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
         """The GenerateRequest for these ids and this sampling (vLLM's SamplingParams names)."""
-        params = {"max_tokens": sampling.max_tokens, "detokenize": False, **sampling.knobs(KNOBS)}
-        if sampling.stop_token_ids:
-            params["stop_token_ids"] = sampling.stop_token_ids
-        if sampling.ignore_eos:
-            params["ignore_eos"] = True
-        if sampling.min_tokens:
-            params["min_tokens"] = sampling.min_tokens
-        if sampling.logprobs is not None:
-            params["logprobs"] = sampling.logprobs
-        if sampling.logit_bias:
-            params["logit_bias"] = sampling.logit_bias
+        params = {"max_tokens": sampling.max_tokens, "detokenize": False, **engine_params(sampling, NAMES)}
         guide = sampling.guide
         if guide is not None:
             params["structured_outputs"] = {"json": guide.json_schema} if guide.json_schema is not None else \
@@ -90,8 +77,8 @@ class VllmEngine(HttpEngine):
         event = _decode_event(payload)
         if event.error is not None:
             raise EngineError(ErrorCode.INTERNAL, f"vllm failed the request: {event.error.get('message')}")
-        if request_id not in self.engine_ids and event.request_id is not None:
-            self.engine_ids[request_id] = event.request_id
+        if request_id not in self.kept and event.request_id is not None:
+            self.kept[request_id] = event.request_id        # the id vLLM knows it by, for its abort route
         for choice in event.choices:
             finish = choice.finish_reason
             if finish is not None:
@@ -103,12 +90,8 @@ class VllmEngine(HttpEngine):
                 return True
         return False
 
-    def forget(self, request_id: str) -> None:
-        super().forget(request_id)
-        self.engine_ids.pop(request_id, None)
-
     def abort_posts(self, request_ids: list[str]) -> list[tuple[str, dict]]:
-        named = [self.engine_ids[request_id] for request_id in request_ids if request_id in self.engine_ids]
+        named = [self.kept[request_id] for request_id in request_ids if request_id in self.kept]
         return [("/inference/v1/abort_requests", {"request_ids": named})] if named else []
 
 
