@@ -32,7 +32,11 @@ def engine_for(name: str, url: str | None = None, *, replay_step_interval: float
     if name == "llama.cpp":
         from tokworker.engines.llama_cpp import LlamaCppEngine
         return LlamaCppEngine(url)
-    raise ValueError(f"--engine {name} is not available in this build")
+    if name == "vllm":
+        from tokworker.engines.vllm import VllmEngine
+        return VllmEngine(url)
+    from tokworker.engines.sglang import SglangEngine
+    return SglangEngine(url)
 
 
 async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "127.0.0.1", port: int = 8000,
