@@ -101,6 +101,7 @@ class DerenderCompletionRequest(DerenderRequest, kw_only=True):
     generate_responses: list[GenerateResponse] | None = None     # whole: one per prompt
     prompt_tokens: int | list[int] | None = None                 # streamed: a count; whole: one per response
     prompt_token_ids: list | None = None          # streamed: ids; whole: one list (or null) per response
+    completion_request: CompletionRequest | None = None
 
 
 class Kept:
@@ -237,7 +238,6 @@ class DerenderTier:
         return {"chunk": out, "stream_state": state}
 
     async def _kept(self, key, first: bool, params: StreamParams, prompt_ids: list[int]) -> Kept:
-        await self._sweep()
         kept = self.kept.get(key)
         if kept is not None and first:           # stream_state null: the sequence starts (again)
             await self._close(key)
@@ -256,12 +256,13 @@ class DerenderTier:
             self.state_bytes += kept.charge
         kept.used = time.monotonic()
         self.kept.move_to_end(key)
+        await self._sweep()
         return kept
 
     async def _sweep(self) -> None:
         """Close the streams idle too long, then the least recently used while over the byte bound."""
         kept, deadline = self.kept, time.monotonic() - self.idle_s
-        while kept:
+        while len(kept) > 1:                      # the last is the stream this call serves
             key, oldest = next(iter(kept.items()))
             if oldest.used >= deadline and self.state_bytes <= self.max_state_bytes:
                 break
