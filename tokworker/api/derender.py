@@ -25,22 +25,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 from aiohttp import web
+from msgspec import Meta
 
 from tokworker.api import whole
 from tokworker.api.errors import ApiError
 from tokworker.api.plan import plan_chat, plan_completion
 from tokworker.api.render import json_response, vllm_errors
-from tokworker.api.requests import (Body, ChatCompletionRequest, CompletionRequest, Count, NonNegative,
-                                    TopLogprobs)
+from tokworker.api.requests import Body, ChatCompletionRequest, CompletionRequest, NonNegative
 from tokworker.protocol.deltas import StreamParams
+from tokworker.protocol.messages import ErrorCode
 from tokworker.sse.common import CALL, REASONING, TEXT
 
 PLAIN = StreamParams(tool_parser="none")        # no request to read tools from: text (and reasoning) only
 TEXT_ONLY = StreamParams(tool_parser="none", reasoning_parser="none")
+MAX_CHOICES = 128                               # choices of one generate response (the front door's n)
 STREAM_COST = 4096                              # bytes a kept stream is charged besides its ids
 ID_COST = 8                                     # bytes per id (the pool's copy and the worker's text)
 PROMPT_IDS, PROMPT_IDS_EACH = list[NonNegative] | None, list[list[NonNegative] | None] | None
@@ -75,7 +77,7 @@ class GenerateChoice(Body, kw_only=True):
 
 class GenerateResponse(Body, kw_only=True):
     request_id: str
-    choices: list[GenerateChoice]
+    choices: Annotated[list[GenerateChoice], Meta(max_length=MAX_CHOICES)]
     output_mode: Literal["tokens"] = "tokens"
     usage: dict | None = None
     prompt_token_ids: list[NonNegative] | None = None
@@ -181,20 +183,14 @@ class DerenderTier:
         self.serial += 1
         names = [f"derender-{self.serial}-{i}" for i in range(len(generated.choices))]
         pool = self.api.pool
-        step = {}
-        for name, choice in zip(names, generated.choices):
-            await pool.open_stream(name, params, prompt_ids=prompt_ids, buffer=False)
-            step[name] = self._ids(choice, params)
+        step = {name: self._ids(choice, params) for name, choice in zip(names, generated.choices)}
         try:
+            for name in names:
+                await pool.open_stream(name, params, prompt_ids=prompt_ids, buffer=False)
             updates = await pool.step(step, finish=names)
         finally:
-            await pool.close_stream(*names)
-        collected = []
-        for name in names:
-            choice = whole.Collected()
-            choice.add(updates[name])
-            collected.append(choice)
-        return collected
+            await asyncio.shield(pool.close_stream(*names))
+        return [_collected(updates[name]) for name in names]
 
     # ------------------------------------------------------------ streamed, one call per chunk
     async def _chunk(self, body: DerenderRequest, api: str, params: StreamParams, prompt_ids) -> dict:
@@ -219,8 +215,7 @@ class DerenderTier:
         out["created"] = kept.created
         if finish:                                # (a stream the text side ended answers empty updates until then)
             self._forget((api, chunk.request_id, choice.index))
-        collected = whole.Collected()
-        collected.add(update)
+        collected = _collected(update)
         entries = collected.entries if params.logprobs is not None else None
         if api == "chat":
             out["choices"] = [{"index": choice.index, "delta": _delta(collected, kept.first),
@@ -300,6 +295,15 @@ class DerenderTier:
                                    "logprobs")
         return ids, [(entry.logprob, [(top.token_id, top.logprob) for top in entry.top_logprobs])
                      for entry in content]
+
+
+def _collected(update) -> whole.Collected:
+    """One update gathered (a stream that failed in its worker fails the call with the worker's error)."""
+    if update.finish_reason == "error":
+        raise ApiError(getattr(update, "code", ErrorCode.INTERNAL), getattr(update, "message", "") or "derender failed")
+    collected = whole.Collected()
+    collected.add(update)
+    return collected
 
 
 def _given(value, field: str):
