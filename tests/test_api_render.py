@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 import requests
 
 from api_server import SCENARIOS, TOOLS, running
@@ -225,3 +226,19 @@ def test_kept_streams_are_bounded_in_bytes_and_time(server):
     status, reply = first_chunk("idle", None)                       # a call sweeps the idle ones
     status, reply = first_chunk("bound-7", state={"role_sent": True})
     assert status == 400 and "idle" in reply["error"]["message"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=6), scenario=st.sampled_from(["reasoning", "tools"]))
+def test_any_chunking_derenders_as_one_whole_call(server, sizes, scenario):
+    """However the engine's ids are cut into chunks, the streamed derender joins to the whole one."""
+    ids, prompt = generated(server, scenario)
+    request = {"messages": [{"role": "user", "content": f"Please answer. scenario:{scenario}"}], "tools": TOOLS}
+    chunks = derender_stream(server, f"any-{scenario}-{'-'.join(map(str, sizes))}", ids, prompt, sizes, **request)
+    status, derendered = post(server, "/v1/chat/completions/derender", {
+        "model": MODEL, "prompt_token_ids": prompt, "chat_request": request,
+        "generate_response": {"request_id": "whole", "choices": [{"index": 0, "token_ids": ids}]}})
+    message = derendered["choices"][0]["message"]
+    assert joined(chunks) == {"content": message["content"], "reasoning": message.get("reasoning"),
+                              "calls": [c["function"] for c in message["tool_calls"]],
+                              "finish": derendered["choices"][0]["finish_reason"]}

@@ -109,7 +109,7 @@ class DerenderCompletionRequest(DerenderRequest, kw_only=True):
 class Kept:
     """One streamed sequence kept in the workers."""
 
-    __slots__ = ("name", "charge", "used", "created", "text_offset", "first")
+    __slots__ = ("name", "charge", "used", "created", "text_offset", "first", "called")
 
     def __init__(self, name: str, prompt_ids: list[int]):
         self.name = name
@@ -118,6 +118,7 @@ class Kept:
         self.created = int(time.time())
         self.text_offset = 0                      # completions' logprobs text_offset
         self.first = True                         # the next chat chunk carries the role
+        self.called = False                       # a tool call was streamed (the state's tools_streamed)
 
 
 class DerenderTier:
@@ -221,8 +222,8 @@ class DerenderTier:
             out["choices"] = [{"index": choice.index, "delta": _delta(collected, kept.first),
                                "logprobs": {"content": msgspec.to_builtins(entries)} if entries is not None else None,
                                "finish_reason": update.finish_reason, "stop_reason": update.stop_reason}]
-            kept.first = False
-            state["tools_streamed"] = bool(collected.calls())
+            kept.first, kept.called = False, kept.called or bool(collected.calls())
+            state["tools_streamed"] = kept.called
         else:
             text = collected.text(TEXT) or ""
             out["choices"] = [{"index": choice.index, "text": text,

@@ -10,7 +10,8 @@ Each body maps through plan.py as the generation routes' do, so the ids are what
 would give the engine. `sampling_params` holds what the request set under vLLM's SamplingParams names, and
 `max_tokens` resolved against the context as vLLM resolves it; a knob the request left unset is left out,
 so a generate server applies its own default (it tells a given key from a default one). Constraints become
-vLLM's `structured_outputs`. Errors are vLLM's body (`errors.vllm_body`); the derender routes are
+vLLM's `structured_outputs`. `reasoning_ended` is left null: the engine's reasoning parser reads the prompt
+itself, as vLLM's generate server does when it is null. Errors are vLLM's body (`errors.vllm_body`); the derender routes are
 derender.py's.
 """
 
