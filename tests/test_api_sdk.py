@@ -18,8 +18,6 @@ import pytest
 from api_server import SCENARIOS, TOOLS, running
 from tokworker.api.server import ApiOptions
 from tokworker.engines.replay import REPLY
-from tokworker import Tokenizer
-from tokworker.worker.options import DEFAULT_MODEL_DIR
 
 MODEL = "tokworker-test"
 WEATHER_SCHEMA = TOOLS[0]["function"]["parameters"]
@@ -35,11 +33,6 @@ def server(request):
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.from_dir(DEFAULT_MODEL_DIR)
 
 
 def ask(scenario: str) -> list[dict]:

@@ -14,14 +14,8 @@ import uvloop
 
 from tokworker.frontend import TokenizerPool
 from tests.test_pool_streams import MODEL, check, drive, make_scripts
-from tokworker.tokenizer import Tokenizer
 
 KILLS = 10
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.from_dir(MODEL)
 
 
 async def _wait_until_up(pool: TokenizerPool, index: int, old_pid: int) -> None:

@@ -20,7 +20,6 @@ from tokworker.frontend.errors import InvalidRequest, StreamFailed, UnknownStrea
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.sse.chat import ChunkWriter
 from tokworker.stream.state import TextStream
-from tokworker.tokenizer import Tokenizer
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -151,11 +150,6 @@ def check(tokenizer, scripts, got):
         while updates and updates[-1] == StreamUpdate() and len(updates) > len(reference(tokenizer, script)):
             updates.pop()
         assert normalized(updates) == normalized(reference(tokenizer, script)), script.stream_id
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.from_dir(MODEL)
 
 
 def run(coro):
