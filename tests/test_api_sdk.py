@@ -1,7 +1,9 @@
 """The front door driven by the real `openai` and `anthropic` SDKs over real sockets, on a real pool and the
 replay engine (tests/api_server.py): every route streamed and whole, tools with tool_choice auto, required
 and named, response_format, logprobs with top_logprobs, n=3 with include_usage, stop strings, max_tokens,
-and a client that disconnects mid-stream. What the SDKs assemble is checked against the scripted reply."""
+and a client that disconnects mid-stream. What the SDKs assemble is checked against the scripted reply.
+Covers tokworker.api.requests, tokworker.api.plan, tokworker.api.generation, tokworker.api.serving,
+tokworker.api.whole and tokworker.api.metrics."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Streams through a real pool (worker processes, ipc sockets, uvloop) equal the in-process TextStream,
 update for update, with many concurrent streams, random step sizes and pipelined steps; streams opened
-with a ChunkFormat get the server-sent events those updates make, through worker deaths too."""
+with a ChunkFormat get the server-sent events those updates make, through worker deaths too.
+Covers tokworker.worker.streams."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """Reasoning parsers: streamed == whole text, nothing shown is taken back (never half a tag), whitespace at
-the edges is formatting, and the prompt (rendered by the real chat templates) decides where output starts."""
+the edges is formatting, and the prompt (rendered by the real chat templates) decides where output starts.
+Covers tokworker.parsers.reasoning.formats, tokworker.parsers.reasoning.machine and
+tokworker.parsers.reasoning.prompt."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """TextStream: vLLM v1's stop conditions in one place, the same result however the engine's ids are
 grouped into steps (one token, k tokens, random: speculative decoding), checked against a token-by-token
-reference built on `tokenizers`' decode."""
+reference built on `tokenizers`' decode.
+Covers tokworker.stream.coalesce."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ The oracle is a PreTrainedTokenizerFast built in-test around a one-word tokenize
 transformers' whole path runs: normalization, tool schemas, continue_final_message, its Jinja environment.
 Its clock is frozen to the same `now` we pass. Outputs must be identical; where it raises, we raise
 TemplateError.
+Covers tokworker.templates.prepare and tokworker.templates.tool_schema.
 """
 
 from __future__ import annotations
