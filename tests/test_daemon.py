@@ -1,5 +1,6 @@
 """The `tokworker` command as a user runs it: `serve` as a real subprocess (clients find all its workers,
-SIGTERM stops everything cleanly), the endpoint rules it enforces, `keys`, and `demo`."""
+SIGTERM stops everything cleanly), the endpoint rules it enforces, `keys`, and `demo`.
+Covers tokworker.worker.daemon and tokworker.demo."""
 
 from __future__ import annotations
 

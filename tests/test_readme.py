@@ -2,7 +2,8 @@
 an event loop, the `TokenizerPool.connect` example reaches a real `tokworker serve` started on its default
 endpoint, the HTTP examples reach a real `tokworker api` (on a free port where the README says 8000), and
 each `# -> text` comment on a line is output the block really printed. The `curl` commands of the ```bash
-blocks run too, against the same server."""
+blocks run too, against the same server.
+Covers tokworker.api.run and tokworker.templates.chat_tokenizer."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The operator's surface on a real daemon: `tokworker status` (table, JSON, Prometheus) reports every
 worker's health and counters over the clients' own endpoint, request errors are logged with their request
 ids (bounded), every WorkerOptions setting is a `serve` flag that takes effect, and vLLM's flag names and
-`--version` work."""
+`--version` work.
+Covers tokworker.status."""
 
 from __future__ import annotations
 
