@@ -2,7 +2,8 @@
 real pool behind a real server (tests/api_server.py), driven over HTTP. Render gives the ids the front
 door's own /tokenize gives; errors are vLLM's body; a streamed derender across many calls says what the
 front door's own chat completion says; the kept streams are bounded in bytes and in idle time.
-tests/test_beside_vllm_render.py holds the same routes beside vLLM's own render server."""
+tests/test_beside_vllm_render.py holds the same routes beside vLLM's own render server.
+Covers tokworker.api.render and tokworker.api.derender."""
 
 from __future__ import annotations
 
