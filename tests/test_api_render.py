@@ -107,6 +107,7 @@ def test_messages_and_responses_render_as_their_chat(server):
         {"index": 0, "token_ids": [-1]}]}}, "generate_response.choices[0].token_ids[0]"),
     ("/v1/chat/completions/derender", {"stream": True}, "generate_chunk"),
     ("/v1/completions/derender", {"generate_responses": []}, "generate_responses"),
+    ("/v1/completions/derender", {"stream": True, "prompt_token_ids": [[1]]}, "prompt_token_ids"),
     ("/v1/chat/completions/derender", {"stream": True, "generate_chunk": {"request_id": "r", "choices": [
         {"index": 0, "token_ids": [1]}]}, "stream_state": {"role_sent": True}}, "stream_state"),
 ])
