@@ -1,5 +1,5 @@
 """vLLM's render tier beside tokworker's, in one run (only with `--vllm-python`): the same requests over
-HTTP, one at a time, to `vllm launch render` (bench/vllm_render.py starts it) and to `tokworker api` (one
+HTTP, one at a time on a kept-alive connection, to `vllm launch render` (bench/vllm_render.py starts it) and to `tokworker api` (one
 tokenizer worker), both on Qwen3's vocabulary with the hermes tool parser and the qwen3 reasoning parser.
 Each side's CPU is its server's whole process tree (every thread, read from /proc: tokworker's API process
 and its worker), in the window of the measured requests; the client's is not counted. Rows:
@@ -17,6 +17,7 @@ and its worker), in the window of the measured requests; the client's is not cou
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -55,13 +56,21 @@ def _tree_cpu(pid: int) -> float:
 
 
 def _measure(url: str, pid: int, calls: list[tuple[str, object]]) -> float:
-    """Server CPU seconds over `calls` (path, body or a function of the last reply), sent one at a time."""
+    """Server CPU seconds over `calls` (path, body or a function of the last reply), sent one at a time on
+    one kept-alive connection (as a render tier's client holds one)."""
+    connection = http.client.HTTPConnection(*url.removeprefix("http://").split(":"), timeout=60)
     before, reply = _tree_cpu(pid), None
-    for path, body in calls:
-        status, reply = vllm_render.post(url + path, body(reply) if callable(body) else body)
-        if status != 200:
-            raise RuntimeError(f"{url}{path}: {status} {str(reply)[:300]}")
-    return _tree_cpu(pid) - before
+    try:
+        for path, body in calls:
+            connection.request("POST", path, json.dumps(body(reply) if callable(body) else body),
+                               {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            reply = json.loads(response.read())
+            if response.status != 200:
+                raise RuntimeError(f"{url}{path}: {response.status} {str(reply)[:300]}")
+        return _tree_cpu(pid) - before
+    finally:
+        connection.close()
 
 
 def _streamed(prompt: list[int], ids: list[int], request_id: str) -> list[tuple[str, object]]:

@@ -7,6 +7,7 @@ Covers tokworker.api.render and tokworker.api.derender."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -108,6 +109,7 @@ def test_messages_and_responses_render_as_their_chat(server):
         {"index": 0, "token_ids": [-1]}]}}, "generate_response.choices[0].token_ids[0]"),
     ("/v1/chat/completions/derender", {"stream": True}, "generate_chunk"),
     ("/v1/completions/derender", {"generate_responses": []}, "generate_responses"),
+    ("/v1/completions/derender", {"stream": True, "prompt_token_ids": [[1]]}, "prompt_token_ids"),
     ("/v1/chat/completions/derender", {"stream": True, "generate_chunk": {"request_id": "r", "choices": [
         {"index": 0, "token_ids": [1]}]}, "stream_state": {"role_sent": True}}, "stream_state"),
 ])
@@ -152,6 +154,21 @@ def derender_stream(server, request_id: str, ids: list[int], prompt: list[int], 
     return chunks
 
 
+def streamed_chat(server, request: dict) -> list[dict]:
+    """The front door's own streamed chat of a request (the replay engine plays its scenario): its choices,
+    with tokworker's `reasoning_content` under vLLM 0.33's name, as derender writes it."""
+    response = requests.post(server.url + "/v1/chat/completions", json={"model": MODEL, "stream": True, **request},
+                             stream=True, timeout=30)
+    choices = []
+    for line in response.iter_lines():
+        if line.startswith(b"data: {"):
+            for choice in json.loads(line[6:])["choices"]:
+                if "reasoning_content" in choice["delta"]:
+                    choice["delta"]["reasoning"] = choice["delta"].pop("reasoning_content")
+                choices.append(choice)
+    return choices
+
+
 def joined(chunks: list[dict]) -> dict:
     calls: dict[int, dict] = {}
     for chunk in chunks:
@@ -170,6 +187,7 @@ def test_streamed_derender_says_what_the_front_door_says(server, scenario):
     request = {"messages": [{"role": "user", "content": f"Please answer. scenario:{scenario}"}], "tools": TOOLS}
     chunks = derender_stream(server, f"same-{scenario}", ids, prompt, **request)
     assert chunks[0]["delta"]["role"] == "assistant"
+    assert joined(chunks) == joined(streamed_chat(server, request))
     status, whole = post(server, "/v1/chat/completions", {"model": MODEL, **request})
     assert status == 200, whole
     message = whole["choices"][0]["message"]

@@ -155,7 +155,11 @@ class DerenderTier:
     @vllm_errors
     async def completions(self, request: web.Request) -> web.Response:
         body = self.api.decode(await self.api.read(request), DerenderCompletionRequest)
-        prompts = msgspec.convert(body.prompt_token_ids, PROMPT_IDS if body.stream else PROMPT_IDS_EACH)
+        try:
+            prompts = msgspec.convert(body.prompt_token_ids, PROMPT_IDS if body.stream else PROMPT_IDS_EACH)
+        except msgspec.ValidationError as error:
+            shape = "a list of token ids" if body.stream else "one list of token ids (or null) per generate response"
+            raise ApiError.invalid(f"prompt_token_ids is {shape}: {error}", "prompt_token_ids") from None
         params = _params(plan_completion, body.completion_request, self.api.served, TEXT_ONLY, body.stream)
         if body.stream:
             return json_response(await self._chunk(body, "completions", params, prompts))
