@@ -19,7 +19,9 @@ from pathlib import Path
 
 from bench.report import write_markdown, write_plot
 
-SECTIONS = ["encode", "chat", "stream", "writers", "pool", "constrain", "front_door", "llama_cpp", "http_engines"]
+SECTIONS = ["encode", "chat", "stream", "writers", "pool", "constrain", "front_door", "llama_cpp", "render_tier",
+            "http_engines"]
+WITH_VLLM = ("beside_vllm", "render_tier", "http_engines")      # the sections --vllm-python's install measures
 
 
 def main(argv=None):
@@ -29,7 +31,7 @@ def main(argv=None):
     parser.add_argument("--only", action="append", choices=SECTIONS + ["beside_vllm"], help="run only these sections")
     parser.add_argument("--out", default="bench/out", help="where results.jsonl, results.md and results.png go")
     parser.add_argument("--vllm-python", help="a python with vLLM installed: adds the `beside_vllm` section and "
-                                                "http_engines' vllm rows")
+                                                "the vLLM rows of render_tier and http_engines")
     args = parser.parse_args(argv)
 
     out = Path(args.out)
@@ -44,7 +46,7 @@ def main(argv=None):
     for name in names:
         module = importlib.import_module(f"bench.{name}")
         started = time.perf_counter()
-        extra = {"python": args.vllm_python} if name in ("beside_vllm", "http_engines") else {}
+        extra = {"python": args.vllm_python} if name in WITH_VLLM else {}
         rows = module.run(quick=args.quick, model_dirs=[Path(d) for d in args.model_dir], **extra)
         for row in rows:
             print(json.dumps({"section": name, **row}, ensure_ascii=False), flush=True)

@@ -6,7 +6,8 @@ Real: the adapter, the pool and `tokworker api` in processes of their own, HTTP 
 SGLang's server (tests/sglang_generate_server.py, an aiohttp app): SGLang's HTTP server needs its GPU
 scheduler and model-runner processes, so the stand-in serves the request and event shapes read from SGLang
 0.5.23's code (GenerateReqInput, SamplingParams' names, the skip_tokenizer_init event dicts, the finish
-reasons, /abort_request) and generates a fixed list of ids (engine_servers.script)."""
+reasons, /abort_request) and generates a fixed list of ids (engine_servers.script).
+Covers tokworker.engines.sglang and tokworker.engines.http (the HTTP-streaming base)."""
 
 from __future__ import annotations
 

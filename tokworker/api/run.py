@@ -45,7 +45,9 @@ async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "1
     or SIGINT (with `signals`), or until cancelled. `spawn`: TokenizerPool.spawn's keyword arguments.
     `ready(port)` is called once serving."""
     from tokworker.frontend import TokenizerPool
+    from tokworker.worker.preflight import check_spawn
 
+    check_spawn(spawn)                    # what would fail every request fails here, in one line
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     drain = asyncio.Event()
