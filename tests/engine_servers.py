@@ -105,9 +105,11 @@ def seen(engine_url: str) -> list[dict]:
 
 
 def wait_aborted(engine_url: str, engine_id: str, timeout: float = 10) -> bool:
+    """Whether the engine's abort route got `engine_id` within `timeout` seconds (the adapter also closes
+    the request's connection, which the engine may or may not notice first)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if engine_id in requests.get(engine_url + "/standin/aborted").json():
+        if engine_id in requests.get(engine_url + "/standin/aborted").json()["posted"]:
             return True
         time.sleep(0.05)
     return False

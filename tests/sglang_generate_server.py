@@ -12,7 +12,8 @@ far in each event (SGLang's default), or only the new ones with --incremental (i
 token id, {"type": "length", "length": n} at max_new_tokens, {"type": "abort", "message"} after
 /abort_request. As SGLang does, it refuses sampling parameters it does not know with 400, a prompt past the
 context with an error event after the 200, and treats a closed connection as an abort. What it saw is
-readable for the tests: GET /standin/requests, GET /standin/aborted.
+readable for the tests: GET /standin/requests, GET /standin/aborted (`posted` to /abort_request, `closed`
+with their connection).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Standin:
     def __init__(self, script: list[int], step_s: float, incremental: bool):
         self.script, self.step_s, self.incremental = script, step_s, incremental
         self.requests: list[dict] = []
-        self.aborted: list[str] = []
+        self.aborted: dict[str, list[str]] = {"posted": [], "closed": []}
         self.abort_asked: set[str] = set()
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -91,14 +92,14 @@ class Standin:
                     break
             await response.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
-            self.aborted.append(rid)                 # SGLang's background abort task for a gone client
+            self.aborted["closed"].append(rid)      # SGLang's background abort task for a gone client
             raise
         return response
 
     async def abort_request(self, request: web.Request) -> web.Response:
         rid = (await request.json()).get("rid")
         self.abort_asked.add(rid)
-        self.aborted.append(rid)
+        self.aborted["posted"].append(rid)
         return web.Response(status=200)
 
 

@@ -10,7 +10,8 @@ AsyncLLM does, the ids of the script file one per step (`--step-s` apart), endin
 or a stop token id, "length" at max_tokens, "error" after two ids for seed 666 (an engine failing
 mid-stream); logprobs are made up (the sampled id -0.5, rank 1, then id+1 ...).
 What the engine saw is readable for the tests: GET /standin/requests (each request's id, prompt ids and
-sampling parameters) and GET /standin/aborted (the ids aborted: by /abort_requests or by a closed stream).
+sampling parameters) and GET /standin/aborted (the ids aborted: `posted` by /abort_requests, `closed` with
+their stream).
 DIR is a tokenizer folder; a config.json with the smallest Qwen3 shape is written beside a copy of it,
 since vLLM's ModelConfig reads the architecture (no weights are loaded).
 """
@@ -40,7 +41,7 @@ class ScriptedEngine:
         self.renderer, self.input_processor = renderer, None
         self.script, self.step_s = script, step_s
         self.requests: list[dict] = []
-        self.aborted: list[str] = []
+        self.aborted: dict[str, list[str]] = {"posted": [], "closed": []}
         self.running: set[str] = set()
         self.errored, self.dead_error = False, None
 
@@ -52,7 +53,7 @@ class ScriptedEngine:
 
     async def abort(self, request_id) -> None:
         ids = [request_id] if isinstance(request_id, str) else list(request_id)
-        self.aborted.extend(ids)
+        self.aborted["posted"].extend(ids)
         self.running.difference_update(ids)
 
     async def generate(self, engine_input, sampling_params, request_id, **_):
@@ -100,7 +101,7 @@ class ScriptedEngine:
             output = CompletionOutput(0, "", ids, None, logprobs, finish_reason="abort")
             yield RequestOutput(request_id, None, prompt, None, [output], True)
         except (asyncio.CancelledError, GeneratorExit):
-            self.aborted.append(request_id)       # AsyncLLM aborts a request whose consumer went away
+            self.aborted["closed"].append(request_id)       # AsyncLLM aborts a request whose consumer went away
             raise
         finally:
             self.running.discard(request_id)

@@ -39,11 +39,13 @@ class HttpEngine(Engine):
 
     route = "/"
 
-    def __init__(self, url: str, *, max_connections: int = 256, connect_timeout: float = 10.0):
+    def __init__(self, url: str, *, max_connections: int = 256, connect_timeout: float = 10.0,
+                 max_event_bytes: int = 4 << 20):
         super().__init__()
         self.url = url.rstrip("/")
         self.max_connections = max_connections
         self.connect_timeout = connect_timeout
+        self.max_event_bytes = max_event_bytes     # one SSE line (SGLang's default events grow with the output)
         self.session = None
         self.tasks: dict[str, asyncio.Task] = {}
         self.kept: dict[str, object] = {}              # what read() keeps per request between its events
@@ -53,8 +55,10 @@ class HttpEngine(Engine):
         import aiohttp
 
         await super().start(pool)
+        # aiohttp refuses a line past twice its read buffer: that bounds one event in bytes
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.max_connections),
-                                             timeout=aiohttp.ClientTimeout(sock_connect=self.connect_timeout))
+                                             timeout=aiohttp.ClientTimeout(sock_connect=self.connect_timeout),
+                                             read_bufsize=self.max_event_bytes // 2)
         try:
             await self.probe(pool)
         except (aiohttp.ClientError, OSError, ValueError) as error:
@@ -123,7 +127,7 @@ class HttpEngine(Engine):
         import aiohttp
 
         try:
-            async with self.session.post(self.url + path, json=body) as response:
+            async with self.session.post(self.url + path, data=encode(body), headers=JSON) as response:
                 if response.status != 200:
                     log.warning("%s %s answered %d: %s", self.name, path, response.status,
                                 message(await response.read()))
@@ -146,13 +150,26 @@ class HttpEngine(Engine):
             raise EngineError(ErrorCode.INTERNAL, f"{self.name} ended the stream before the request finished")
         except asyncio.CancelledError:
             raise
-        except (EngineError, aiohttp.ClientError, OSError, msgspec.DecodeError) as failure:
-            error = failure if isinstance(failure, EngineError) else \
-                EngineError(ErrorCode.UNAVAILABLE, f"{self.name} at {self.url}: {failure}")
+        except Exception as failure:               # whatever it is, the request ends with it: nothing hangs
+            error = _engine_error(failure, self.name, self.url, self.max_event_bytes)
             if not accepted.done():
                 accepted.set_exception(error)
             else:
                 self.emit(request_id, [], finish="error", error=error)
+
+
+def _engine_error(failure: Exception, name: str, url: str, max_event_bytes: int) -> EngineError:
+    import aiohttp
+    from aiohttp.http_exceptions import LineTooLong
+
+    if isinstance(failure, EngineError):
+        return failure
+    if isinstance(failure, LineTooLong):
+        return EngineError(ErrorCode.TOO_LARGE, f"{name} sent an event over {max_event_bytes} bytes")
+    if isinstance(failure, (aiohttp.ClientError, OSError)):
+        return EngineError(ErrorCode.UNAVAILABLE, f"{name} at {url}: {failure}")
+    log.exception("%s sent what the adapter cannot read", name)
+    return EngineError(ErrorCode.INTERNAL, f"{name} sent what the adapter cannot read: {failure!r}"[:500])
 
 
 def engine_params(sampling: SamplingParams, names: dict[str, str]) -> dict:

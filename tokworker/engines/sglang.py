@@ -7,8 +7,9 @@ Each request is one streamed GenerateReqInput: `input_ids`, `sampling_params` un
 {"finish_reason": null | {"type": "stop" | "length" | "abort", ...}, "completion_tokens": n,
 "output_token_logprobs": [[logprob, id, null], ...], "output_top_logprobs": [[[logprob, id, null], ...],
 ...]}}`. By default SGLang sends every id so far in each event; started with `--incremental-streaming-output`
-it sends only the new ones (cheaper for both sides): `completion_tokens` tells the two apart. Abort closes the
-request's connection and POSTs /abort_request with the rid.
+it sends only the new ones (cheaper for both sides): `completion_tokens` tells the two apart (a delta holds
+exactly the ids past those handed out; SGLang serializes its running list, which may have grown since).
+Abort closes the request's connection and POSTs /abort_request with the rid.
 
     engine = SglangEngine("http://127.0.0.1:30000")
 """
@@ -71,7 +72,8 @@ class SglangEngine(HttpEngine):
                               f"sglang failed the request: {event.error.get('message')}")
         meta = event.meta_info or _Meta()
         ids, seen = event.output_ids, self.kept.get(request_id, 0)      # kept: the ids handed out so far
-        if len(ids) == meta.completion_tokens:                # every id so far: the new ones are past `seen`
+        total = meta.completion_tokens                 # a delta holds total - seen ids; every id so far, more
+        if total is not None and len(ids) != total - seen:
             ids = ids[seen:]
         self.kept[request_id] = seen + len(ids)
         reason = meta.finish_reason
