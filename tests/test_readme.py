@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
+pytestmark = pytest.mark.slow  # daemons and the front door
+
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 BLOCKS = re.findall(r"^```python\n(.*?)^```", README, flags=re.S | re.M)

@@ -176,6 +176,7 @@ def test_nemo_generated_content_equals_mistral_common(nemo, content):
     assert _render(nemo, messages) == expected
 
 
+@pytest.mark.slow  # a worker process
 def test_a_tekken_folder_through_the_pool(nemo):
     import uvloop
     from tokworker.frontend import TokenizerPool

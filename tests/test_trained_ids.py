@@ -360,6 +360,7 @@ def test_llama_tokenizer_class_plain_text_follows_sentencepiece(tmp_path):
 
 
 # ------------------------------------------------------------------ through the pool
+@pytest.mark.slow  # a worker process
 def test_mistral_prompt_ids_through_the_pool(tmp_path):
     import uvloop
     from tokworker.frontend import TokenizerPool
