@@ -128,6 +128,7 @@ def _normalized_vocabulary(normalizer: dict) -> dict:
     return spec
 
 
+@pytest.mark.slow  # a sweep of several seconds
 def test_normalizers_rebuild_no_token():
     """8 setups: the plain path forges control ids in every one (as `tokenizers` itself encodes the text);
     the sanitized path in none."""

@@ -26,6 +26,7 @@ def fast(name):
     return transformers.PreTrainedTokenizerFast(tokenizer_object=load(name)[1])
 
 
+@pytest.mark.slow  # a sweep of several seconds
 @pytest.mark.parametrize("name", VOCABS)
 def test_streamed_text_is_transformers_decode_with_the_flag(name):
     tok, ref = load(name)

@@ -142,6 +142,7 @@ def _render(nemo: Tekken, messages, tools=None) -> list[int]:
                                          allow_untrusted_template=True)
 
 
+@pytest.mark.slow  # a sweep of several seconds
 def test_nemo_chat_prompts_equal_mistral_common(nemo):
     for messages in _chats(CONTENTS):
         assert _render(nemo, messages) == nemo.expected_chat(messages), messages
