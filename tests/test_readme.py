@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
+from tests.daemons import wait_held
+
 pytestmark = pytest.mark.slow  # daemons and the front door
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,6 +47,7 @@ def runtime_dir(tmp_path_factory):
     daemon = subprocess.Popen([sys.executable, "-m", "tokworker.cli", "serve", "--model-dir",
                                str(REPO / "tokworker" / "data" / "default"), "--workers", "2",
                                "--log-level", "WARNING"], env=env)
+    wait_held(daemon, f"ipc://{root}/tokworker/worker")
     yield root
     daemon.terminate()
     assert daemon.wait(30) == 0
