@@ -15,6 +15,8 @@ import requests
 from api_server import SCENARIOS, TOOLS, running
 from tokworker.api.server import ApiOptions
 
+pytestmark = pytest.mark.slow  # the front door on worker processes
+
 USER = [{"role": "user", "content": "hi"}]
 MAX_BODY = 256 * 1024
 CHAT, COMPLETIONS, RESPONSES, MESSAGES = "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"

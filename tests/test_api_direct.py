@@ -19,6 +19,8 @@ import requests
 from api_server import running
 from tokworker.api.server import ApiOptions
 
+pytestmark = pytest.mark.slow  # the front door on worker processes
+
 MODEL = "tokworker-test"
 LONG = [{"role": "user", "content": "scenario:long"}]
 

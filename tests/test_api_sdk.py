@@ -21,6 +21,8 @@ from api_server import SCENARIOS, TOOLS, running
 from tokworker.api.server import ApiOptions
 from tokworker.engines.replay import REPLY
 
+pytestmark = pytest.mark.slow  # the front door on worker processes
+
 MODEL = "tokworker-test"
 WEATHER_SCHEMA = TOOLS[0]["function"]["parameters"]
 

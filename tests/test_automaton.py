@@ -47,6 +47,7 @@ def _regexes():
     return st.recursive(st.sampled_from(_ATOMS), combine, max_leaves=8)
 
 
+@pytest.mark.slow  # a sweep of several seconds
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(pattern=_regexes(), texts=st.lists(st.text(ALPHABET, max_size=6), max_size=10), seed=st.integers(0, 99))
 def test_dfa_agrees_with_python_re(pattern, texts, seed):
@@ -296,6 +297,7 @@ def test_real_vocabulary_canonical_tokenizations_are_accepted():
     assert checked >= 20
 
 
+@pytest.mark.slow  # a sweep of several seconds
 def test_real_vocabulary_random_token_walks_spell_prefixes_of_matches():
     _, vocab, trie = qwen()
     pattern = tool_call_pattern([WEATHER_TOOL])

@@ -5,8 +5,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from bench.__main__ import SECTIONS
 from realdata import REPO
+
+pytestmark = pytest.mark.slow  # the bench
 
 
 def test_quick_bench_writes_every_section(tmp_path):

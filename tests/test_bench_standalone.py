@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # the bench, in fresh processes
+
 REPO = Path(__file__).resolve().parent.parent
 TEST_ONLY = ("tests", "pytest", "hypothesis", "realdata", "tokenizer_refs")
 

@@ -97,6 +97,7 @@ def test_the_bundled_tokenizer_ships_chatml_as_its_own_template():
     assert transformers.AutoTokenizer.from_pretrained(str(DEFAULT)).chat_template == CHATML_TEMPLATE
 
 
+@pytest.mark.slow  # worker processes
 def test_the_pool_refuses_then_uses_the_operators_template(bare_dir, template_file):
     tokenizer = Tokenizer.from_dir(bare_dir)
 
@@ -128,6 +129,7 @@ def _serve(*args):
                             stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow  # a daemon
 def test_serve_chat_template_flag(bare_dir, template_file):
     missing = _serve("--model-dir", str(bare_dir), "--chat-template", str(template_file) + ".absent")
     assert missing.wait(60) == 2
@@ -151,6 +153,7 @@ def test_serve_chat_template_flag(bare_dir, template_file):
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
+@pytest.mark.slow  # worker processes
 def test_a_pool_never_mixes_workers_that_render_with_different_templates(template_file):
     """The operator's template is part of the model fingerprint (by its text: a file and the same text
     given inline are one template), so a pool refuses a worker that would render other prompts."""

@@ -20,6 +20,8 @@ from tokworker.tokenizer import Tokenizer
 from tokworker.protocol.endpoints import ClientKeys, InsecureEndpoint
 from tokworker.worker.security import check_bind, generate_keys
 
+pytestmark = pytest.mark.slow  # daemons
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
 

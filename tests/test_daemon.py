@@ -23,6 +23,8 @@ from tokworker.tokenizer import Tokenizer
 from tokworker.protocol.endpoints import InsecureEndpoint
 from tokworker.worker.security import check_bind, ensure_private_dir
 
+pytestmark = pytest.mark.slow  # daemons
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -24,6 +24,8 @@ from tokworker.protocol.messages import ErrorCode
 from tokworker.stream.state import TextStream
 from tokworker.tokenizer import Tokenizer
 
+pytestmark = pytest.mark.slow  # daemons
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -19,6 +19,8 @@ from tokworker.frontend import PoolError, TokenizerPool
 from tokworker.worker.launcher import Launcher, WorkerStartError
 from tokworker.worker.options import WorkerOptions
 
+pytestmark = pytest.mark.slow  # daemons and worker processes
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -25,6 +25,8 @@ from tests.llama_cpp import serve, smollm2
 from tokworker.api.server import ApiOptions
 from tokworker.engines.llama_cpp import LlamaCppEngine
 
+pytestmark = pytest.mark.slow  # llama-server and a pool
+
 MODEL = "smollm2"
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",

@@ -17,6 +17,8 @@ from tokworker.engines.inprocess import InProcessEngine, allowed
 from tokworker.engines.replay import ReplayEngine, shortest_match
 from tokworker.frontend import TokenizerPool
 
+pytestmark = pytest.mark.slow  # the front door on worker processes
+
 
 def test_ids_arriving_between_two_ticks_are_one_step():
     async def main():

@@ -49,6 +49,7 @@ def test_qwen3_coder_writes_a_schema_key_as_a_tag():
     assert sanitized == 0 and plain == 4
 
 
+@pytest.mark.slow  # a worker process
 def test_qwen3_coder_schema_key_through_a_worker():
     """The same through the pool: the worker renders with the operator's template, and the ids it sends
     back hold the template's control tokens only."""
@@ -127,6 +128,7 @@ def _normalized_vocabulary(normalizer: dict) -> dict:
     return spec
 
 
+@pytest.mark.slow  # a sweep of several seconds
 def test_normalizers_rebuild_no_token():
     """8 setups: the plain path forges control ids in every one (as `tokenizers` itself encodes the text);
     the sanitized path in none."""

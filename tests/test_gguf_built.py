@@ -23,6 +23,8 @@ from tests.test_gguf_smollm2 import TEXTS, texts
 from tokworker import Tokenizer
 from tokworker.tokenizer.errors import UnsupportedComponent
 
+pytestmark = pytest.mark.slow  # llama-tokenize
+
 pytest.importorskip("gguf")
 
 # folder -> (tokenizer.ggml.pre, convert's fingerprint of the folder's tokenizer, a CONTROL token to batch by).

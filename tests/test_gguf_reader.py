@@ -20,6 +20,7 @@ from tokworker.tokenizer.gguf_reader import read_metadata
 gguf = pytest.importorskip("gguf")
 
 
+@pytest.mark.slow  # a sweep of several seconds
 def test_reads_what_the_gguf_package_reads():
     path = smollm2()
     ours = read_metadata(path)
@@ -122,6 +123,7 @@ mutation = st.one_of(
 )
 
 
+@pytest.mark.slow  # a sweep of several seconds
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(change=mutation)
 def test_mutated_headers_are_refused_cleanly(original, tmp_path, change):

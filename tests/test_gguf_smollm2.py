@@ -22,6 +22,8 @@ from tests.tokenizer_corpus import CORPUS
 from tokworker import Tokenizer
 from tokworker.templates import TemplateError
 
+pytestmark = pytest.mark.slow  # llama-server
+
 SEPARATOR = 16            # <empty_output>: a CONTROL token no text below holds
 # beyond the shared corpus: what llama.cpp's own classes decide (Unicode 15.1 letters and CJK extension I,
 # which tokenizers' and Python 3.11's tables leave unassigned; White_Space without U+001C-U+001F), digit

@@ -10,6 +10,8 @@ import pytest
 from tests.llama_cpp import binary, serve, smollm2
 from tools.llama_server import LlamaServer, build, install_dir, llama_tokenize
 
+pytestmark = pytest.mark.slow  # llama-server
+
 
 def test_another_host_is_refused():
     with pytest.raises(ValueError, match="127.0.0.1"):

@@ -167,6 +167,7 @@ def test_random_engine_batches_match_one_by_one():
         assert [e for u in a for lst in u.logprobs for e in lst] == [e for u in b for lst in u.logprobs for e in lst]
 
 
+@pytest.mark.slow  # worker processes
 def test_through_a_pool_plain_updates_carry_the_same_entries():
     """pool.step({id: (ids, logprobs)}) beside plain {id: ids}; entries and usage survive the buffered
     iterator's merging; a wrong logprobs shape fails that stream with a typed error, the worker lives on."""

@@ -144,6 +144,7 @@ def _differing_code_points(ours, ref, limit: int = 20) -> list[str]:
     return found[:limit]
 
 
+@pytest.mark.slow  # a sweep of several seconds
 @pytest.mark.parametrize("spec", [{"type": "Lowercase"}, {"type": "StripAccents"}, {"type": "NFC"}, {"type": "NFD"},
                                   {"type": "NFKC"}, {"type": "NFKD"}, {"type": "Nmt"},
                                   {"type": "Strip", "strip_left": True, "strip_right": True},

@@ -16,6 +16,8 @@ import uvloop
 from tokworker.frontend import InvalidRequest, Overloaded, PoolError, RequestTimeout, TokenizerPool
 from tokworker.protocol.deltas import StreamParams, StreamUpdate
 
+pytestmark = pytest.mark.slow  # worker processes
+
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find a word.",
                                            "parameters": {"type": "object", "properties": {"word": {"type": "string"}},

@@ -66,6 +66,7 @@ def test_the_workers_mapping_tells_bad_input_from_our_bugs():
         assert error_of(exc)[0] == ErrorCode.INTERNAL
 
 
+@pytest.mark.slow  # worker processes
 def test_a_failed_stream_tells_step_its_code_and_message():
     async def main():
         async with await TokenizerPool.spawn(MODEL, workers=1) as pool:

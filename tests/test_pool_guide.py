@@ -30,6 +30,8 @@ from tokworker.constrain.json_schema import json_schema_to_regex
 from tokworker.constrain.tool_choice import tool_call_pattern
 from tokworker.tokenizer import Tokenizer
 
+pytestmark = pytest.mark.slow  # worker processes
+
 CALL = ('<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris, 日本 🚀", "unit": "celsius", '
         '"days": 3}}\n</tool_call>')
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}

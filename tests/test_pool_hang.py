@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
 import uvloop
 
 from tokworker.frontend import TokenizerPool
@@ -18,6 +19,8 @@ from tokworker.protocol.deltas import StreamParams
 from tokworker.stream.state import TextStream
 from tokworker.tokenizer import Tokenizer
 from tests.test_pool_streams import MODEL
+
+pytestmark = pytest.mark.slow  # worker processes
 
 TEXT = "a stream that goes on while its worker is stopped, killed and replaced, and sees every word once"
 

@@ -16,6 +16,8 @@ import uvloop
 from tokworker.frontend import TokenizerPool
 from tests.test_pool_streams import MODEL, check, drive, make_scripts
 
+pytestmark = pytest.mark.slow  # worker processes
+
 KILLS = 10
 
 

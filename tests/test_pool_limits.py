@@ -18,6 +18,8 @@ import uvloop
 
 from tokworker.frontend import PoolError, TokenizerPool, WorkerLost
 
+pytestmark = pytest.mark.slow  # worker processes
+
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 
 

@@ -13,6 +13,8 @@ import uvloop
 from tokworker.frontend import InvalidRequest, Overloaded, TokenizerPool
 from tokworker.tokenizer import Tokenizer
 
+pytestmark = pytest.mark.slow  # worker processes
+
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 CHAT = [{"role": "user", "content": "word " * 3000}]
 

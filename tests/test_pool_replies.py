@@ -21,6 +21,8 @@ from tokworker.tokenizer import Tokenizer
 from tokworker.worker.replies import reply_bound
 from tokworker.protocol.messages import DecodeReply, EncodeReply
 
+pytestmark = pytest.mark.slow  # worker processes
+
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]

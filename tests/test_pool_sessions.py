@@ -9,12 +9,15 @@ import gc
 import tracemalloc
 from pathlib import Path
 
+import pytest
 import uvloop
 import zmq
 
 from tokworker.frontend import TokenizerPool
 from tokworker.protocol.messages import PROTOCOL_VERSION, Hello, HelloReply, decode_reply, encode_message, frame
 from tokworker.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.slow  # worker processes
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 

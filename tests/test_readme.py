@@ -23,6 +23,8 @@ import uvloop
 
 from tests.daemons import wait_held
 
+pytestmark = pytest.mark.slow  # daemons and the front door
+
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 BLOCKS = re.findall(r"^```python\n(.*?)^```", README, flags=re.S | re.M)

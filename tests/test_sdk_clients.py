@@ -22,6 +22,8 @@ from tokworker.sse.chat import usage_event
 from tokworker.stream.accounting import token_name
 from tokworker.stream.state import TextStream
 
+pytestmark = pytest.mark.slow  # worker processes
+
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]

@@ -27,6 +27,8 @@ from tokworker.protocol.messages import ErrorCode
 from tokworker.worker.errorlog import RequestErrors
 from tokworker.worker.options import WorkerOptions, settings
 
+pytestmark = pytest.mark.slow  # a daemon
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -9,7 +9,8 @@ import functools
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.test_detokenizer import VOCABS, load, split, stream
+from tests.cuts import cut_at
+from tests.test_detokenizer import VOCABS, load, stream
 from tokworker.protocol.deltas import StreamParams
 from tokworker.stream.state import TextStream
 
@@ -25,6 +26,7 @@ def fast(name):
     return transformers.PreTrainedTokenizerFast(tokenizer_object=load(name)[1])
 
 
+@pytest.mark.slow  # a sweep of several seconds
 @pytest.mark.parametrize("name", VOCABS)
 def test_streamed_text_is_transformers_decode_with_the_flag(name):
     tok, ref = load(name)
@@ -38,7 +40,7 @@ def test_streamed_text_is_transformers_decode_with_the_flag(name):
     def check(ids, cuts, skip):
         expected = oracle.decode(ids, skip_special_tokens=skip, spaces_between_special_tokens=True)
         assert expected == oracle.decode(ids, skip_special_tokens=skip, spaces_between_special_tokens=False)
-        for steps in (split(ids, cuts), [[i] for i in ids]):
+        for steps in (cut_at(ids, cuts), [[i] for i in ids]):
             text, _ = stream(tok, steps, skip_special_tokens=skip, spaces_between_special_tokens=True)
             assert text == expected
 

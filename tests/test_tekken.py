@@ -142,6 +142,7 @@ def _render(nemo: Tekken, messages, tools=None) -> list[int]:
                                          allow_untrusted_template=True)
 
 
+@pytest.mark.slow  # a sweep of several seconds
 def test_nemo_chat_prompts_equal_mistral_common(nemo):
     for messages in _chats(CONTENTS):
         assert _render(nemo, messages) == nemo.expected_chat(messages), messages
@@ -176,6 +177,7 @@ def test_nemo_generated_content_equals_mistral_common(nemo, content):
     assert _render(nemo, messages) == expected
 
 
+@pytest.mark.slow  # a worker process
 def test_a_tekken_folder_through_the_pool(nemo):
     import uvloop
     from tokworker.frontend import TokenizerPool

@@ -24,6 +24,8 @@ from tests.test_template_sandbox import PeakResident
 from tokworker.templates import TemplateError, render_chat
 from tokworker.worker.options import WorkerOptions
 
+pytestmark = pytest.mark.slow  # bombs, each in a forked child
+
 MESSAGES = [{"role": "user", "content": "hi"}]
 MAX_SECONDS, MAX_GROWTH, MAX_CPU_AFTER = 1.5, 512 * 2**20, 0.05
 ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")

@@ -85,7 +85,8 @@ LEAKS = ("<class", "<module", "<function", "<built-in", "<bound", "<method", "ob
          "builtins", "__globals__", "jinja2", "tokworker", "posix", "Popen", "<cell", "<code")
 
 
-@pytest.mark.parametrize("template", ESCAPES)
+# ids without the pid in CANARY: xdist's workers must collect the same names
+@pytest.mark.parametrize("template", ESCAPES, ids=lambda template: template.replace(str(CANARY), "CANARY"))
 def test_escape_is_blocked_and_leaks_nothing(template):
     try:
         output = render_chat(template, MESSAGES)
@@ -210,6 +211,7 @@ def bomb_results():
     return results
 
 
+@pytest.mark.slow  # bombs, each in a forked child
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_bomb_is_stopped(name, bomb_results):
     outcome, elapsed, growth = bomb_results[name]
@@ -364,6 +366,7 @@ def test_a_call_that_completes_with_every_stop_swallowed_returns_its_result():
         gc.callbacks.remove(slow_always)
 
 
+@pytest.mark.slow  # a forked child that recurses deep
 def test_a_tuple_too_deep_to_hash_is_refused_not_a_crash():
     """Hashing a 240,000-deep tuple overflowed the C stack (SIGSEGV: the pool re-sent it and lost three
     workers). The depth is weighed before anything is hashed; judged in a child, which would die."""

@@ -73,6 +73,7 @@ def pooled_ids():
     return reports
 
 
+@pytest.mark.slow  # two processes of worker processes
 def test_100000_ids_from_four_workers_in_two_processes_never_repeat(pooled_ids):
     workers = [pid for report in pooled_ids for pid, opened in report["workers"] if opened]
     assert len(set(workers)) == 4  # every worker of both pools served streams
@@ -97,6 +98,7 @@ def test_consecutive_ids_share_nothing_an_attacker_could_extend():
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
 
 
+@pytest.mark.slow  # the pooled ids come from worker processes
 @pytest.mark.parametrize("file,ids_of", [("Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral"),
                                          ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral"),
                                          ("Qwen-Qwen3-0.6B.jinja", "hermes")])

@@ -188,6 +188,7 @@ def _char_by_char_seconds(name, text):
     return time.perf_counter() - start
 
 
+@pytest.mark.slow  # a complexity check: it times, so it wants a quiet machine
 @pytest.mark.parametrize("name", sorted(LONG_CALLS))
 def test_long_argument_one_character_at_a_time_is_linear(name):
     """4x the text costing 16x the time is quadratic work (re-scanning the buffer per character); linear

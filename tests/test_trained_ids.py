@@ -262,6 +262,7 @@ def test_tiktoken_born_generated_text_equals_tiktoken(text):
 
 
 # ------------------------------------------------------------------ tokenizer.json vocabularies
+@pytest.mark.slow  # a sweep of several seconds
 def test_real_folders_chat_prompts_equal_transformers():
     """Qwen3's real folder: tokenizers trained it and transformers' AutoTokenizer serves it unchanged."""
     transformers = pytest.importorskip("transformers")
@@ -299,6 +300,7 @@ def _folder(tmp: Path, spec: dict, **config) -> Path:
     return tmp
 
 
+@pytest.mark.slow  # a sweep of several seconds
 def test_gpt2_tokenizer_class_on_a_modern_split_follows_the_file(tmp_path):
     """cl100k-style and OLMo folders declare GPT2Tokenizer: transformers 5.24 then splits with GPT-2's regex
     (digit runs whole, contractions case-sensitive) and ignores the file's Split. The model was trained with
@@ -360,6 +362,7 @@ def test_llama_tokenizer_class_plain_text_follows_sentencepiece(tmp_path):
 
 
 # ------------------------------------------------------------------ through the pool
+@pytest.mark.slow  # a worker process
 def test_mistral_prompt_ids_through_the_pool(tmp_path):
     import uvloop
     from tokworker.frontend import TokenizerPool

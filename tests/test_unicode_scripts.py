@@ -180,6 +180,7 @@ def test_trained_pipelines_on_mixed_script_text(pair, text):
     assert ours_tokenizer.decode(ids) == reference.decode(ids, skip_special_tokens=False)
 
 
+@pytest.mark.slow  # a sweep of several seconds
 def test_committed_table_is_what_the_probe_measures():
     tools = Path(__file__).resolve().parents[1] / "tools"
     for name in ("probe_unicode", "probe_scripts"):           # probe_scripts imports probe_unicode by name

@@ -132,6 +132,7 @@ def test_classes_agree_on_every_code_point(expression):
 
 
 # -- patterns on generated text ----------------------------------------------------------------------
+@pytest.mark.slow  # a sweep of several seconds
 @pytest.mark.parametrize("pattern", TOKENIZERS_PATTERNS)
 @SETTINGS
 @given(text=TEXT)
@@ -237,6 +238,7 @@ def _probe_module():
     return module
 
 
+@pytest.mark.slow  # a sweep of several seconds
 def test_committed_tables_equal_a_fresh_probe_of_some_classes():
     probe = _probe_module()
     for flavor, atom, expression in [("tokenizers", "gc:L", r"\p{L}"), ("tokenizers", "perl:w", r"\w"),

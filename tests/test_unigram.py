@@ -130,6 +130,7 @@ _NUMBER_TEXTS = st.floats(allow_nan=False, allow_infinity=False).map(repr) | st.
     r"-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,25})?([eE][+-]?[0-9]{1,3})?", fullmatch=True)
 
 
+@pytest.mark.slow  # a sweep of several seconds
 @settings(max_examples=300, deadline=None)
 @given(texts=st.lists(_NUMBER_TEXTS, min_size=1, max_size=20))
 def test_scores_are_read_as_tokenizers_reads_them(texts):

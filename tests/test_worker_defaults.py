@@ -5,11 +5,15 @@ Covers tokworker.worker.defaults."""
 
 import asyncio
 
+import pytest
+
 from tokworker import Tokenizer
 from tokworker.frontend import TokenizerPool
 from tokworker.parsers import parsers_for_template
 from tokworker.protocol.deltas import StreamParams
 from tokworker.worker.options import DEFAULT_MODEL_DIR
+
+pytestmark = pytest.mark.slow  # worker processes
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 REPLY = '<think>Look it up.</think>Sure.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'

@@ -23,6 +23,8 @@ from tokworker.protocol.deltas import StreamParams, StreamUpdate
 from tokworker.tokenizer import Tokenizer
 from tokworker.worker.options import WorkerOptions, options_to_json
 
+pytestmark = pytest.mark.slow  # a worker process
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
 MAX_MESSAGE = 8 << 20
