@@ -201,7 +201,7 @@ def test_with_tools_in_a_hermes_template_auto_equals_and_required_is_kept_by_tok
     template (the answer comes back as prose, tool_calls empty), so there is no call of its to compare. By
     OpenAI's contract "required" must return a call: tokworker's answer is the right one."""
     ours, theirs = hermes_pair
-    for question in ("What's the weather in Paris?", "What time is it in Tokyo?"):
+    for question in ("What time is it in Tokyo?",):     # each answer costs seconds of llama.cpp on 2 cores
         kwargs = dict(model=MODEL, messages=ask(question), tools=TWO_TOOLS, temperature=0, max_tokens=40,
                       extra_body={"cache_prompt": False})
         auto = [client.chat.completions.create(tool_choice="auto", **kwargs).choices[0].message
