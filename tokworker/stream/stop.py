@@ -200,6 +200,8 @@ class StopChecker:
         this delta does not count, but the tail is still held so that a stop beginning here and ending
         later is caught."""
         node = self._node
+        if not delta:           # a token that shows nothing (a skipped special) must not release the tail
+            return ""
         if not node:
             if self.stopped:
                 return ""
