@@ -1,4 +1,4 @@
-"""The worker's table of open streams: one WorkerStream per (session, stream id), bounded in count and age.
+"""The worker's table of open streams: one ServedStream per (session, stream id), bounded in count and age.
 
 A stream leaves the table when its update carries a finish_reason (stop string, eos, length), when the
 engine finishes it, when the client closes it, when its session resets, or when it sits idle too long.
@@ -32,7 +32,7 @@ CLIENT_GONE = StreamUpdate(finish_reason="abort", abort=True)
 REPLAY_PIECE = 4096                         # ids pushed at once in a replay (the budget is checked between)
 
 
-class WorkerStream:
+class ServedStream:
     """One request's text state on the worker: its TextStream, its chunk writer (or None), the client socket
     it writes its events to itself (a Sink, or None) and the time it was last stepped (for idle eviction)."""
 
@@ -117,7 +117,7 @@ class StreamTable:
         self.reasoning_parser = reasoning_parser
         self.implied_reasoning = implied_reasoning   # the model's template's, for streams opened with a prompt
         self.budget_s = budget_s                # wall time for an open's replay
-        self.sessions: dict[str, dict[str, WorkerStream]] = {}
+        self.sessions: dict[str, dict[str, ServedStream]] = {}
         self.count = 0
         self.opened = 0
         self._finished: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -138,7 +138,7 @@ class StreamTable:
             raise CodedError(ErrorCode.UNAVAILABLE, "direct streaming needs a chunk format and a worker on ipc://")
         now = time.monotonic()
         sink = self.sinks.open(session, msg.stream_id) if msg.sink else None
-        stream = WorkerStream(text, writer, now, sink, done_event(msg.chunks.api) if sink is not None else b"")
+        stream = ServedStream(text, writer, now, sink, done_event(msg.chunks.api) if sink is not None else b"")
         self._finished.pop((session, msg.stream_id), None)
         if stream.replay(msg.replay, now + self.budget_s):
             self._remember_finished(session, msg.stream_id)
@@ -187,9 +187,10 @@ class StreamTable:
 
     # ------------------------------------------------------------ the hot path
     def step(self, session: str, msg: Step) -> StepReply:
-        """Step the streams of `msg` in its order: the streams of `ids`, then those only in `finish`."""
+        """Step the streams of `msg` in its order: the streams of `ids`, then those only in `finish`; an empty
+        update goes out as None."""
         streams = self.sessions.get(session) or {}
-        updates: list[StreamUpdate] = []
+        updates: list[StreamUpdate | None] = []
         errors: dict[str, Error] = {}
         finished: list[int] = []
         finish = msg.finish
@@ -205,7 +206,12 @@ class StreamTable:
                 update = stream.step(ids, stream_id in ending, now, logprobs.get(stream_id) if logprobs else None)
             except Exception as exc:  # a parser bug must cost one stream, not the worker
                 self._failed(session, streams, stream_id, exc, errors)
-                updates.append(EMPTY)
+                updates.append(None)
+                continue
+            if update is EMPTY:
+                if ending and stream_id in ending:
+                    self._remove(session, streams, stream_id)
+                updates.append(None)
                 continue
             if update.finish_reason is not None or stream_id in ending:
                 self._remove(session, streams, stream_id)
@@ -224,10 +230,12 @@ class StreamTable:
                 update = stream.step((), True, now)
             except Exception as exc:
                 self._failed(session, streams, stream_id, exc, errors)
-                updates.append(EMPTY)
+                updates.append(None)
                 continue
             self._remove(session, streams, stream_id)
-            if update.finish_reason is not None:
+            if update is EMPTY:
+                update = None
+            elif update.finish_reason is not None:
                 finished.append(len(updates))
             updates.append(update)
         if not streams and session in self.sessions:
@@ -235,10 +243,9 @@ class StreamTable:
         return StepReply(updates=updates, errors=errors, finished=finished)
 
     # ------------------------------------------------------------ helpers
-    def _missing(self, session, stream_id, errors) -> StreamUpdate:
+    def _missing(self, session, stream_id, errors) -> None:
         if (session, stream_id) not in self._finished:
             errors[stream_id] = Error(ErrorCode.UNKNOWN_STREAM, f"no open stream {stream_id!r}")
-        return EMPTY
 
     def _failed(self, session, streams, stream_id, exc: Exception, errors) -> None:
         code, message = error_of(exc)
