@@ -10,7 +10,8 @@ MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker
            "tokworker.parsers.tools.core.callids", "tokworker.parsers.tools.core.literals",
            "tokworker.parsers.tools.core.textargs",
            "tokworker.parsers.reasoning", "tokworker.parsers.template_parsers", "tokworker.sse.chat",
-           "tokworker.frontend.client", "tokworker.protocol.endpoints", "tokworker.templates.owned"]
+           "tokworker.frontend.client", "tokworker.protocol.endpoints", "tokworker.templates.owned",
+           "tokworker.worker.sessions"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -29,11 +29,13 @@ from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, 
 from tokworker.worker.errorlog import RequestErrors
 from tokworker.worker.errors import error_of
 from tokworker.worker.replies import encode_reply
+from tokworker.worker.sessions import peer_of
 
 log = logging.getLogger("tokworker.worker")
 
 POLL_S = 0.1                       # how soon the lane sees a stop
-RETRY_S = 0.005                    # how often a blocked client's held replies are tried again
+RETRY_S = 0.005                    # how soon a blocked client's held replies are tried again, doubling
+RETRY_MAX_S = 1.0                  # up to this while it reads nothing: a parked client costs next to nothing
 SWITCH_S = 0.001                   # the interpreter's switch interval: a step's longest wait behind a render
 REPLY_QUEUE = 8                    # replies ZeroMQ queues for one client (each at most max_message_bytes)
 HELD_BYTES = 64 << 20              # replies the lane holds for a client that stopped reading
@@ -80,13 +82,15 @@ class Job:
 
 
 class _Blocked:
-    __slots__ = ("replies", "held", "requests", "parked")
+    __slots__ = ("replies", "held", "requests", "parked", "wait", "retry_at")
 
     def __init__(self):
         self.replies: deque = deque()
         self.held = 0
         self.requests: deque = deque()
         self.parked = 0
+        self.wait = RETRY_S
+        self.retry_at = time.monotonic() + RETRY_S
 
 
 class Lane:
@@ -104,6 +108,7 @@ class Lane:
         self.queued_bytes = 0
         self.requests = self.errors = self.dropped = 0
         self.request_errors = RequestErrors(log)
+        self.ipc = worker.options.bind.startswith("ipc://")      # whose a session is: see sessions.py
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
 
     # ------------------------------------------------------------ the loop
@@ -119,11 +124,14 @@ class Lane:
         while not self.stop[0]:
             if sinks is not None:
                 polled = _poll_sinks(poller, sinks, polled)
-            ready = dict(poller.poll((RETRY_S if self.blocked else POLL_S) * 1000))
+            timeout = POLL_S
+            if self.blocked:
+                timeout = min(timeout, max(0.0, min(b.retry_at for b in self.blocked.values()) - time.monotonic()))
+            ready = dict(poller.poll(timeout * 1000))
             if sinks is not None and len(ready) > (wake_fd in ready) + (sock in ready):
                 _serve_sinks(sinks, ready, polled)
             if self.blocked:
-                self._retry()
+                self._retry(time.monotonic())
             if wake_fd in ready:
                 self._wake_read.recv(4096)
             while done:
@@ -137,7 +145,7 @@ class Lane:
             now = time.monotonic()
             if now >= housekeeping:
                 housekeeping = now + HOUSEKEEPING_S
-                worker.streams.evict_idle()
+                worker.housekeeping(idle=not self.queued)
         self._wake_read.close()
         self._wake_write.close()
 
@@ -204,7 +212,7 @@ class Lane:
                 case Stats():
                     body = encode_message(worker.stats(self))
                 case Hello():
-                    body = encode_message(worker.hello(identity, msg))
+                    body = encode_message(worker.hello(identity, msg, peer_of(message, self.ipc)))
                 case _:
                     self._hand_over(identity, header, message, type(msg) is DeferredGuide)
                     return
@@ -277,12 +285,18 @@ class Lane:
                 raise
         return True
 
-    def _retry(self) -> None:
+    def _retry(self, now: float) -> None:
+        """Try the blocked clients whose time has come; one that took nothing waits twice as long."""
         for identity, blocked in list(self.blocked.items()):
+            if blocked.retry_at > now:
+                continue
             replies = blocked.replies
+            held = len(replies)
             while replies and self._try(replies[0]):
                 blocked.held -= sum(map(len, replies.popleft()))
             if replies:
+                blocked.wait = RETRY_S if len(replies) < held else min(blocked.wait * 2, RETRY_MAX_S)
+                blocked.retry_at = now + blocked.wait
                 continue
             del self.blocked[identity]
             for identity, message in blocked.requests:  # served now, in the order they came

@@ -118,7 +118,7 @@ class Worker:
                                                           self.tokenizer.chat_template, log)
         self.streams = StreamTable(self.tokenizer, options.max_streams, options.stream_idle_s,
                                    options.tool_parser or implied_tool, options.reasoning_parser, options.budget_s,
-                                   implied_reasoning)
+                                   implied_reasoning, max_session_streams=options.max_session_streams)
         self.sessions = Sessions(options.max_sessions, self.streams.sessions)
         self.worker_id = f"{socketlib.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.started = time.monotonic()
@@ -254,6 +254,7 @@ class Worker:
     def step(self, identity: bytes, msg: Step) -> StepReply:
         if len(msg.ids) + len(msg.finish) > self.options.max_batch:
             raise CodedError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
+        self._priced(sum(map(len, msg.ids.values())), "a step")
         return self.streams.step(self.sessions.session(identity), msg)
 
     def open_stream(self, identity: bytes, msg: OpenStream) -> OpenReply:
@@ -261,20 +262,40 @@ class Worker:
             raise CodedError(ErrorCode.SHUTTING_DOWN, "this worker is shutting down: send new work to another")
         if len(msg.stream_id) > MAX_NAME:
             raise CodedError(ErrorCode.INVALID, f"a stream id is at most {MAX_NAME} characters")
+        self._priced(len(msg.prompt_ids or ()) + sum(map(len, msg.replay)), "an open (prompt and replay)")
         self.streams.open(self.sessions.session(identity), msg)
         return OpenReply(stream_id=msg.stream_id)
 
     def close_streams(self, identity: bytes, msg: CloseStreams) -> CloseReply:
         return CloseReply(closed=self.streams.close(self.sessions.session(identity), msg.stream_ids))
 
-    def hello(self, identity: bytes, msg: Hello) -> HelloReply:
+    def _priced(self, ids: int, what: str) -> None:
+        """Opens and steps run on the lane, where nothing can stop them: their work is priced in ids before
+        any is read (an open of 8M prompt ids, or a step of 4,096 streams x 4,000 ids, held a worker 3 s)."""
+        if ids > self.options.max_ids:
+            raise CodedError(ErrorCode.TOO_LARGE, f"{what} carries {ids} ids, over this worker's "
+                                                  f"{self.options.max_ids} (--max-ids)")
+
+    def hello(self, identity: bytes, msg: Hello, peer: str) -> HelloReply:
         if msg.version != PROTOCOL_VERSION:
             raise CodedError(ErrorCode.UNSUPPORTED_VERSION,
                              f"this worker speaks protocol {PROTOCOL_VERSION}, not {msg.version}")
-        session = self.sessions.hello(identity, msg)
+        session = self.sessions.hello(identity, msg, peer)
         if msg.reset:
             self.streams.drop_session(session)
         return self.hello_reply
+
+    def housekeeping(self, idle: bool) -> None:
+        """Every HOUSEKEEPING_S, on the lane: streams idle too long, and those of an API process that is
+        gone, are dropped; with no request running, the CPU backstop is re-armed (it is there for a request
+        stuck in C code: the lane's own idling must not add up to SIGXCPU)."""
+        streams = self.streams
+        streams.evict_idle()
+        for session in self.sessions.dead(streams.sessions):
+            log.info("dropping %d stream(s) of a client process that is gone", len(streams.sessions[session]))
+            streams.drop_session(session)
+        if idle:
+            self.cpu.arm()
 
     def stats(self, lane: Lane) -> StatsReply:
         return StatsReply(worker_id=self.worker_id, index=self.options.index, pool_size=self.options.pool_size,

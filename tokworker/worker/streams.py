@@ -108,10 +108,11 @@ class ServedStream:
 class StreamTable:
     def __init__(self, tokenizer, max_streams: int, idle_s: float, tool_parser: str | None = None,
                  reasoning_parser: str | None = None, budget_s: float = 10.0, implied_reasoning: str | None = None,
-                 sinks=None):
+                 sinks=None, max_session_streams: int | None = None):
         self.tokenizer = tokenizer
         self.sinks = sinks                      # a SinkTable where this worker takes client sockets (ipc)
         self.max_streams = max_streams
+        self.max_session_streams = max_session_streams or max_streams
         self.idle_s = idle_s
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
@@ -129,6 +130,9 @@ class StreamTable:
             raise CodedError(ErrorCode.STREAM_EXISTS, f"stream {msg.stream_id!r} is already open")
         if self.count >= self.max_streams:
             raise CodedError(ErrorCode.OVERLOADED, f"this worker holds its limit of {self.max_streams} streams")
+        if len(streams) >= self.max_session_streams:
+            raise CodedError(ErrorCode.OVERLOADED, f"this session holds its limit of {self.max_session_streams} "
+                                                   "streams")
         params = self._with_defaults(msg.params, msg.prompt_ids is not None or msg.prompt_text is not None)
         if msg.chunks is not None:
             params = params_for(msg.chunks, params)
