@@ -49,6 +49,8 @@ from tokworker.worker.streams import StreamTable
 
 log = logging.getLogger("tokworker.worker")
 
+CUT_NOTICE_S = 3.0                 # how long a worker past its drain timeout waits to tell cut streams so
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model",
                    "tekken.json")
@@ -124,6 +126,7 @@ class Worker:
         self.started = time.monotonic()
         self.budget = CpuBudget()
         self.draining_until: float | None = None             # set by SIGTERM: the drain's deadline
+        self.cut_at: float | None = None                     # when the streams left at that deadline were cut
         self.cpu = CpuBackstop(options.cpu_limit_s)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
                           Decode: self.handlers.decode, Compile: self.constraints.compile,
@@ -197,9 +200,7 @@ class Worker:
                 jobs = lane.jobs
                 while jobs:
                     lane.give_back(self.run(jobs.popleft()))
-                if self.draining and not lane.queued and (
-                        self.streams.count == 0 or time.monotonic() >= self.draining_until):
-                    log.info("drained: %d stream(s) still open; worker exits", self.streams.count)
+                if self.draining and not lane.queued and self.drained():
                     break
                 if not woken and os.getppid() != parent:
                     log.warning("parent process went away; worker exits")
@@ -219,6 +220,17 @@ class Worker:
                 authenticator.stop()
             context.term()
             log.info("worker %s stopped after %d requests", self.worker_id, lane.requests)
+
+    def drained(self) -> bool:
+        """True once the drain is over: no stream open, and every stream cut at the drain timeout told so
+        (or CUT_NOTICE_S passed). Read by the main thread; the lane does the cutting."""
+        if self.streams.count == 0 and not self.streams.cut:
+            log.info("drained: 0 stream(s) still open; worker exits")
+            return True
+        if self.cut_at is not None and time.monotonic() >= self.cut_at + CUT_NOTICE_S:
+            log.info("worker exits: %d cut stream(s) were not stepped again", len(self.streams.cut))
+            return True
+        return False
 
     def begin_drain(self) -> None:
         """SIGTERM: new streams and stateless work get SHUTTING_DOWN; open streams are stepped until they
@@ -291,6 +303,10 @@ class Worker:
         stuck in C code: the lane's own idling must not add up to SIGXCPU)."""
         streams = self.streams
         streams.evict_idle()
+        if self.draining and self.cut_at is None and time.monotonic() >= self.draining_until:
+            log.info("drained: %d stream(s) still open; each is cut and told so at its next step", streams.count)
+            streams.cut_all()
+            self.cut_at = time.monotonic()
         for session in self.sessions.dead(streams.sessions):
             log.info("dropping %d stream(s) of a client process that is gone", len(streams.sessions[session]))
             streams.drop_session(session)

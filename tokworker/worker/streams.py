@@ -122,6 +122,7 @@ class StreamTable:
         self.count = 0
         self.opened = 0
         self._finished: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.cut: set[tuple[str, str]] = set()       # streams cut at the drain timeout, not yet told so
 
     # ------------------------------------------------------------ lifecycle
     def open(self, session: str, msg: OpenStream) -> None:
@@ -172,6 +173,17 @@ class StreamTable:
         for stream_id, stream in streams.items():
             if stream.sink is not None:
                 self.sinks.close(session, stream_id)
+
+    def cut_all(self) -> None:
+        """The drain timeout: every open stream ends here, and the next step that names one fails it with
+        SHUTTING_DOWN (the engine learns at once, instead of from a lost worker)."""
+        for session, streams in self.sessions.items():
+            for stream_id, stream in streams.items():
+                if stream.sink is not None:
+                    self.sinks.close(session, stream_id)
+                self.cut.add((session, stream_id))
+        self.sessions.clear()
+        self.count = 0
 
     def evict_idle(self) -> int:
         cutoff = time.monotonic() - self.idle_s
@@ -248,7 +260,11 @@ class StreamTable:
 
     # ------------------------------------------------------------ helpers
     def _missing(self, session, stream_id, errors) -> None:
-        if (session, stream_id) not in self._finished:
+        if self.cut and (session, stream_id) in self.cut:
+            self.cut.discard((session, stream_id))
+            errors[stream_id] = Error(ErrorCode.SHUTTING_DOWN, "this worker shut down: the stream was cut at its "
+                                                               "drain timeout")
+        elif (session, stream_id) not in self._finished:
             errors[stream_id] = Error(ErrorCode.UNKNOWN_STREAM, f"no open stream {stream_id!r}")
 
     def _failed(self, session, streams, stream_id, exc: Exception, errors) -> None:
