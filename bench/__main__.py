@@ -19,7 +19,8 @@ from pathlib import Path
 
 from bench.report import write_markdown, write_plot
 
-SECTIONS = ["encode", "chat", "stream", "writers", "pool", "constrain", "front_door", "llama_cpp"]
+SECTIONS = ["encode", "chat", "stream", "writers", "pool", "constrain", "front_door", "llama_cpp", "render_tier"]
+WITH_VLLM = ("beside_vllm", "render_tier")          # the sections --vllm-python's install measures
 
 
 def main(argv=None):
@@ -43,7 +44,7 @@ def main(argv=None):
     for name in names:
         module = importlib.import_module(f"bench.{name}")
         started = time.perf_counter()
-        extra = {"python": args.vllm_python} if name == "beside_vllm" else {}
+        extra = {"python": args.vllm_python} if name in WITH_VLLM else {}
         rows = module.run(quick=args.quick, model_dirs=[Path(d) for d in args.model_dir], **extra)
         for row in rows:
             print(json.dumps({"section": name, **row}, ensure_ascii=False), flush=True)

@@ -14,10 +14,10 @@ took 176 ms with Qwen3's tables and trie, 30 ms frozen).
 from tokworker.protocol.deltas import ChunkFormat
 from tokworker.frontend.client import TokenizerPool
 from tokworker.frontend.constraints import Constraint, GuideStep
-from tokworker.frontend.errors import (InvalidRequest, Overloaded, PoolError, RequestTimeout, ShuttingDown, StreamFailed,
-                             UnknownStream, WorkerLost)
+from tokworker.frontend.errors import (InvalidRequest, NoSuchSocket, Overloaded, PoolError, RequestTimeout, ShuttingDown,
+                                       StreamFailed, UnknownStream, WorkerLost)
 from tokworker.frontend.stream import StreamHandle
 
 __all__ = ["TokenizerPool", "StreamHandle", "ChunkFormat", "Constraint", "GuideStep",
-           "PoolError", "InvalidRequest", "Overloaded", "RequestTimeout", "ShuttingDown",
+           "PoolError", "InvalidRequest", "NoSuchSocket", "Overloaded", "RequestTimeout", "ShuttingDown",
            "StreamFailed", "UnknownStream", "WorkerLost"]

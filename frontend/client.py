@@ -36,13 +36,15 @@ from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
                                RenderReply, Stats, StatsReply)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, guide
-from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, ShuttingDown, WorkerLost
+from tokworker.frontend.errors import InvalidRequest, NoSuchSocket, Overloaded, PoolError, ShuttingDown, WorkerLost
 from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink, encode_request
 from tokworker.frontend.steps import send_step
 from tokworker.frontend.stream import StreamHandle
 from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
-from tokworker.protocol.endpoints import ClientKeys, MissingDirectory, check_ipc_peer, worker_endpoints
+from tokworker.protocol.endpoints import (ClientKeys, MissingDirectory, check_ipc_peer, parse_endpoint,
+                                          worker_endpoints)
+from tokworker.worker.endpoint_lock import holder
 
 MAX_FORGOTTEN = 16384
 
@@ -386,13 +388,24 @@ class TokenizerPool:
 
 
 async def _checked_peer(endpoint: str, timeout: float) -> None:
-    """check_ipc_peer, allowing a daemon that is still starting `timeout` seconds to make its directory."""
+    """check_ipc_peer, then, for an ipc socket that is not there: wait (up to `timeout`) only while a daemon
+    holds the endpoint (it is starting), else raise NoSuchSocket at once."""
+    parsed = parse_endpoint(endpoint)
+    if parsed.scheme != "ipc":
+        return
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
-            return check_ipc_peer(endpoint)
+            check_ipc_peer(endpoint)
+            if os.path.lexists(parsed.path):
+                return
         except MissingDirectory:
-            if asyncio.get_running_loop().time() >= deadline:
-                raise
+            pass
+        pid = holder(endpoint)
+        if pid is None:
+            raise NoSuchSocket(ErrorCode.WORKER_LOST, f"no such socket: {parsed.path} (no `tokworker serve` runs "
+                                                      f"on {endpoint})")
+        if asyncio.get_running_loop().time() >= deadline:
+            raise NoSuchSocket(ErrorCode.WORKER_LOST, f"no such socket: {parsed.path} (the daemon holding {endpoint}, "
+                                                      f"pid {pid}, has not bound it in {timeout:g} s)")
         await asyncio.sleep(0.05)
-

@@ -31,6 +31,10 @@ class ShuttingDown(WorkerLost):
     new work to its other workers; this reaches a caller only when every worker is shutting down."""
 
 
+class NoSuchSocket(WorkerLost):
+    """An ipc endpoint with no socket file and no daemon starting on it: nothing to wait for."""
+
+
 class StreamFailed(PoolError):
     """A stream ended with an error instead of a finish reason (its deltas so far were delivered)."""
 

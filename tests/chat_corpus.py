@@ -1,4 +1,5 @@
-"""Conversations for template tests: every shape the parity suite must cover, built once here.
+"""Conversations for template tests: every shape the parity suite must cover, built once here, and the
+clock they are rendered at.
 
 Each scenario is (name, messages, call keyword arguments). Tool call ids are 9 alphanumerics because
 Mistral templates insist on that.
@@ -6,8 +7,29 @@ Mistral templates insist on that.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+from datetime import datetime
+
+NOW = datetime(2025, 3, 14, 15, 9, 26)  # templates that print today's date are compared at this one
+
+
+@contextlib.contextmanager
+def transformers_clock(now: datetime = NOW):
+    """transformers' chat-template renderer with its strftime_now clock frozen at `now`, as ours is given it."""
+    from transformers.utils import chat_template_utils
+
+    class FrozenClock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return now
+
+    saved, chat_template_utils.datetime = chat_template_utils.datetime, FrozenClock
+    try:
+        yield
+    finally:
+        chat_template_utils.datetime = saved
 
 WEATHER_TOOL = {
     "type": "function",

@@ -1,14 +1,24 @@
 """Suite-wide hypothesis settings: a failing property stops at its first counterexample and shrinks it,
 without the explain phase (it traces every line, many times slower on a template render). Hunting for more
 distinct failures after the first, as hypothesis does by default, can outlast pytest-timeout, whose thread
-method then ends the whole run without a report."""
+method then ends the whole run without a report. And the fixtures several modules share."""
 
 import pytest
 from hypothesis import Phase, settings
 
+from tokworker import Tokenizer
+from tokworker.worker.options import DEFAULT_MODEL_DIR
+
 settings.register_profile("tokworker", report_multiple_bugs=False,
                           phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink])
 settings.load_profile("tokworker")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The bundled tokenizer with its chat template, in this process: the oracle that replies of a pool
+    spawned on DEFAULT_MODEL_DIR are checked against. One per module, so no module sees another's warm cache."""
+    return Tokenizer.from_dir(DEFAULT_MODEL_DIR)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """Bad requests, table-driven, over real sockets against the front door: each gets its status, OpenAI's error
 body (Anthropic's on /v1/messages) naming the offending field, and no effect on a request in flight beside
 them: a long streamed reply that started before the first bad request ends whole and unchanged, on the same
-workers."""
+workers.
+Covers tokworker.api.errors."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """The front door driven by the real `openai` and `anthropic` SDKs over real sockets, on a real pool and the
 replay engine (tests/api_server.py): every route streamed and whole, tools with tool_choice auto, required
 and named, response_format, logprobs with top_logprobs, n=3 with include_usage, stop strings, max_tokens,
-and a client that disconnects mid-stream. What the SDKs assemble is checked against the scripted reply."""
+and a client that disconnects mid-stream. What the SDKs assemble is checked against the scripted reply.
+Covers tokworker.api.requests, tokworker.api.plan, tokworker.api.generation, tokworker.api.serving,
+tokworker.api.whole and tokworker.api.metrics."""
 
 from __future__ import annotations
 
@@ -18,8 +20,6 @@ import pytest
 from api_server import SCENARIOS, TOOLS, running
 from tokworker.api.server import ApiOptions
 from tokworker.engines.replay import REPLY
-from tokworker import Tokenizer
-from tokworker.worker.options import DEFAULT_MODEL_DIR
 
 MODEL = "tokworker-test"
 WEATHER_SCHEMA = TOOLS[0]["function"]["parameters"]
@@ -35,11 +35,6 @@ def server(request):
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.from_dir(DEFAULT_MODEL_DIR)
 
 
 def ask(scenario: str) -> list[dict]:

@@ -7,6 +7,7 @@
 - on Qwen3's real 151,669-token vocabulary, the allowed set of every visited state equals a token-by-token
   DFA run, canonical tokenizations (by `tokenizers`) of matching strings are accepted, random allowed
   token walks spell prefixes of matches, and special tokens are never allowed.
+Covers tokworker.constrain.automaton and tokworker.constrain.vocab_trie.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Long BPE words: exact ids against `tokenizers`, and the heap merge equal to the list merge.
 
 Speed is measured side by side in bench/encode.py; here only that these inputs finish and are exact.
+Covers tokworker.tokenizer.models.bpe_chars.
 """
 
 from __future__ import annotations

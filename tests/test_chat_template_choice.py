@@ -17,6 +17,7 @@ import pytest
 import uvloop
 
 from tokworker import Tokenizer
+from tests.daemons import wait_held
 from tokworker.frontend import InvalidRequest, PoolError, TokenizerPool
 from tokworker.protocol.messages import ErrorCode
 from tokworker.templates import CHATML_TEMPLATE, MissingTemplateError, TemplateError
@@ -134,6 +135,7 @@ def test_serve_chat_template_flag(bare_dir, template_file):
     run_dir = Path(tempfile.mkdtemp(prefix="tokworker-template-"))
     base = f"ipc://{run_dir}/sock"
     daemon = _serve("--model-dir", str(bare_dir), "--bind", base, "--chat-template", str(template_file))
+    wait_held(daemon, base)
 
     async def use():
         async with await TokenizerPool.connect(base, connect_timeout=30) as pool:

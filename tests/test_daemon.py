@@ -1,5 +1,6 @@
 """The `tokworker` command as a user runs it: `serve` as a real subprocess (clients find all its workers,
-SIGTERM stops everything cleanly), the endpoint rules it enforces, `keys`, and `demo`."""
+SIGTERM stops everything cleanly), the endpoint rules it enforces, `keys`, and `demo`.
+Covers tokworker.worker.daemon and tokworker.demo."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
+from tests.daemons import wait_held
 from tokworker.frontend import TokenizerPool
 from tokworker.tokenizer import Tokenizer
 from tokworker.protocol.endpoints import InsecureEndpoint
@@ -43,6 +45,7 @@ def test_serve_finds_all_workers_and_stops_cleanly_on_sigterm():
     run_dir = Path(tempfile.mkdtemp(prefix="tokworker-daemon-"))
     base = f"ipc://{run_dir}/sock"
     daemon = tokworker("serve", "--model-dir", str(MODEL), "--workers", "3", "--bind", base)
+    wait_held(daemon, base)
 
     async def use():
         async with await TokenizerPool.connect(base, connect_timeout=30) as pool:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
+from tests.daemons import wait_held
 from tokworker.frontend import ShuttingDown, TokenizerPool, WorkerLost
 from tokworker.protocol.deltas import StreamParams
 from tokworker.protocol.messages import ErrorCode
@@ -35,6 +36,7 @@ def start_daemon(*args) -> tuple[subprocess.Popen, str]:
     bind = f"ipc://{run_dir}/worker"
     proc = subprocess.Popen([sys.executable, "-m", "tokworker.cli", "serve", "--model-dir", str(MODEL),
                              "--bind", bind, "--log-level", "INFO", *args], env=ENV, stderr=subprocess.PIPE, text=True)
+    wait_held(proc, bind)
     return proc, bind
 
 

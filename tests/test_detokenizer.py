@@ -12,6 +12,7 @@ import tokenizers
 from hypothesis import HealthCheck, given, settings, strategies as st
 from tokenizers.decoders import DecodeStream
 
+from tests.cuts import cut_at
 from tests.realdata import vocabulary
 from tokworker.stream.detokenizer import DetokenizeError, IncrementalDetokenizer
 from tokworker.tokenizer import Tokenizer
@@ -45,11 +46,6 @@ def pair(request):
     return (request.param, *load(request.param))
 
 
-def split(ids, cuts):
-    points = sorted({c % (len(ids) + 1) for c in cuts} | {0, len(ids)})
-    return [ids[a:b] for a, b in zip(points, points[1:])]
-
-
 def stream(tok, steps, **options):
     detok = IncrementalDetokenizer(tok, **options)
     shown, snapshots = [], []
@@ -77,7 +73,7 @@ def test_split_anywhere_equals_decode(pair):
     @given(id_sequences(tok, ref), st.lists(st.integers(0, 10_000), max_size=30), st.booleans())
     def check(ids, cuts, skip):
         expected = ref.decode(ids, skip_special_tokens=skip)
-        for steps in (split(ids, cuts), [[i] for i in ids], [ids]):
+        for steps in (cut_at(ids, cuts), [[i] for i in ids], [ids]):
             text, snapshots = stream(tok, steps, skip_special_tokens=skip)
             assert text == expected
             assert all(expected.startswith(s) for s in snapshots)  # never half a character, never retracted

@@ -1,6 +1,7 @@
 """Endpoints as a user types them: malformed ones fail at once with a ValueError that names the problem,
 `connect_timeout` bounds a connection to nobody, `close()` never blocks, and ipc endpoints are checked on
-the client's side too (owner, mode, symlinks) before anything is sent there."""
+the client's side too (owner, mode, symlinks) before anything is sent there.
+Covers tokworker.frontend.connection."""
 
 from __future__ import annotations
 

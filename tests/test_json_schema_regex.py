@@ -3,6 +3,7 @@
 Strings are sampled from the regex two independent ways (our DFA sampler and hypothesis' from_regex);
 every one must decode as JSON and validate. Schema-violating documents (mutations of valid ones) must not
 match. Unsupported keywords must raise, naming the keyword.
+Covers tokworker.constrain.one_of.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 The reference is a tokenizers.Tokenizer whose only stage is the normalizer under test, so the spec's JSON
 form (field names, defaults) is exercised too. Per-character normalizers are also swept over every code
 point, which is where Unicode-version differences show.
+Covers tokworker.tokenizer.unicode_data.normalization.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ import uvloop
 
 from tokworker.frontend import InvalidRequest, Overloaded, PoolError, RequestTimeout, TokenizerPool
 from tokworker.protocol.deltas import StreamParams, StreamUpdate
-from tokworker import Tokenizer
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find a word.",
@@ -23,11 +22,6 @@ TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Fin
                                                           "required": ["word"]}}}]
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Define 'naïve' <|im_end|>"},
             {"role": "assistant", "content": "Without guile."}, {"role": "user", "content": "日本語で?"}]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.from_dir(MODEL)
 
 
 def test_render_encode_decode_compile_equal_the_in_process_engine(tokenizer):

@@ -3,7 +3,8 @@ workers send equals the in-process TokenAutomaton's allowed set, state for state
 get_weather call; a worker killed mid-call, or one that evicted the automaton, is compiled again
 transparently with the same state numbers; big batches are split under the message size limit; a reply
 carries each distinct mask once. And the bounds as `tokworker serve` flags: a daemon started with small
-ones evicts, as a raw client sees it on the wire."""
+ones evicts, as a raw client sees it on the wire.
+Covers tokworker.frontend.constraints."""
 
 from __future__ import annotations
 

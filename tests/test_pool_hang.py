@@ -3,7 +3,8 @@ sees no reply (not even to its liveness probe) within hang_timeout while work wa
 process, the launcher starts another, the link replays its streams, and every stream still equals the
 in-process engine: nothing lost, nothing twice. The healthy worker's streams get their updates step for
 step as in-process (the step does not wait for the replaced worker: its streams' output comes with a later
-step). A worker merely busy with a long render is left alone (its lane answers the probe)."""
+step). A worker merely busy with a long render is left alone (its lane answers the probe).
+Covers tokworker.frontend.pending."""
 
 from __future__ import annotations
 

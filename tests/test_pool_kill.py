@@ -1,6 +1,7 @@
 """kill -9 workers at random moments while streams and stateless requests run: the launcher restarts them,
 the links replay and re-send, and every stream's updates still equal the in-process engine's, step for
-step: no delta lost, none duplicated. Stateless requests in flight all come back right."""
+step: no delta lost, none duplicated. Stateless requests in flight all come back right.
+Covers tokworker.frontend.recovery."""
 
 from __future__ import annotations
 
@@ -14,14 +15,8 @@ import uvloop
 
 from tokworker.frontend import TokenizerPool
 from tests.test_pool_streams import MODEL, check, drive, make_scripts
-from tokworker.tokenizer import Tokenizer
 
 KILLS = 10
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.from_dir(MODEL)
 
 
 async def _wait_until_up(pool: TokenizerPool, index: int, old_pid: int) -> None:

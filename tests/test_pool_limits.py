@@ -17,14 +17,8 @@ import pytest
 import uvloop
 
 from tokworker.frontend import PoolError, TokenizerPool, WorkerLost
-from tokworker.tokenizer import Tokenizer
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.from_dir(MODEL)
 
 
 def test_a_request_over_the_memory_limit_gets_out_of_memory_and_the_worker_lives(tokenizer):

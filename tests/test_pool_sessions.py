@@ -1,6 +1,7 @@
 """Sessions and memory stay bounded without hurting live work, through real workers: a storm of new
 connections (each with its own session) cannot make a worker forget a session that has open streams, and
-the API process lets go of a finished stream's prompt, params and id log."""
+the API process lets go of a finished stream's prompt, params and id log.
+Covers tokworker.worker.lane."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Streams through a real pool (worker processes, ipc sockets, uvloop) equal the in-process TextStream,
 update for update, with many concurrent streams, random step sizes and pipelined steps; streams opened
-with a ChunkFormat get the server-sent events those updates make, through worker deaths too."""
+with a ChunkFormat get the server-sent events those updates make, through worker deaths too.
+Covers tokworker.worker.streams."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from tokworker.frontend.errors import InvalidRequest, StreamFailed, UnknownStrea
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.sse.chat import ChunkWriter
 from tokworker.stream.state import TextStream
-from tokworker.tokenizer import Tokenizer
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -151,11 +151,6 @@ def check(tokenizer, scripts, got):
         while updates and updates[-1] == StreamUpdate() and len(updates) > len(reference(tokenizer, script)):
             updates.pop()
         assert normalized(updates) == normalized(reference(tokenizer, script)), script.stream_id
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.from_dir(MODEL)
 
 
 def run(coro):

@@ -2,7 +2,8 @@
 an event loop, the `TokenizerPool.connect` example reaches a real `tokworker serve` started on its default
 endpoint, the HTTP examples reach a real `tokworker api` (on a free port where the README says 8000), and
 each `# -> text` comment on a line is output the block really printed. The `curl` commands of the ```bash
-blocks run too, against the same server."""
+blocks run too, against the same server.
+Covers tokworker.api.run and tokworker.templates.chat_tokenizer."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 import uvloop
+
+from tests.daemons import wait_held
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
@@ -42,6 +45,7 @@ def runtime_dir(tmp_path_factory):
     daemon = subprocess.Popen([sys.executable, "-m", "tokworker.cli", "serve", "--model-dir",
                                str(REPO / "tokworker" / "data" / "default"), "--workers", "2",
                                "--log-level", "WARNING"], env=env)
+    wait_held(daemon, f"ipc://{root}/tokworker/worker")
     yield root
     daemon.terminate()
     assert daemon.wait(30) == 0

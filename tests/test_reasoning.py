@@ -1,5 +1,7 @@
 """Reasoning parsers: streamed == whole text, nothing shown is taken back (never half a tag), whitespace at
-the edges is formatting, and the prompt (rendered by the real chat templates) decides where output starts."""
+the edges is formatting, and the prompt (rendered by the real chat templates) decides where output starts.
+Covers tokworker.parsers.reasoning.formats, tokworker.parsers.reasoning.machine and
+tokworker.parsers.reasoning.prompt."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from datetime import datetime
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from tests.cuts import cut_at
 from tests.realdata import chat_templates
 from tokworker.parsers.reasoning import (CONTENT, EXPECT, FORMATS, INSIDE, ReasoningParserError,
                                          ReasoningParser, get_reasoning_parser, starting_mode)
@@ -98,11 +101,6 @@ def stream(parser: ReasoningParser, parts: list[str]):
     return ("".join(seen_r) or None, "".join(seen_c) or None), snapshots
 
 
-def split(text: str, cuts: list[int]) -> list[str]:
-    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
-    return [text[a:b] for a, b in zip(points, points[1:])]
-
-
 TAG_PARSERS = sorted(name for name in FORMATS if not FORMATS[name].append_think)
 
 
@@ -120,7 +118,7 @@ def test_split_anywhere_equals_whole_and_reference(name, mode, tool_starts):
         text = "".join(pieces)
         expected = reference(text, fmt, mode, tool_starts)
         assert ReasoningParser(fmt, mode, tool_starts).parse(text) == expected
-        result, snapshots = stream(ReasoningParser(fmt, mode, tool_starts), split(text, cuts))
+        result, snapshots = stream(ReasoningParser(fmt, mode, tool_starts), cut_at(text, cuts))
         assert result == expected
         for reasoning, content in snapshots:  # nothing shown is ever taken back: no half tags
             assert (expected[0] or "").startswith(reasoning) and (expected[1] or "").startswith(content)

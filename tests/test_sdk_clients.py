@@ -21,7 +21,6 @@ from tokworker.protocol.deltas import StreamParams
 from tokworker.sse.chat import usage_event
 from tokworker.stream.accounting import token_name
 from tokworker.stream.state import TextStream
-from tokworker.tokenizer import Tokenizer
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -36,11 +35,6 @@ SCENARIOS = {
 }
 PROMPT_TEXT = "<|im_start|>assistant\n"
 TOP = 2
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return Tokenizer.from_dir(MODEL)
 
 
 def fake_logprobs(tokenizer, ids, top):

@@ -2,7 +2,8 @@
 pydantic validation of the wire JSON), any grouping of engine steps assembles the same result (the text,
 reasoning, calls, logprob entries, usage, finish) and the same event sequence up to how deltas are split;
 chat chunks with logprobs are still msgspec.json of `chunks()`; n > 1, stop strings, tool-call finishes
-and continuous usage are written as vLLM writes them."""
+and continuous usage are written as vLLM writes them.
+Covers tokworker.sse.completions, tokworker.sse.responses, tokworker.sse.anthropic and tokworker.sse.common."""
 
 from __future__ import annotations
 

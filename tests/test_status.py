@@ -1,7 +1,8 @@
 """The operator's surface on a real daemon: `tokworker status` (table, JSON, Prometheus) reports every
 worker's health and counters over the clients' own endpoint, request errors are logged with their request
 ids (bounded), every WorkerOptions setting is a `serve` flag that takes effect, and vLLM's flag names and
-`--version` work."""
+`--version` work.
+Covers tokworker.status."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
+from tests.daemons import wait_held
 from tokworker.cli import _flag, _parser
 from tokworker.frontend import InvalidRequest, TokenizerPool
 from tokworker.protocol.messages import ErrorCode
@@ -42,6 +44,7 @@ def daemon():
     proc = subprocess.Popen([sys.executable, "-m", "tokworker.cli", "serve", "--model-dir", str(MODEL), "--workers",
                              "2", "--bind", bind, "--max-text-chars", "40", "--drain-timeout", "3"],
                             env=ENV, stderr=subprocess.PIPE, text=True)
+    wait_held(proc, bind)
     yield proc, bind
     if proc.poll() is None:
         proc.kill()
@@ -106,8 +109,10 @@ def test_status_reports_every_worker_and_request_errors_are_logged(daemon):
 def test_status_of_nothing_says_down_and_exits_1(tmp_path):
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
-    result = cli("status", "--endpoint", f"ipc://{run}/worker", "--timeout", "1")
-    assert result.returncode == 1 and "down" in result.stdout and "no handshake" in result.stdout
+    started = time.monotonic()
+    result = cli("status", "--endpoint", f"ipc://{run}/worker", "--timeout", "30")
+    assert result.returncode == 1 and "down" in result.stdout
+    assert f"no such socket: {run}/worker" in result.stdout and time.monotonic() - started < 15   # not the timeout
     result = cli("status", "--endpoint", "127.0.0.1:7000")
     assert result.returncode == 2 and "has no scheme" in result.stderr
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from tests.cuts import cut_at
 from tokworker.stream.stop import StopChecker
 
 PIECES = ["a", "b", "c", "ab", "abc", "</", "ans", "wer>", "</answer>", "\n", "é", "日本", "🧑‍🚀", "STOP", "ST", "OP"]
@@ -21,11 +22,6 @@ def reference(text: str, stops: list[str], include: bool, armed_from: int = 0):
             stop = max(done, key=len)
             return (text[:end] if include else text[:end - len(stop)]), stop
     return text, None
-
-
-def split(text: str, cuts: list[int]) -> list[str]:
-    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
-    return [text[a:b] for a, b in zip(points, points[1:])]
 
 
 def run(stops, include, deltas, armed_from_delta=0):
@@ -45,7 +41,7 @@ def test_split_anywhere_equals_whole_and_reference(pieces, stops, include, cuts)
     text = "".join(pieces)
     expected, matched = reference(text, stops, include)
     whole, checker_whole, _ = run(stops, include, [text])
-    streamed, checker, emitted = run(stops, include, split(text, cuts))
+    streamed, checker, emitted = run(stops, include, cut_at(text, cuts))
     assert whole == streamed == expected
     assert checker.matched == checker_whole.matched == matched
     assert checker.stopped == (matched is not None)
@@ -62,7 +58,7 @@ def test_split_anywhere_equals_whole_and_reference(pieces, stops, include, cuts)
        st.lists(st.integers(0, 1000), min_size=1, max_size=10), st.integers(0, 12))
 def test_disarmed_deltas_never_stop(pieces, stops, cuts, armed_from_delta):
     """The first min_tokens tokens cannot stop: a stop string must end in text that came after them."""
-    deltas = split("".join(pieces), cuts)
+    deltas = cut_at("".join(pieces), cuts)
     armed_from = len("".join(deltas[:armed_from_delta]))
     expected, matched = reference("".join(deltas), stops, False, armed_from)
     streamed, checker, _ = run(stops, False, deltas, armed_from_delta)
@@ -119,7 +115,7 @@ def test_bad_stop_type_is_a_value_error():
        st.booleans(), st.lists(st.integers(0, 1000), max_size=12), st.integers(0, 6))
 def test_overlapping_stops_on_a_small_alphabet(text, stops, include, cuts, armed_from_delta):
     """Stops that are prefixes, suffixes and infixes of each other: the automaton's failure links at work."""
-    deltas = split(text, cuts)
+    deltas = cut_at(text, cuts)
     armed_from = len("".join(deltas[:armed_from_delta]))
     expected, matched = reference(text, stops, include, armed_from)
     streamed, checker, emitted = run(stops, include, deltas, armed_from_delta)

@@ -1,6 +1,7 @@
 """TextStream: vLLM v1's stop conditions in one place, the same result however the engine's ids are
 grouped into steps (one token, k tokens, random: speculative decoding), checked against a token-by-token
-reference built on `tokenizers`' decode."""
+reference built on `tokenizers`' decode.
+Covers tokworker.stream.coalesce."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tokworker.protocol.deltas import StreamParams, StreamUpdate
+from tests.cuts import cut_at
 from tests.realdata import vocabulary
 from tests.test_detokenizer import load
 from tokworker.stream.detokenizer import IncrementalDetokenizer
@@ -112,8 +114,7 @@ def streams_alike(tokenizer, params, ids, **kwargs):
 
 
 def splits(ids, seed_cuts):
-    points = sorted({c % (len(ids) + 1) for c in seed_cuts} | {0, len(ids)})
-    yield [ids[a:b] for a, b in zip(points, points[1:])]
+    yield cut_at(ids, seed_cuts)
     yield [[i] for i in ids]
     for k in (2, 3, 5):
         yield [ids[i:i + k] for i in range(0, len(ids), k)]

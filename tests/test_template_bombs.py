@@ -6,6 +6,7 @@ clock), resident memory grew by at most 512 MiB (sampled every
 5 ms and from the child's ru_maxrss, so a spike between samples is seen), no CPU is burnt after the call
 returned (the render really stopped), and neither the output nor the error message shows an address or
 a Python internal. Bombs must end in a TemplateError; escapes may render, but must show nothing.
+Covers tokworker.templates.bounds.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ The check: a conversation whose every text field carries every control token of 
 upper- and lower-cased, and as a role-injection sequence) must give the same sequence of control ids as the
 same conversation with harmless text. Control ids are the special ids plus the added tokens the template's
 text contains (DeepSeek's <｜User｜> is not special, and is the one that matters).
+Covers tokworker.templates.literal.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """The sandbox corpus: known escapes are blocked (and leak nothing into the output), resource bombs are
-stopped with a typed error, quickly and with bounded memory, and the interpreter is healthy afterwards."""
+stopped with a typed error, quickly and with bounded memory, and the interpreter is healthy afterwards.
+Covers tokworker.templates.sandbox, tokworker.templates.codegen, tokworker.templates.filters and
+tokworker.templates.reprs."""
 
 from __future__ import annotations
 

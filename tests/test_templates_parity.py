@@ -4,21 +4,20 @@ The oracle is a PreTrainedTokenizerFast built in-test around a one-word tokenize
 transformers' whole path runs: normalization, tool schemas, continue_final_message, its Jinja environment.
 Its clock is frozen to the same `now` we pass. Outputs must be identical; where it raises, we raise
 TemplateError.
+Covers tokworker.templates.prepare and tokworker.templates.tool_schema.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime
 
 import pytest
 
-from tests.chat_corpus import TOOLS, scenarios
+from tests.chat_corpus import NOW, TOOLS, scenarios, transformers_clock
 from tests.realdata import chat_templates
 from tokworker.templates import TemplateError, render_chat
 
-NOW = datetime(2025, 3, 14, 15, 9, 26)
 TEMPLATES = chat_templates()
 
 pytestmark = pytest.mark.skipif(not TEMPLATES, reason="../shared/fixtures/chat_templates is not present")
@@ -30,15 +29,7 @@ def oracle():
     pytest.importorskip("transformers")
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
-    from transformers.utils import chat_template_utils
 
-    class FrozenClock(datetime):
-        @classmethod
-        def now(cls, tz=None):
-            return NOW
-
-    saved = chat_template_utils.datetime
-    chat_template_utils.datetime = FrozenClock
     tokenizers = {}
 
     def render(entry, messages, **kwargs):
@@ -50,8 +41,8 @@ def oracle():
         kwargs.setdefault("add_generation_prompt", True)
         return tokenizers[key].apply_chat_template(messages, chat_template=entry["text"], tokenize=False, **kwargs)
 
-    yield render
-    chat_template_utils.datetime = saved
+    with transformers_clock():
+        yield render
 
 
 def _template_kwargs(entry, kwargs):

@@ -1,4 +1,5 @@
-"""A model folder's config files read as transformers reads them: special tokens, templates, eos ids."""
+"""A model folder's config files read as transformers reads them: special tokens, templates, eos ids.
+Covers tokworker.tokenizer.config."""
 
 from __future__ import annotations
 

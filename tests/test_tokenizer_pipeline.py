@@ -1,5 +1,6 @@
 """Every pipeline component against `tokenizers`: tokenizers trained here with the library's own trainers,
-then loaded from their tokenizer.json by both sides and compared on ids and decoded text."""
+then loaded from their tokenizer.json by both sides and compared on ids and decoded text.
+Covers tokworker.tokenizer.decoders and tokworker.tokenizer.processors."""
 
 from __future__ import annotations
 

@@ -14,10 +14,10 @@ import os
 import re
 import subprocess
 import sys
-from datetime import datetime
 
 import pytest
 
+from tests.chat_corpus import NOW
 from tests.realdata import chat_templates
 from tests.tool_formats import stream
 from tokworker.parsers.tools import TOOL_PARSERS, get_tool_parser
@@ -94,7 +94,6 @@ def test_consecutive_ids_share_nothing_an_attacker_could_extend():
             assert len({i[position] for i in ids}) > 10, (style, position)
 
 
-NOW = datetime(2025, 3, 14, 15, 9, 26)
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
 
 

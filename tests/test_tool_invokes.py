@@ -6,6 +6,7 @@ parameter named "arguments" or "input" the tool does not have: the wrapped objec
 Model text is rendered the way each model writes calls (format literals next to each renderer); whole and
 streamed results agree however the text is split. Where vLLM's own parser gets a shape wrong, the case
 says which behaviour we chose and why.
+Covers tokworker.parsers.tools.core.invokes.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ Model text is rendered the way each model writes calls (the templates' literals,
 parser tests, named next to each renderer); whole-text parse and streamed parse agree however it is
 split; the arguments stream as the model wrote them. Where vLLM's own parser gets a shape wrong, the case
 says which behaviour we chose and why.
+Covers tokworker.parsers.tools.core.tagged, tokworker.parsers.tools.core.sectioned and
+tokworker.parsers.tools.core.jsonscan.
 """
 
 from __future__ import annotations

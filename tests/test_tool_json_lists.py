@@ -6,6 +6,7 @@ Model text is rendered the way each model writes calls (the templates' literals,
 parser tests); whole-text parse and streamed parse agree however it is split. One bad entry costs only
 itself (as in vLLM, whose minimax tests list the shapes): the entries after it are read, and no JSON or
 closing tag of the list reaches the content. A list after a think block written first counts (xlam).
+Covers tokworker.parsers.tools.core.jsonlists.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ calls open the output open it after a think block written first.
 Each shape's own properties and cases: test_tool_json_calls.py, test_tool_json_lists.py,
 test_tool_text_values.py, test_tool_invokes.py, test_tool_pythonic.py, test_tool_harmony.py; call ids:
 test_tool_call_ids.py.
+Covers tokworker.parsers.tools.core.thinkblock.
 """
 
 from __future__ import annotations

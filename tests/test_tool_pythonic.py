@@ -2,6 +2,7 @@
 and llama4_pythonic (a list at the output's start), lfm2 (between its markers, anywhere), olmo3 (a call per
 line in function_calls tags). Arguments are converted to JSON one at a time (literals.py reads Python
 literals and JSON spellings without eval); whole and streamed results agree however the text is split.
+Covers tokworker.parsers.tools.core.pythonic.
 """
 
 from __future__ import annotations

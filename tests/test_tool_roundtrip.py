@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime
 
 import pytest
 
+from tests.chat_corpus import NOW, transformers_clock
 from tests.realdata import chat_templates
 from tests.tool_formats import assert_split_invariant
 from tokworker.templates import TemplateError, render_chat
@@ -24,7 +24,6 @@ chat_template_utils = pytest.importorskip("transformers.utils.chat_template_util
 
 TEMPLATES = chat_templates()
 pytestmark = pytest.mark.skipif(not TEMPLATES, reason="../shared/fixtures/chat_templates is not present")
-NOW = datetime(2025, 3, 14, 15, 9, 26)
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {
@@ -121,20 +120,13 @@ def _variables(entry, tools):
 
 @pytest.fixture(scope="module")
 def oracle():
-    """transformers' renderer with strftime_now frozen at NOW, as ours is."""
-    class FrozenClock(datetime):
-        @classmethod
-        def now(cls, tz=None):
-            return NOW
-    saved = chat_template_utils.datetime
-    chat_template_utils.datetime = FrozenClock
-
+    """transformers' renderer at NOW, as ours is."""
     def render(entry, messages, add_generation_prompt, tools=TOOLS):
         return chat_template_utils.render_jinja_template(
             [copy.deepcopy(messages)], tools=tools, chat_template=entry["text"],
             add_generation_prompt=add_generation_prompt, **_variables(entry, tools))[0][0]
-    yield render
-    chat_template_utils.datetime = saved
+    with transformers_clock():
+        yield render
 
 
 def render(entry, messages, add_generation_prompt, oracle, tools=TOOLS):

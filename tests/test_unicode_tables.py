@@ -1,6 +1,7 @@
 """tokworker.tokenizer.unicode against the references themselves: tokenizers' Split / normalizers /
 pre-tokenizers and tiktoken's encoder, on targeted strings, on every code point, and on hypothesis strings
-drawn from all of Unicode with the code points where the Unicode versions disagree weighted up."""
+drawn from all of Unicode with the code points where the Unicode versions disagree weighted up.
+Covers tokworker.tokenizer.unicode_data.pattern and tokworker.tokenizer.ascii_regex."""
 
 from __future__ import annotations
 

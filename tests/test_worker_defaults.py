@@ -1,6 +1,7 @@
 """The parsers a worker gives streams that name none: the operator's, else what the model's own chat template
 implies (parsers_for_template), chosen at start-up. The implied reasoning parser applies only to streams
-opened with their prompt, whose last turn says where generation starts."""
+opened with their prompt, whose last turn says where generation starts.
+Covers tokworker.worker.defaults."""
 
 import asyncio
 

@@ -2,7 +2,8 @@
 CURVE key over tcp, its process over ipc), so another key, another process or a Hello naming a raw
 connection's routing id cannot take a tenant's streams at any epoch; one session cannot hold every stream;
 the streams of an API process that is killed are dropped within seconds; opens and steps that would hold
-the lane for seconds are refused at once; clients that stop reading cost the worker nothing while parked."""
+the lane for seconds are refused at once; clients that stop reading cost the worker nothing while parked.
+Covers tokworker.worker.sessions and tokworker.worker.lane."""
 
 from __future__ import annotations
 

@@ -92,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
                           "API process only moves ids (a worker's death then ends its direct streams)")
     api.add_argument("--max-queued-bytes", type=int, default=64 << 20,
                      help="request bytes that may wait for the pool to take their prompts; more get 429")
+    api.add_argument("--derender-state-bytes", type=int, default=64 << 20,
+                     help="bytes of streamed derender sequences kept in the workers (vLLM's render tier routes); "
+                          "past it the least recently used is closed")
+    api.add_argument("--derender-idle-s", type=float, default=300.0,
+                     help="seconds a streamed derender sequence may wait for its next chunk before it is closed")
     api.add_argument("--replay-step-interval", type=float, default=0.01,
                      help="seconds per step of the replay engine (default: 0.01)")
     api.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -157,15 +162,30 @@ def _api(args: argparse.Namespace) -> int:
     options = ApiOptions(served_model_name=args.served_model_name, max_model_len=args.max_model_len,
                          max_request_bytes=args.max_request_bytes, max_concurrent_requests=args.max_concurrent_requests,
                          max_buffer_bytes=args.max_buffer_bytes, max_queued_bytes=args.max_queued_bytes,
-                         direct_streaming=args.direct_streaming,
-                         drain_timeout=args.drain_timeout_s)
+                         direct_streaming=args.direct_streaming, drain_timeout=args.drain_timeout_s,
+                         derender_state_bytes=args.derender_state_bytes, derender_idle_s=args.derender_idle_s)
     uvloop.run(serve_http(spawn, options, engine, host=args.host, port=args.port,
                           model_root=args.model_dir or str(DEFAULT_MODEL_DIR)))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; a typed error that stops it (the model cannot be served, workers cannot start) is one
+    line on stderr and exit status 1, with its traceback only at --log-level DEBUG."""
+    from tokworker.protocol.messages import CodedError
+
     args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except CodedError as exc:
+        if getattr(args, "log_level", "") == "DEBUG":
+            import traceback
+            traceback.print_exc()
+        print(f"tokworker {args.command}: {exc.message or exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return _serve(args)
     if args.command == "api":

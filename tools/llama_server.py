@@ -122,6 +122,17 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def stop(process: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds; returns once the process is gone."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class LlamaServer:
     """llama-server on `model` at a free 127.0.0.1 port: started and ready (/health answers ok) on enter,
     stopped on exit. `args` are more llama-server arguments. RuntimeError carries the server's last output
@@ -179,13 +190,8 @@ class LlamaServer:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if process is not None:
+            stop(process)
 
     def post(self, path: str, body: dict, timeout: float = 60.0) -> dict:
         request = urllib.request.Request(self.url + path, json.dumps(body).encode(),

@@ -12,6 +12,7 @@ Anthropic's error body.
 from __future__ import annotations
 
 import re
+from http import HTTPStatus
 
 import msgspec
 
@@ -31,6 +32,8 @@ OPENAI_TYPE = {400: "invalid_request_error", 403: "permission_error", 404: "inva
 ANTHROPIC_TYPE = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error",
                   413: "request_too_large", 429: "rate_limit_error", 501: "invalid_request_error",
                   503: "overloaded_error", 504: "timeout_error"}
+VLLM_TYPE = {400: "BadRequestError", 403: "PermissionDeniedError", 404: "NotFoundError",
+             501: "NotImplementedError", 500: "InternalServerError"}
 _PATH = re.compile(r" - at (?:`key` in )?`\$\.?([^`]*)`$")
 _MISSING = re.compile(r"missing required field `([^`]*)`")
 
@@ -114,6 +117,19 @@ def openai_body(error: ApiError) -> bytes:
 def anthropic_body(error: ApiError) -> bytes:
     return msgspec.json.encode(_AnthropicBody(_AnthropicError(ANTHROPIC_TYPE.get(error.status, "api_error"),
                                                               error.message)))
+
+
+def vllm_body(error: ApiError) -> bytes:
+    """vLLM's own error body (its render tier's routes answer with it): OpenAI's shape, with vLLM's type
+    names and the HTTP status as `code`.
+
+    >>> vllm_body(ApiError(NOT_FOUND, "the model `x` does not exist", "model"))
+    b'{"error":{"message":"the model `x` does not exist","type":"NotFoundError","param":"model","code":404}}'
+    """
+    status = error.status
+    kind = VLLM_TYPE.get(status) or HTTPStatus(status).phrase
+    return msgspec.json.encode({"error": {"message": error.message, "type": kind, "param": error.param,
+                                          "code": status}})
 
 
 def sse_error(error: ApiError) -> bytes:

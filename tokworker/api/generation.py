@@ -66,7 +66,8 @@ class Generations:
             self._prompts_gate.release()
         return await self._finish(exchange, response)
 
-    async def _prompts(self, plan: Plan) -> list[list[int]]:
+    async def prompts(self, plan: Plan) -> list[list[int]]:
+        """A plan's prompts as ids: its messages rendered, or its completion prompts encoded and checked."""
         if plan.render is not None:
             return [(await self.pool.render(**plan.render)).ids]
         texts = [p for p in plan.prompts if isinstance(p, str)]
@@ -79,7 +80,8 @@ class Generations:
                 raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab - 1})", "prompt")
         return prompts
 
-    def _max_tokens(self, plan: Plan, prompt: list[int]) -> int:
+    def max_tokens(self, plan: Plan, prompt: list[int]) -> int:
+        """The tokens a prompt may generate: the request's, or what the context leaves (ApiError past it)."""
         limit = self.api.served.max_model_len
         field = "prompt" if plan.prompts is not None else "input" if plan.api == "responses" else "messages"
         if len(prompt) >= limit:
@@ -100,9 +102,9 @@ class Generations:
         read and map, and to wait for its turn (the Server-Timing header's first parts)."""
         exchange = request[EXCHANGE] = Exchange(plan, ID_PREFIX[plan.api] + secrets.token_hex(12), int(time.time()))
         began = time.perf_counter()
-        prompts = await self._prompts(plan)
+        prompts = await self.prompts(plan)
         rendered = time.perf_counter()
-        limits = [self._max_tokens(plan, prompt) for prompt in prompts]
+        limits = [self.max_tokens(plan, prompt) for prompt in prompts]
         exchange.prompt_ids = prompts
         exchange.prompt_tokens = sum(len(p) for p in prompts)
         self.metrics.prompt_tokens += exchange.prompt_tokens

@@ -32,7 +32,11 @@ def engine_for(name: str, url: str | None = None, *, replay_step_interval: float
     if name == "llama.cpp":
         from tokworker.engines.llama_cpp import LlamaCppEngine
         return LlamaCppEngine(url)
-    raise ValueError(f"--engine {name} is not available in this build")
+    if name == "vllm":
+        from tokworker.engines.vllm import VllmEngine
+        return VllmEngine(url)
+    from tokworker.engines.sglang import SglangEngine
+    return SglangEngine(url)
 
 
 async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "127.0.0.1", port: int = 8000,
@@ -41,7 +45,9 @@ async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "1
     or SIGINT (with `signals`), or until cancelled. `spawn`: TokenizerPool.spawn's keyword arguments.
     `ready(port)` is called once serving."""
     from tokworker.frontend import TokenizerPool
+    from tokworker.worker.preflight import check_spawn
 
+    check_spawn(spawn)                    # what would fail every request fails here, in one line
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     drain = asyncio.Event()

@@ -25,6 +25,8 @@ from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
                                 plan_responses)
+from tokworker.api.render import RenderTier
+from tokworker.api.derender import DerenderTier
 from tokworker.api.requests import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, MessagesRequest,
                                     ResponsesRequest, TokenizeRequest)
 from tokworker.api.serving import Serving
@@ -45,6 +47,8 @@ class ApiOptions(msgspec.Struct, kw_only=True):
     max_queued_bytes: int = 64 * 1024 * 1024 # request bodies waiting for the pool to take their prompts
     direct_streaming: bool = False           # local workers write single-choice streamed bodies themselves
     drain_timeout: float = 30.0
+    derender_state_bytes: int = 64 * 1024 * 1024  # streamed derender sequences kept in the workers (derender.py)
+    derender_idle_s: float = 300.0                # a kept sequence idle this long is closed
 
 
 class Api:
@@ -96,6 +100,7 @@ class Api:
             app.router.add_post(path, handler)
         for path, handler in get:
             app.router.add_get(path, handler)
+        app.router.add_routes(RenderTier(self).routes() + DerenderTier(self).routes())
         return app
 
     # ------------------------------------------------------------ generation routes

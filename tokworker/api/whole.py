@@ -88,7 +88,7 @@ def text_completion(id: str, model: str, created: int, choices: list[Collected],
     out = []
     for index, (choice, prefix) in enumerate(zip(choices, prefixes)):
         entry = {"index": index, "text": prefix + (choice.text(TEXT) or ""),
-                 "logprobs": _completion_logprobs(choice.entries, len(prefix)) if logprobs else None,
+                 "logprobs": completion_logprobs(choice.entries, len(prefix)) if logprobs else None,
                  "finish_reason": choice.finish_reason, "stop_reason": choice.stop_reason}
         if token_ids:
             entry["token_ids"] = choice.ids
@@ -97,7 +97,7 @@ def text_completion(id: str, model: str, created: int, choices: list[Collected],
             "usage": _totals(choices, prompt_tokens)}
 
 
-def _completion_logprobs(entries, offset: int) -> dict:
+def completion_logprobs(entries, offset: int) -> dict:
     tokens, lps, tops, offsets = [], [], [], []
     for entry in entries:
         tokens.append(entry.token)

@@ -3,8 +3,9 @@ alive by the launcher. SIGTERM drains them (open streams finish, new work is ref
 for at most --drain-timeout seconds) and stops; SIGINT stops at once.
 
 Exit status: 0 after a clean stop, 2 when the command line is wrong (nothing was started), 1 when the
-workers cannot start (the worker's own error is logged), so a service manager sees a failed service
-instead of a restart loop.
+model cannot be served (preflight.py: no chat template, one that does not compile, a parser that does
+not fit the vocabulary), the workers cannot start (the worker's own error is logged) or another daemon
+serves the endpoint (endpoint_lock.py), so a service manager sees a failed service instead of a restart loop.
 
 API processes on other hosts connect with `TokenizerPool.connect("tcp://host:port", curve_keys=DIR)`;
 the first worker's handshake tells them how many workers there are.
@@ -30,7 +31,9 @@ STOP_MARGIN_S = 5.0                 # past the drain timeout, before a worker th
 def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys: str | None = None,
           log_level: str = "INFO", **worker_options) -> int:
     """Run the daemon in the foreground; returns the process exit status."""
+    from tokworker.worker.endpoint_lock import EndpointInUse, hold_endpoints
     from tokworker.worker.launcher import Launcher, WorkerStartError
+    from tokworker.worker.preflight import UnservableModel, check_model
 
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
     bind = bind or default_bind()
@@ -39,6 +42,18 @@ def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys:
     except ValueError as exc:
         log.error("%s", exc)
         return 2
+    try:
+        locks = hold_endpoints([option.bind for option in options])
+    except EndpointInUse as exc:
+        log.error("%s", exc)
+        return 1
+    try:
+        check_model(options[0].model_dir, options[0].chat_template, options[0].tool_parser,
+                    options[0].reasoning_parser)
+    except UnservableModel as exc:
+        log.error("%s", exc.message, exc_info=log.isEnabledFor(logging.DEBUG))
+        locks.release()
+        return 1
     stop = threading.Event()
     drain = [False]
 
@@ -49,9 +64,10 @@ def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    launcher = Launcher(options).start()
     status = 0
+    launcher = Launcher(options, inherit_fds=locks.fds)
     try:
+        launcher.start()
         while not stop.is_set():
             try:
                 if launcher.wait_ready(0.2):
@@ -69,6 +85,7 @@ def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys:
                 break
     finally:
         launcher.stop(grace_s=(options[0].drain_timeout_s if drain[0] else 0.0) + STOP_MARGIN_S, drain=drain[0])
+        locks.release()                          # after every worker exited: they held the locks too
     if status == 0:
         log.info("stopped cleanly (%d worker restart(s) while running)", launcher.restarts)
     return status

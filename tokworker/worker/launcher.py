@@ -8,12 +8,16 @@ and a spawned pool report. A worker that was ready once and then died (kill -9, 
 backstop, a crash) is started again on the same endpoint, with an exponential backoff when it keeps dying
 young. Clients notice a restart through their own connection (link.py); the launcher knows nothing about
 requests.
+
+The watcher thread sleeps in poll() on each child's pidfd and ready pipe, so an idle pool never wakes it:
+it lives in the API process, where every wake-up would take the GIL from the event loop.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -26,7 +30,7 @@ from tokworker.worker.options import WorkerOptions, options_to_json, validate_op
 
 log = logging.getLogger("tokworker.launcher")
 
-POLL_S = 0.02
+POLL_S = 0.02                       # only where pidfd_open is missing (not Linux >= 5.3): poll the children
 YOUNG_S = 2.0                       # a worker that dies younger than this is restarted with backoff
 BACKOFF_S = (0.05, 5.0)
 CRASH_LOOP = 3                      # this many failed starts in a row: a once-healthy slot gives up too
@@ -64,6 +68,15 @@ def _child_env() -> dict:
     return env
 
 
+def _pidfd(pid: int) -> int:
+    """A descriptor that becomes readable when process `pid` exits; -1 where the OS has none (the watcher
+    then polls every POLL_S)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
+
+
 def _relay(pipe, tail: deque) -> None:
     """Copy a worker's stderr to ours as it comes, keeping its last lines for a failure report."""
     with pipe:
@@ -80,7 +93,8 @@ class _Slot:
 
     def __init__(self):
         self.proc: subprocess.Popen | None = None
-        self.ready_fd = -1
+        self.pidfd = -1             # readable once the process exits
+        self.ready_fd = -1          # readable once it says it serves (or dies first: end of file)
         self.ready = False          # this process said it serves
         self.healthy_once = False   # some process in this slot did
         self.started = self.next_start = 0.0
@@ -89,18 +103,28 @@ class _Slot:
         self.tail: deque[bytes] = deque(maxlen=STDERR_TAIL_LINES)
         self.relay: threading.Thread | None = None
 
+    def close(self, *fds: str) -> None:
+        """Close the named descriptors ("ready_fd", "pidfd") that are open."""
+        for name in fds:
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
 
 class Launcher:
-    def __init__(self, options: list[WorkerOptions], python: str = sys.executable):
+    def __init__(self, options: list[WorkerOptions], python: str = sys.executable, inherit_fds: tuple[int, ...] = ()):
         for option in options:
             validate_options(option)                 # a typo fails here, before any process starts
         self.options = list(options)
         self.python = python
+        self.inherit_fds = inherit_fds              # the daemon's endpoint locks: held while any worker lives
         self.restarts = 0
         self.exits: deque[tuple[int, int, int]] = deque(maxlen=256)   # (index, pid, exit status), latest last
         self.failure: WorkerStartError | None = None
         self._slots = [_Slot() for _ in self.options]
         self._stopping = threading.Event()
+        self._wake_read, self._wake_write = os.pipe()   # stop() wakes the watcher out of its poll
         self._changed = threading.Condition()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -148,7 +172,7 @@ class Launcher:
         os.set_blocking(read_fd, False)
         try:
             slot.proc = subprocess.Popen([self.python, "-m", "tokworker.worker", options_to_json(self.options[index])],
-                                         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                                         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd, *self.inherit_fds),
                                          env={**self._env, READY_FD_ENV: str(write_fd)})
         except OSError:
             os.close(read_fd)
@@ -156,6 +180,7 @@ class Launcher:
         finally:
             os.close(write_fd)
         slot.ready_fd, slot.ready, slot.started = read_fd, False, time.monotonic()
+        slot.pidfd = _pidfd(slot.proc.pid)
         slot.tail = deque(maxlen=STDERR_TAIL_LINES)
         slot.relay = threading.Thread(target=_relay, args=(slot.proc.stderr, slot.tail), daemon=True,
                                       name=f"tokworker-worker-{index}-stderr")
@@ -163,30 +188,42 @@ class Launcher:
 
     def _poll_ready(self, slot: _Slot) -> None:
         try:
-            if os.read(slot.ready_fd, 1):
-                slot.ready = slot.healthy_once = True
-                slot.early_deaths = 0
-                self._close_ready(slot)
-                with self._changed:
-                    self._changed.notify_all()
+            said = os.read(slot.ready_fd, 1)
         except BlockingIOError:
-            pass
-
-    @staticmethod
-    def _close_ready(slot: _Slot) -> None:
-        if slot.ready_fd >= 0:
-            os.close(slot.ready_fd)
-            slot.ready_fd = -1
+            return
+        slot.close("ready_fd")              # its byte, or the end of the pipe of a worker that died first
+        if said:
+            slot.ready = slot.healthy_once = True
+            slot.early_deaths = 0
+            with self._changed:
+                self._changed.notify_all()
 
     def _watch(self) -> None:
-        while not self._stopping.wait(POLL_S):
+        """Sleep in poll() until a child exits, says it is ready, a restart falls due or stop() is called:
+        an idle pool wakes this thread (and the GIL) never."""
+        while True:
             with self._lock:
                 if self._stopping.is_set():
                     return
+                now = time.monotonic()
                 for index, slot in enumerate(self._slots):
-                    self._tend(index, slot, time.monotonic())
+                    self._tend(index, slot, now)
                     if self.failure is not None:
                         return
+                poller = select.poll()
+                for fd in (self._wake_read, *(fd for slot in self._slots for fd in (slot.pidfd, slot.ready_fd))):
+                    if fd >= 0:
+                        poller.register(fd, select.POLLIN)
+                timeout = self._timeout(time.monotonic())
+            poller.poll(None if timeout is None else max(0.0, timeout) * 1000)
+
+    def _timeout(self, now: float) -> float | None:
+        """Seconds until the watcher must look again by itself: the next restart due, or POLL_S for a
+        child without a pidfd; None (no timeout) when every child is watched by its descriptors."""
+        due = [slot.next_start - now for slot in self._slots if slot.proc is None]
+        if any(slot.proc is not None and slot.pidfd < 0 for slot in self._slots):
+            due.append(POLL_S)
+        return min(due) if due else None
 
     def _tend(self, index: int, slot: _Slot, now: float) -> None:
         proc = slot.proc
@@ -204,7 +241,7 @@ class Launcher:
 
     def _died(self, index: int, slot: _Slot, proc: subprocess.Popen, now: float) -> None:
         lived = now - slot.started
-        self._close_ready(slot)
+        slot.close("ready_fd", "pidfd")
         self.exits.append((index, proc.pid, proc.returncode))
         slot.proc = None
         if not slot.ready and proc.returncode > 0:
@@ -229,7 +266,8 @@ class Launcher:
         """Stop every worker: SIGINT (at once) or, with `drain`, SIGTERM (their open streams finish first);
         wait up to grace_s for clean exits, then SIGKILL what is left."""
         self._stopping.set()
-        if self._thread is not None:
+        if self._thread is not None and self._wake_write >= 0:
+            os.write(self._wake_write, b"s")
             self._thread.join()
         with self._lock:
             procs = [s.proc for s in self._slots if s.proc is not None]
@@ -245,6 +283,10 @@ class Launcher:
                 proc.kill()
                 proc.wait()
         for slot in self._slots:
-            self._close_ready(slot)
+            slot.close("ready_fd", "pidfd")
             if slot.relay is not None:
                 slot.relay.join(1.0)
+        if self._wake_write >= 0:
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+            self._wake_read = self._wake_write = -1

@@ -1,0 +1,20 @@
+"""What tests that start a `tokworker serve` share: waiting until it holds its endpoint. A client connecting
+to an ipc endpoint waits for its socket only while a daemon holds the endpoint; before the daemon process
+has taken it, a client is told at once that there is no such socket."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from tokworker.worker.endpoint_lock import holder
+
+
+def wait_held(proc: subprocess.Popen, bind: str, timeout: float = 60) -> int:
+    """The pid holding `bind` once `proc` (a starting daemon) took it; fails if `proc` exits first."""
+    deadline = time.monotonic() + timeout
+    while (pid := holder(bind)) is None:
+        assert proc.poll() is None, f"the daemon exited with {proc.returncode}"
+        assert time.monotonic() < deadline, f"{bind} not taken in {timeout} s"
+        time.sleep(0.02)
+    return pid

@@ -1,0 +1,345 @@
+"""vLLM's derender routes (what `vllm launch render` serves beside render.py's): an engine's generated ids
+back into OpenAI's responses, in vLLM 0.33's request and response shapes.
+
+    POST /v1/chat/completions/derender   {generate_response, chat_request, prompt_token_ids, ...}
+                                         -> chat.completion
+                                         {stream: true, generate_chunk, stream_state, ...}
+                                         -> {chunk: chat.completion.chunk, stream_state}
+    POST /v1/completions/derender        the same with generate_responses / completion_request
+                                         -> text_completion, or {chunk: text_completion, stream_state}
+
+How a stream's state is kept. vLLM makes the client carry it (`stream_state`: a detokenizer window, and
+with a parser every id so far, replayed through a fresh parser on every call). Here each streamed sequence
+is a pool stream, opened in a worker on its first call and stepped by each later one, so a call costs its
+own ids, and stop strings work (vLLM refuses them in streamed derender). The stream is found by what the
+client sends: `generate_chunk.request_id` and the choice's `index`; `stream_state: null` opens it (again,
+if it was open), any other value continues it, and the `stream_state` returned is a valid
+DerenderStreamState the client hands back unread. The kept streams are bounded: in bytes (each is charged
+its ids, ~8 bytes each, plus a fixed cost; past ApiOptions.derender_state_bytes the least recently used is
+closed), and in time (a stream idle for `derender_idle_s` seconds is closed). A call for a closed stream gets a 400
+that says so; the client starts over with `stream_state: null`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from typing import Annotated, Literal
+
+import msgspec
+from aiohttp import web
+from msgspec import Meta
+
+from tokworker.api import whole
+from tokworker.api.errors import ApiError
+from tokworker.api.plan import plan_chat, plan_completion
+from tokworker.api.render import json_response, vllm_errors
+from tokworker.api.requests import Body, ChatCompletionRequest, CompletionRequest, NonNegative
+from tokworker.protocol.deltas import StreamParams
+from tokworker.protocol.messages import ErrorCode
+from tokworker.sse.common import CALL, REASONING, TEXT
+
+PLAIN = StreamParams(tool_parser="none")        # no request to read tools from: text (and reasoning) only
+TEXT_ONLY = StreamParams(tool_parser="none", reasoning_parser="none")
+MAX_CHOICES = 128                               # choices of one generate response (the front door's n)
+STREAM_COST = 4096                              # bytes a kept stream is charged besides its ids
+ID_COST = 8                                     # bytes per id (the pool's copy and the worker's text)
+PROMPT_IDS, PROMPT_IDS_EACH = list[NonNegative] | None, list[list[NonNegative] | None] | None
+STATE = {"prev_tokens": [], "prefix_offset": 0, "read_offset": 0, "role_sent": True,
+         "logprob_context_token_ids": [], "logprob_text_offset": 0, "output_token_ids": [], "output_chunk_lens": [],
+         "tools_streamed": False, "last_tool_call_ids": []}
+
+
+# ---------------------------------------------------------------- vLLM's shapes (token_in_token_out/protocol.py)
+
+class GenerateLogProb(Body, kw_only=True):
+    token_id: NonNegative
+    logprob: float
+    rank: int | None = None
+
+
+class GenerateLogProbsContent(GenerateLogProb, kw_only=True):
+    top_logprobs: list[GenerateLogProb] = []
+
+
+class GenerateLogProbs(Body, kw_only=True):
+    content: list[GenerateLogProbsContent] | None = None
+
+
+class GenerateChoice(Body, kw_only=True):
+    index: NonNegative = 0
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    token_ids: list[NonNegative] | None = None
+    logprobs: GenerateLogProbs | None = None
+
+
+class GenerateResponse(Body, kw_only=True):
+    request_id: str
+    choices: Annotated[list[GenerateChoice], Meta(max_length=MAX_CHOICES)]
+    output_mode: Literal["tokens"] = "tokens"
+    usage: dict | None = None
+    prompt_token_ids: list[NonNegative] | None = None
+
+
+class DerenderRequest(Body, kw_only=True):
+    """What both routes' bodies share, streamed and whole (vLLM tells them apart by `stream`)."""
+
+    stream: bool = False
+    model: str | None = None
+    generate_chunk: GenerateResponse | None = None               # streamed: one chunk of one sequence
+    stream_state: dict | None = None
+
+
+class DerenderChatRequest(DerenderRequest, kw_only=True):
+    generate_response: GenerateResponse | None = None
+    prompt_tokens: int | None = None
+    prompt_token_ids: list[NonNegative] | None = None
+    chat_request: ChatCompletionRequest | None = None
+
+
+class DerenderCompletionRequest(DerenderRequest, kw_only=True):
+    generate_responses: list[GenerateResponse] | None = None     # whole: one per prompt
+    prompt_tokens: int | list[int] | None = None                 # streamed: a count; whole: one per response
+    prompt_token_ids: list | None = None          # streamed: ids; whole: one list (or null) per response
+    completion_request: CompletionRequest | None = None
+
+
+class Kept:
+    """One streamed sequence kept in the workers."""
+
+    __slots__ = ("name", "charge", "used", "created", "text_offset", "first", "called")
+
+    def __init__(self, name: str, prompt_ids: list[int]):
+        self.name = name
+        self.charge = STREAM_COST + ID_COST * len(prompt_ids)
+        self.used = time.monotonic()
+        self.created = int(time.time())
+        self.text_offset = 0                      # completions' logprobs text_offset
+        self.first = True                         # the next chat chunk carries the role
+        self.called = False                       # a tool call was streamed (the state's tools_streamed)
+
+
+class DerenderTier:
+    """The derender routes of one Api (see the module's docstring)."""
+
+    def __init__(self, api):
+        self.api = api
+        self.max_state_bytes = api.options.derender_state_bytes
+        self.idle_s = api.options.derender_idle_s
+        self.kept: OrderedDict[tuple[str, str, int], Kept] = OrderedDict()    # least recently used first
+        self.state_bytes = 0
+        self.serial = 0
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/v1/chat/completions/derender", self.chat),
+                web.post("/v1/completions/derender", self.completions)]
+
+    @vllm_errors
+    async def chat(self, request: web.Request) -> web.Response:
+        body = self.api.decode(await self.api.read(request), DerenderChatRequest)
+        params = _params(plan_chat, body.chat_request, self.api.served, PLAIN, body.stream)
+        if body.stream:
+            return json_response(await self._chunk(body, "chat", params, body.prompt_token_ids))
+        generated = _given(body.generate_response, "generate_response")
+        collected = await self._whole(generated, params, body.prompt_token_ids or generated.prompt_token_ids)
+        prompt_tokens = body.prompt_tokens or 0
+        response = whole.chat_completion(generated.request_id, self._model(body), int(time.time()), collected,
+                                         prompt_tokens, logprobs=params.logprobs is not None)
+        for choice in response["choices"]:              # vLLM 0.33's name for it
+            if "reasoning_content" in choice["message"]:
+                choice["message"]["reasoning"] = choice["message"].pop("reasoning_content")
+        return json_response(response)
+
+    @vllm_errors
+    async def completions(self, request: web.Request) -> web.Response:
+        body = self.api.decode(await self.api.read(request), DerenderCompletionRequest)
+        prompts = msgspec.convert(body.prompt_token_ids, PROMPT_IDS if body.stream else PROMPT_IDS_EACH)
+        params = _params(plan_completion, body.completion_request, self.api.served, TEXT_ONLY, body.stream)
+        if body.stream:
+            return json_response(await self._chunk(body, "completions", params, prompts))
+        responses = _given(body.generate_responses, "generate_responses")
+        if not responses:
+            raise ApiError.invalid("generate_responses must not be empty", "generate_responses")
+        prompts = prompts or [None] * len(responses)
+        counts = body.prompt_tokens or [0] * len(responses)
+        if not isinstance(counts, list) or len(counts) != len(responses) or len(prompts) != len(responses):
+            raise ApiError.invalid("prompt_tokens and prompt_token_ids have one entry per generate response",
+                                   "prompt_tokens")
+        collected = []
+        for generated, prompt in zip(responses, prompts):
+            collected += await self._whole(generated, params, prompt or generated.prompt_token_ids)
+        return json_response(whole.text_completion(
+            responses[0].request_id, self._model(body), int(time.time()), collected, sum(counts),
+            [""] * len(collected), logprobs=params.logprobs is not None))
+
+    def _model(self, body: DerenderRequest) -> str:
+        return body.model or self.api.served.name
+
+    # ------------------------------------------------------------ whole responses
+    async def _whole(self, generated: GenerateResponse, params: StreamParams, prompt_ids) -> list[whole.Collected]:
+        """Every choice of one generate response through a stream of its own, in one step."""
+        self._check(prompt_ids or (), "prompt_token_ids")
+        self.serial += 1
+        names = [f"derender-{self.serial}-{i}" for i in range(len(generated.choices))]
+        pool = self.api.pool
+        step = {name: self._ids(choice, params) for name, choice in zip(names, generated.choices)}
+        try:
+            for name in names:
+                await pool.open_stream(name, params, prompt_ids=prompt_ids, buffer=False)
+            updates = await pool.step(step, finish=names)
+        finally:
+            await asyncio.shield(pool.close_stream(*names))
+        return [_collected(updates[name]) for name in names]
+
+    # ------------------------------------------------------------ streamed, one call per chunk
+    async def _chunk(self, body: DerenderRequest, api: str, params: StreamParams, prompt_ids) -> dict:
+        chunk = _given(body.generate_chunk, "generate_chunk")
+        if len(chunk.choices) > 1:
+            raise ApiError.invalid(f"a streamed chunk has at most one choice (got {len(chunk.choices)})",
+                                   "generate_chunk.choices")
+        model = self._model(body)
+        state = dict(STATE)
+        out = {"id": chunk.request_id, "object": "chat.completion.chunk" if api == "chat" else "text_completion",
+               "created": int(time.time()), "model": model, "choices": [], "usage": chunk.usage}
+        if not chunk.choices:                     # the usage-only chunk that ends a stream
+            return {"chunk": out, "stream_state": state}
+        choice = chunk.choices[0]
+        kept = await self._kept((api, chunk.request_id, choice.index), body.stream_state is None, params,
+                                prompt_ids or chunk.prompt_token_ids or [])
+        ids = self._ids(choice, params)
+        kept.charge += ID_COST * len(choice.token_ids or ())
+        self.state_bytes += ID_COST * len(choice.token_ids or ())
+        finish = [kept.name] if choice.finish_reason is not None else []
+        update = (await self.api.pool.step({kept.name: ids}, finish))[kept.name]
+        out["created"] = kept.created
+        if finish:                                # (a stream the text side ended answers empty updates until then)
+            self._forget((api, chunk.request_id, choice.index))
+        collected = _collected(update)
+        entries = collected.entries if params.logprobs is not None else None
+        if api == "chat":
+            out["choices"] = [{"index": choice.index, "delta": _delta(collected, kept.first),
+                               "logprobs": {"content": msgspec.to_builtins(entries)} if entries is not None else None,
+                               "finish_reason": update.finish_reason, "stop_reason": update.stop_reason}]
+            kept.first, kept.called = False, kept.called or bool(collected.calls())
+            state["tools_streamed"] = kept.called
+        else:
+            text = collected.text(TEXT) or ""
+            out["choices"] = [{"index": choice.index, "text": text,
+                               "logprobs": whole.completion_logprobs(entries, kept.text_offset)
+                               if entries is not None else None,
+                               "finish_reason": update.finish_reason, "stop_reason": update.stop_reason}]
+            kept.text_offset += len(text)
+        return {"chunk": out, "stream_state": state}
+
+    async def _kept(self, key, first: bool, params: StreamParams, prompt_ids: list[int]) -> Kept:
+        kept = self.kept.get(key)
+        if kept is not None and first:           # stream_state null: the sequence starts (again)
+            await self._close(key)
+            kept = None
+        if kept is None:
+            if not first:
+                raise ApiError.invalid(
+                    f"no derender stream is open for request {key[1]!r} choice {key[2]}: it ended, was idle over "
+                    f"{self.idle_s:g} s, or was closed to keep the streams under {self.max_state_bytes} bytes; "
+                    f"send its chunks again from the first, with stream_state null", "stream_state")
+            self._check(prompt_ids, "prompt_token_ids")
+            self.serial += 1
+            kept = Kept(f"derender-{self.serial}", prompt_ids)
+            await self.api.pool.open_stream(kept.name, params, prompt_ids=prompt_ids, buffer=False)
+            self.kept[key] = kept
+            self.state_bytes += kept.charge
+        kept.used = time.monotonic()
+        self.kept.move_to_end(key)
+        await self._sweep()
+        return kept
+
+    async def _sweep(self) -> None:
+        """Close the streams idle too long, then the least recently used while over the byte bound."""
+        kept, deadline = self.kept, time.monotonic() - self.idle_s
+        while len(kept) > 1:                      # the last is the stream this call serves
+            key, oldest = next(iter(kept.items()))
+            if oldest.used >= deadline and self.state_bytes <= self.max_state_bytes:
+                break
+            await self._close(key)
+
+    def _forget(self, key) -> Kept | None:
+        kept = self.kept.pop(key, None)
+        if kept is not None:
+            self.state_bytes -= kept.charge
+        return kept
+
+    async def _close(self, key) -> None:
+        kept = self._forget(key)
+        if kept is not None:
+            await asyncio.shield(self.api.pool.close_stream(kept.name))
+
+    # ------------------------------------------------------------ input checks
+    def _check(self, ids, field: str) -> None:
+        served, vocab = self.api.served, self.api.pool.info.vocab_size
+        if len(ids) > served.max_model_len:
+            raise ApiError.invalid(f"{field} has {len(ids)} ids, over max_model_len ({served.max_model_len})", field)
+        bad = next((i for i in ids if i >= vocab), None)
+        if bad is not None:
+            raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab - 1})", field)
+
+    def _ids(self, choice: GenerateChoice, params: StreamParams):
+        """A choice's ids as pool.step takes them: with (logprob, [(id, logprob), ...]) each when asked."""
+        ids = choice.token_ids or []
+        self._check(ids, "token_ids")
+        content = choice.logprobs.content if choice.logprobs is not None else None
+        if params.logprobs is None:
+            return ids
+        if content is None or len(content) != len(ids):
+            raise ApiError.invalid("the request asks for logprobs: every token id needs its logprobs entry",
+                                   "logprobs")
+        return ids, [(entry.logprob, [(top.token_id, top.logprob) for top in entry.top_logprobs])
+                     for entry in content]
+
+
+def _collected(update) -> whole.Collected:
+    """One update gathered (a stream that failed in its worker fails the call with the worker's error)."""
+    if update.finish_reason == "error":
+        raise ApiError(getattr(update, "code", ErrorCode.INTERNAL), getattr(update, "message", "") or "derender failed")
+    collected = whole.Collected()
+    collected.add(update)
+    return collected
+
+
+def _given(value, field: str):
+    if value is None:
+        raise ApiError.invalid(f"{field} is required", field)
+    return value
+
+
+def _params(planner, request, served, default: StreamParams, stream: bool) -> StreamParams:
+    """The text side of the request the ids were rendered for (its stops, tools, logprobs), as the generation
+    routes map it; a whole response counts its usage."""
+    if request is None:
+        return msgspec.structs.replace(default, include_usage=not stream)
+    plan = planner(request, served)
+    return msgspec.structs.replace(plan.params, max_tokens=plan.max_tokens, include_usage=not stream,
+                                   continuous_usage_stats=False)
+
+
+def _delta(collected: whole.Collected, first: bool) -> dict:
+    """One chunk's delta (vLLM's DeltaMessage) from what one step produced."""
+    delta = {"role": "assistant"} if first else {}
+    content, reasoning = collected.text(TEXT), collected.text(REASONING)
+    if reasoning is not None:
+        delta["reasoning"] = reasoning
+    if content is not None:
+        delta["content"] = content
+    calls = []
+    for item in collected.items:
+        if item[0] == CALL:
+            call = {"index": item[1], "function": {"arguments": item[4]}}
+            if item[2]:
+                call["id"], call["type"] = item[2], "function"
+            if item[3]:
+                call["function"]["name"] = item[3]
+            calls.append(call)
+    if calls:
+        delta["tool_calls"] = calls
+    return delta

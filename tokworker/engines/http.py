@@ -1,0 +1,198 @@
+"""What the engines behind an HTTP token API share (llama-server, vLLM's tokens-only server, SGLang): one
+aiohttp ClientSession per engine with a bounded connection pool, one streamed POST per request in a task of
+its own, and abort by cancelling that task (which closes the connection: each of these servers frees the
+request's slot when its client goes away).
+
+A subclass names its `route`, builds the request's body (`body`) and reads each SSE `data:` payload
+(`read`: emit the ids it carries, return True once the request finished); `abort_posts` names what to POST
+besides closing the connection, for an engine that has an abort route. add() returns once the engine
+answered 200, so a refusal (a bad grammar, a prompt too long, a full server) is add()'s EngineError; a
+failure after that is an output with finish "error". Nothing here blocks the loop: the one read per event
+is aiohttp's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+
+from tokworker.constrain.regex_syntax import RegexError
+from tokworker.constrain.tool_choice import tool_call_pattern
+from tokworker.engines.base import Engine, EngineError, Guide, SamplingParams
+from tokworker.protocol.messages import ErrorCode
+
+STATUS_CODES = {400: ErrorCode.INVALID, 404: ErrorCode.UNAVAILABLE, 413: ErrorCode.TOO_LARGE,
+                422: ErrorCode.INVALID, 429: ErrorCode.OVERLOADED, 501: ErrorCode.UNAVAILABLE,
+                503: ErrorCode.OVERLOADED, 504: ErrorCode.TIMEOUT}
+log = logging.getLogger("tokworker.engines")
+DEFAULTED = {"stop_token_ids", "ignore_eos", "min_tokens", "logit_bias"}     # set when not [] / False / 0
+DATA = b"data: "
+JSON = {"Content-Type": "application/json"}
+encode = msgspec.json.encode
+DONE = b"[DONE]"
+
+
+class HttpEngine(Engine):
+    """An engine reached over HTTP at `url`; subclasses set `name`, `route` and implement body() and read()."""
+
+    route = "/"
+
+    def __init__(self, url: str, *, max_connections: int = 256, connect_timeout: float = 10.0):
+        super().__init__()
+        self.url = url.rstrip("/")
+        self.max_connections = max_connections
+        self.connect_timeout = connect_timeout
+        self.session = None
+        self.tasks: dict[str, asyncio.Task] = {}
+        self.kept: dict[str, object] = {}              # what read() keeps per request between its events
+        self.posts: set[asyncio.Task] = set()          # abort POSTs in flight (awaited by close)
+
+    async def start(self, pool) -> None:
+        import aiohttp
+
+        await super().start(pool)
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.max_connections),
+                                             timeout=aiohttp.ClientTimeout(sock_connect=self.connect_timeout))
+        try:
+            await self.probe(pool)
+        except (aiohttp.ClientError, OSError, ValueError) as error:
+            await self.session.close()
+            raise EngineError(ErrorCode.UNAVAILABLE, f"{self.name} at {self.url} does not answer: {error}")
+        except BaseException:
+            await self.session.close()
+            raise
+
+    async def probe(self, pool) -> None:
+        """Check the engine answers before the first request, and take its context length: vLLM and SGLang
+        both list their model on /v1/models with a `max_model_len`."""
+        models = (await self.get_json("/v1/models")).get("data") or [{}]
+        self.max_model_len = models[0].get("max_model_len")
+
+    async def get_json(self, path: str):
+        async with self.session.get(self.url + path) as response:
+            if response.status != 200:
+                raise ValueError(f"GET {path} answered {response.status}")
+            return await response.json(content_type=None)
+
+    async def close(self) -> None:
+        for task in list(self.tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), *self.posts, return_exceptions=True)
+        if self.session is not None:
+            await self.session.close()
+
+    def running(self) -> int:
+        return len(self.tasks)
+
+    def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
+        raise NotImplementedError
+
+    def read(self, request_id: str, payload: bytes, sampling: SamplingParams) -> bool:
+        """Emit what one `data:` payload carries; True when it ended the request."""
+        raise NotImplementedError
+
+    async def add(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> None:
+        body = self.body(request_id, prompt_ids, sampling)
+        accepted = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._stream(request_id, body, sampling, accepted))
+        self.tasks[request_id] = task
+        task.add_done_callback(lambda _: self.forget(request_id))
+        await accepted                     # the engine's refusal is add()'s
+
+    def forget(self, request_id: str) -> None:
+        """The request's task ended (finished, failed or aborted): drop what was kept for it."""
+        self.tasks.pop(request_id, None)
+        self.kept.pop(request_id, None)
+
+    def abort_posts(self, request_ids: list[str]) -> list[tuple[str, dict]]:
+        """(path, body) of each POST that aborts these requests on the engine; none: closing is enough."""
+        return []
+
+    def abort(self, request_ids: list[str]) -> None:
+        running = [request_id for request_id in request_ids if request_id in self.tasks]
+        for path, body in self.abort_posts(running):
+            post = asyncio.get_running_loop().create_task(self._post(path, body))
+            self.posts.add(post)
+            post.add_done_callback(self.posts.discard)
+        for request_id in running:
+            self.tasks.pop(request_id).cancel()   # closes the connection: the engine frees the request's slot
+
+    async def _post(self, path: str, body: dict) -> None:
+        import aiohttp
+
+        try:
+            async with self.session.post(self.url + path, json=body) as response:
+                if response.status != 200:
+                    log.warning("%s %s answered %d: %s", self.name, path, response.status,
+                                message(await response.read()))
+        except (aiohttp.ClientError, OSError) as error:      # the closed connection aborts it all the same
+            log.warning("%s %s failed: %s", self.name, path, error)
+
+    async def _stream(self, request_id: str, body: dict, sampling: SamplingParams, accepted: asyncio.Future):
+        import aiohttp
+
+        read = self.read
+        try:
+            async with self.session.post(self.url + self.route, data=encode(body), headers=JSON) as response:
+                if response.status != 200:
+                    raise EngineError(STATUS_CODES.get(response.status, ErrorCode.INTERNAL),
+                                      f"{self.name} answered {response.status}: {message(await response.read())}")
+                accepted.set_result(None)
+                async for line in response.content:
+                    if line.startswith(DATA) and read(request_id, line[6:].rstrip(), sampling):
+                        return
+            raise EngineError(ErrorCode.INTERNAL, f"{self.name} ended the stream before the request finished")
+        except asyncio.CancelledError:
+            raise
+        except (EngineError, aiohttp.ClientError, OSError, msgspec.DecodeError) as failure:
+            error = failure if isinstance(failure, EngineError) else \
+                EngineError(ErrorCode.UNAVAILABLE, f"{self.name} at {self.url}: {failure}")
+            if not accepted.done():
+                accepted.set_exception(error)
+            else:
+                self.emit(request_id, [], finish="error", error=error)
+
+
+def engine_params(sampling: SamplingParams, names: dict[str, str]) -> dict:
+    """The sampling the request set, under the engine's names ({our name: theirs}): the knobs it gave, and
+    stop_token_ids, ignore_eos, min_tokens and logit_bias where they are not their defaults.
+
+    >>> engine_params(SamplingParams(max_tokens=8, top_k=5, ignore_eos=True), {"top_k": "k", "ignore_eos": "ie",
+    ...                                                                          "min_tokens": "mt"})
+    {'k': 5, 'ie': True}
+    """
+    params = sampling.knobs({ours: theirs for ours, theirs in names.items() if ours not in DEFAULTED})
+    for ours in DEFAULTED.intersection(names):
+        if value := getattr(sampling, ours):
+            params[names[ours]] = value
+    return params
+
+
+def guide_pattern(guide: Guide, engine: str) -> str:
+    """The regex a Guide without a schema stands for: its own `pattern`, or a call of its tools in the
+    model's tool-call format (what the pool's masks are compiled from). EngineError when it cannot be made."""
+    try:
+        return guide.pattern or tool_call_pattern(guide.tools, guide.tool_name, guide.tool_format or "hermes")
+    except (ValueError, RegexError) as error:
+        raise EngineError(ErrorCode.INVALID, f"cannot constrain {engine}'s output: {error}")
+
+
+def message(raw: bytes) -> str:
+    """The readable part of an engine's error body (OpenAI's {"error": {"message"}}, FastAPI's {"detail"}).
+
+    >>> message(b'{"error": {"message": "prompt too long", "code": 400}}')
+    'prompt too long'
+    >>> message(b'{"detail": "Not Found"}')
+    'Not Found'
+    >>> message(b'<html>oops</html>')
+    '<html>oops</html>'
+    """
+    try:
+        body = msgspec.json.decode(raw)
+        error = body.get("error")
+        text = error.get("message") if isinstance(error, dict) else error or body.get("detail")
+        return str(text or body)[:500]
+    except (msgspec.DecodeError, AttributeError):
+        return raw[:500].decode("utf-8", "replace")
