@@ -27,6 +27,7 @@ from pathlib import Path
 
 import msgspec
 import zmq
+from zmq.utils.garbage import gc as zero_copy
 
 from tokworker.protocol.endpoints import sinks_path
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, CodedError, Compile, Decode, Encode,
@@ -177,6 +178,7 @@ class Worker:
                  options.model_dir, options.bind)
         path = sinks_path(options.bind)
         sinks = self.streams.sinks = SinkTable(path, options.sink_bytes) if path is not None else None
+        zero_copy.start()       # pyzmq's thread for large replies: now, not at the first one under memory pressure
         notify_ready()
         parent = os.getppid()
         wake_read, wake_write = socketlib.socketpair()     # the lane's jobs and SIGTERM wake this thread at once
