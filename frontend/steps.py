@@ -28,6 +28,8 @@ from tokworker.frontend.link import encode_request
 from tokworker.frontend.pending import Pending
 from tokworker.frontend.stream import merge_updates
 
+_LEFT_OUT = object()                  # the place of a stream a reply has no update for
+
 
 def send_step(links: list, table: dict, ids: dict, finish=()) -> asyncio.Future:
     """Send the step `ids` (stream id -> new ids, or (ids, logprobs)) ending `finish` over `links`, whose
@@ -310,7 +312,7 @@ class StepPart(Pending):
         if reply.errors or len(updates) != len(names) or link.buffered or link.late or self.detached:
             self._attend(names, updates, reply.errors)
             return
-        results = dict(zip(names, updates))
+        results = {name: EMPTY if update is None else update for name, update in zip(names, updates)}
         if reply.finished:
             live = link.live
             for place in reply.finished:
@@ -324,18 +326,20 @@ class StepPart(Pending):
         step (they fail with its error; one it left out fails as our bug), a share the step returned without."""
         results = {}
         for place, (name, stream) in enumerate(zip(names, self._streams(names))):
-            update = updates[place] if place < len(updates) else None
+            update = updates[place] if place < len(updates) else _LEFT_OUT
             error = errors.get(name)
             if stream is None:                   # closed by the caller while the step was in flight
                 results[name] = EMPTY
                 continue
-            if error is not None or update is None:
+            if error is not None or update is _LEFT_OUT:
                 failure = stream.fail(error_for(error.code, error.message) if error is not None else
                                       PoolError(ErrorCode.INTERNAL, "the worker's step reply left this stream out"))
                 if not self.detached:            # else the next step that names it reports it; this one
                     failure = _untold(stream) or failure   # may report a failure from before (a replay)
                 results[name] = failure or EMPTY
                 continue
+            if update is None:
+                update = EMPTY
             stream.acknowledged(update)
             if self.detached:                    # the step returned without us: the engine hears it next time
                 _hold_late(stream, update)

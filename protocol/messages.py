@@ -16,9 +16,8 @@ import msgspec
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 
-# 3: a guide reply sends each distinct mask once (results index it); a stream opened with `chunks` gets its
-# updates as server-sent event bytes (StreamUpdate.sse)
-PROTOCOL_VERSION = 5
+# 6: a step reply's empty updates are nil; stats count dropped messages (see PROTOCOL.md for the others)
+PROTOCOL_VERSION = 6
 ID_FRAME = struct.Struct("<Q")          # a request id frame: 8 bytes, little-endian
 
 
@@ -128,7 +127,7 @@ class StatsReply(_Reply, tag="stats"):
     model_fingerprint: str
     uptime_s: float
     draining: bool                         # SIGTERM received: open streams finish, new work is refused
-    requests: int
+    requests: int                          # every request but these polls
     errors: int
     streams_open: int
     streams_opened: int
@@ -136,6 +135,7 @@ class StatsReply(_Reply, tag="stats"):
     max_rss_kb: int
     gc_frozen: int = 0                     # objects in the collector's permanent generation (see worker)
     errors_by_code: dict[str, int] = {}    # error replies since start, by ErrorCode value
+    dropped: int = 0                       # messages lost unanswered: a flood from a client that stopped reading
 
 
 # ---------------------------------------------------------------- stateless text work
@@ -269,12 +269,14 @@ class Step(_Request, tag="step"):
 
 class StepReply(_Reply, tag="step"):
     """One update per stream the step named, in the step's order (the streams of `ids`, then those only in
-    `finish`): the client pairs them with the names it sent instead of decoding every name again. A stream
-    that could not be stepped has an empty update at its place and its Error in `errors`. `finished`: the
-    places whose update carries a finish_reason (those streams are closed on the worker; later ids for them
-    are ignored), so that a client need not look at every update to learn which streams ended."""
+    `finish`): the client pairs them with the names it sent instead of decoding every name again. An empty
+    update is None (nil on the wire: most updates of most steps are empty, and nil costs a client nothing to
+    decode). A stream that could not be stepped has None at its place and its Error in `errors`.
+    `finished`: the places whose update carries a finish_reason (those streams are closed on the worker;
+    later ids for them are ignored), so that a client need not look at every update to learn which streams
+    ended."""
 
-    updates: list[StreamUpdate]
+    updates: list[StreamUpdate | None]
     errors: dict[str, Error] = {}
     finished: list[int] = []
 

@@ -1,7 +1,8 @@
 """SIGTERM drains a real `tokworker serve`: new streams and renders are refused with a typed
 shutting_down error, open streams keep stepping until they finish (every delta equal to the in-process
 engine's), then the daemon exits 0; a pool connected to a second daemon moves new work there; a stream
-left open past --drain-timeout does not hold the daemon up longer than that."""
+left open past --drain-timeout does not hold the daemon up longer than that, and the next step that names
+it fails it as shutting_down while the other daemon's streams in the same step go on."""
 
 from __future__ import annotations
 
@@ -151,3 +152,41 @@ def test_sigint_stops_at_once(daemons):
 
     status, waited = uvloop.run(main())
     assert status == 0 and waited < 8
+
+
+def test_streams_cut_at_the_drain_timeout_fail_as_shutting_down_in_the_next_step(daemons):
+    tokenizer = Tokenizer.from_dir(MODEL)
+    ids = tokenizer.encode(TEXT)
+    draining, bind_a = daemons("--drain-timeout", "0.5")
+    _, bind_b = daemons()
+
+    async def main():
+        async with await TokenizerPool.connect([bind_a, bind_b], connect_timeout=30) as pool:
+            streams = [await pool.open_stream(f"s{i}") for i in range(4)]
+            on_a = {s.id for s in streams if s.link.endpoint == bind_a}
+            assert on_a and len(on_a) < len(streams)
+            first = await pool.step({s.id: ids[:5] for s in streams})
+            draining.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while not any(s.draining and s.streams_open == 0 for s in await pool.stats()):
+                assert time.monotonic() < deadline, "the drain timeout never cut the streams"
+                await asyncio.sleep(0.05)
+            started = time.monotonic()
+            rest = await pool.step({s.id: ids[5:] for s in streams})
+            took = time.monotonic() - started
+            status = await asyncio.get_running_loop().run_in_executor(None, draining.wait, 20)
+            return first, rest, on_a, took, status
+
+    first, rest, on_a, took, status = uvloop.run(main())
+    engine = TextStream(tokenizer, StreamParams())
+    expected = "".join(d.content or "" for u in (engine.push(ids[:5]), engine.push(ids[5:])) for d in u.deltas)
+    assert took < 1.0                                           # no hang, no lost worker
+    for name, update in rest.items():
+        if name in on_a:                                        # told in the very next step, stream by stream
+            assert update.finish_reason == "error" and update.code == ErrorCode.SHUTTING_DOWN, update
+        else:                                                   # the other daemon's share is untouched
+            text = "".join(d.content or "" for u in (first[name], update) for d in u.deltas)
+            assert text == expected
+    assert status == 0
+    err = draining.stderr.read()
+    assert "drained: " in err and "cut and told so at its next step" in err

@@ -11,7 +11,8 @@ MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker
            "tokworker.parsers.tools.core.textargs",
            "tokworker.parsers.reasoning", "tokworker.parsers.template_parsers", "tokworker.sse.chat",
            "tokworker.frontend.client", "tokworker.protocol.endpoints", "tokworker.templates.owned",
-           "tokworker.worker.endpoint_lock", "tokworker.worker.preflight", "tests.cuts"]
+           "tokworker.worker.endpoint_lock", "tokworker.worker.preflight", "tests.cuts",
+           "tokworker.worker.sessions"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -51,8 +51,8 @@ def test_a_request_past_the_cpu_limit_kills_its_worker_and_the_pool_goes_on(toke
     ids = tokenizer.encode(text)
 
     async def main():
-        async with await TokenizerPool.spawn(MODEL, workers=2, cpu_limit_s=1, max_attempts=1,
-                                             request_timeout=60) as pool:
+        async with await TokenizerPool.spawn(MODEL, workers=2, cpu_limit_s=1, max_attempts=1, request_timeout=60,
+                                             max_ids=30_000_000) as pool:   # priced, it would be refused at once
             victim = await pool.open_stream("victim")
             other = await pool.open_stream("other")
             bystander = await pool.open_stream("bystander")

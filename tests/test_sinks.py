@@ -12,6 +12,7 @@ import pytest
 
 from tokworker.frontend.sinks import SinkSender
 from tokworker.protocol.endpoints import sinks_path
+from tokworker.worker.sessions import process_peer, session_key
 from tokworker.worker.sinks import END, Sink, SinkTable
 
 
@@ -98,7 +99,8 @@ def test_sockets_handed_over_reach_their_stream(tmp_path, pair):
     sender = SinkSender(path)
     try:
         table.on_readable(table.listener.fileno())       # the connection
-        sink = table.open("session-a", "req-1")
+        session = session_key(process_peer(os.getpid()), "session-a")   # the sender's process's session
+        sink = table.open(session, "req-1")
         sink.write(b"data: early\n\n")
         sender.hand("session-a", "req-1", server.fileno())
         sender.hand("session-a", "nobody", server.fileno())    # no such stream: closed at once
@@ -107,7 +109,7 @@ def test_sockets_handed_over_reach_their_stream(tmp_path, pair):
         sink.end()
         assert chunks(read_all(client)) == [b"data: early\n\n", b""]
         assert sink.fd == -1 and not table.waiting
-        table.release("session-a", "req-1")
+        table.release(session, "req-1")
         assert table.sinks == {}
         assert sinks_path("tcp://127.0.0.1:7000") is None
     finally:

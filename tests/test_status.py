@@ -55,6 +55,7 @@ def daemon():
 
 def test_status_reports_every_worker_and_request_errors_are_logged(daemon):
     proc, bind = daemon
+    sessions = []
 
     async def use():
         pool = await TokenizerPool.connect(bind, connect_timeout=30)
@@ -63,6 +64,7 @@ def test_status_reports_every_worker_and_request_errors_are_logged(daemon):
             await pool.encode("x" * 41)
         assert refused.value.code == ErrorCode.TOO_LARGE
         await pool.open_stream("open-one")
+        sessions.extend(link.session for link in pool.links)
         return pool
 
     async def main():
@@ -87,9 +89,12 @@ def test_status_reports_every_worker_and_request_errors_are_logged(daemon):
     assert {row["endpoint"] for row in rows} == {bind, bind + ".1"}
     assert sum(row["streams_open"] for row in rows) == 1
     assert sum(row["errors_by_code"].get(ErrorCode.TOO_LARGE, 0) for row in rows) == 1
+    # two encodes and an open: neither the pool's handshakes nor the status polls before these are counted
+    assert sum(row["requests"] for row in rows) == 3 and all(row["dropped"] == 0 for row in rows)
     assert len({row["pid"] for row in rows}) == 2 and len({row["model_fingerprint"] for row in rows}) == 1
     assert "serving" in table and bind in table and "errors: too_large 1" in table
-    assert "# TYPE tokworker_requests_total counter" in metrics
+    assert "# TYPE tokworker_requests_total counter" in metrics and "# TYPE tokworker_dropped_total counter" in metrics
+    assert f'tokworker_dropped_total{{worker="0",endpoint="{bind}"}} 0' in metrics
     assert f'tokworker_up{{worker="1",endpoint="{bind}.1"}} 1' in metrics
     assert sum(int(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                if line.startswith('tokworker_errors_total{') and 'code="too_large"' in line) == 1
@@ -99,7 +104,8 @@ def test_status_reports_every_worker_and_request_errors_are_logged(daemon):
     assert proc.wait(30) == 0
     log = proc.stderr.read()
     line = next(line for line in log.splitlines() if "failed: too_large" in line)
-    assert re.search(r"request \d+ from \w+-\d failed: too_large: 41 characters", line)   # its id, the reason
+    assert re.search(r"request \d+ from connection [0-9a-f]+ failed: too_large: 41 characters", line)  # id, reason
+    assert sessions and not any(session in log for session in sessions)    # a session's name proves ownership
 
 
 def test_status_of_nothing_says_down_and_exits_1(tmp_path):

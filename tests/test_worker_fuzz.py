@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, OpenReply, OpenStream,
                                          Render, StatsReply, Stats, Step, StepReply, decode_reply, encode_message,
                                          frame, pack_id, unpack_id)
-from tokworker.protocol.deltas import StreamParams, StreamUpdate
+from tokworker.protocol.deltas import StreamParams
 from tokworker.tokenizer import Tokenizer
 from tokworker.worker.options import WorkerOptions, options_to_json
 
@@ -209,9 +209,9 @@ def test_random_messages_get_a_reply_or_a_typed_error(worker, kind, fields):
 
 
 def test_a_step_reply_lists_updates_in_the_steps_order(worker):
-    """Protocol 5: one update per stream named, the streams of `ids` and then those only in `finish`; an
-    unknown stream has an empty update at its place and its error by name; `finished` lists the places
-    whose update ends its stream."""
+    """Protocol 6: one update per stream named, the streams of `ids` and then those only in `finish`; an
+    unknown stream has None (an empty update) at its place and its error by name; `finished` lists the
+    places whose update ends its stream."""
     raw = worker[2]
     for name in ("a", "b", "c"):
         assert isinstance(raw.call(encode_message(OpenStream(stream_id=name, params=StreamParams(stop=["!"])))),
@@ -222,7 +222,7 @@ def test_a_step_reply_lists_updates_in_the_steps_order(worker):
     assert isinstance(reply, StepReply)
     assert len(reply.updates) == 4
     assert set(reply.errors) == {"zz"} and reply.errors["zz"].code == ErrorCode.UNKNOWN_STREAM
-    assert reply.updates[1] == StreamUpdate()
+    assert reply.updates[1] is None
     assert reply.updates[2].finish_reason == "stop"                          # b met its stop string
     assert reply.updates[0].finish_reason == reply.updates[3].finish_reason == "length"   # ended by the engine
     assert reply.finished == [0, 2, 3]

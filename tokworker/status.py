@@ -17,8 +17,10 @@ METRICS = [
     ("tokworker_up", "gauge", "1 when the worker answered", lambda s: 1 if s.get("up") else 0),
     ("tokworker_draining", "gauge", "1 while the worker drains after SIGTERM", lambda s: int(s.get("draining", 0))),
     ("tokworker_uptime_seconds", "gauge", "seconds since the worker process started", "uptime_s"),
-    ("tokworker_requests_total", "counter", "requests handled", "requests"),
+    ("tokworker_requests_total", "counter", "requests handled (handshakes and these polls left out)", "requests"),
     ("tokworker_errors_total", "counter", "error replies sent, by code", None),
+    ("tokworker_dropped_total", "counter", "messages lost unanswered: floods from clients that stopped reading",
+     "dropped"),
     ("tokworker_streams_open", "gauge", "streams open now", "streams_open"),
     ("tokworker_streams_opened_total", "counter", "streams opened since start", "streams_opened"),
     ("tokworker_queue_depth", "gauge", "requests read ahead, waiting", "queue_depth"),
@@ -58,17 +60,17 @@ def healthy(workers: list[dict]) -> bool:
 
 
 def table(workers: list[dict]) -> str:
-    lines = [f"{'worker':>6}  {'state':<9} {'pid':>7} {'uptime':>9} {'requests':>9} {'errors':>7} {'streams':>8} "
-             f"{'queue':>6} {'rss MB':>7}  endpoint"]
+    lines = [f"{'worker':>6}  {'state':<9} {'pid':>7} {'uptime':>9} {'requests':>9} {'errors':>7} {'dropped':>7} "
+             f"{'streams':>8} {'queue':>6} {'rss MB':>7}  endpoint"]
     for i, w in enumerate(workers):
         if not w["up"]:
-            lines.append(f"{i:>6}  {'down':<9} {'':>7} {'':>9} {'':>9} {'':>7} {'':>8} {'':>6} {'':>7}  "
+            lines.append(f"{i:>6}  {'down':<9} {'':>7} {'':>9} {'':>9} {'':>7} {'':>7} {'':>8} {'':>6} {'':>7}  "
                          f"{w['endpoint']}: {w['error']}")
             continue
         state = "draining" if w["draining"] else "serving"
         lines.append(f"{w['index']:>6}  {state:<9} {w['pid']:>7} {w['uptime_s']:>8.0f}s {w['requests']:>9} "
-                     f"{w['errors']:>7} {w['streams_open']:>8} {w['queue_depth']:>6} {w['max_rss_kb'] / 1024:>7.0f}  "
-                     f"{w['endpoint']}")
+                     f"{w['errors']:>7} {w['dropped']:>7} {w['streams_open']:>8} {w['queue_depth']:>6} "
+                     f"{w['max_rss_kb'] / 1024:>7.0f}  {w['endpoint']}")
         if w["errors_by_code"]:
             by_code = sorted(w["errors_by_code"].items())
             lines.append("        errors: " + ", ".join(f"{code} {n}" for code, n in by_code))

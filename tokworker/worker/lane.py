@@ -1,140 +1,264 @@
-"""The worker's lane: the thread that owns the client socket. It serves session requests (hello, open,
-step, close, stats) itself, at once, and hands stateless work (render, encode, decode, compile, guide) to
-the main thread, which runs it under the CPU budget. The interpreter hands its lock to the waiting lane
+"""The worker's lane: the thread that owns the client socket. Every message is read here by one typed decoder
+and dispatched once, by one match: session requests (hello, open, step, close, stats), decoded in full, are
+served here at once; stateless work (render, encode, decode, compile, guide), read only as far as its type,
+goes to the main thread as a Job, which decodes and runs it under the CPU budget and hands back the reply's
+body or its error. The lane counts requests, errors
+and dropped messages and writes every error reply. The interpreter hands its lock to the waiting lane
 every SWITCH_S, so a long render or a compile never holds an engine step back for longer.
 
 A client that stops reading its replies is stopped being read: replies go out with ROUTER_MANDATORY over a
 short queue (REPLY_QUEUE messages), and when that client's queue is full the lane holds its later replies
 (up to HELD_BYTES, more are dropped) and parks its new requests unserved (up to PARKED_BYTES, more are
-dropped) until the queue moves again. Its floods then cost the worker neither memory nor time, and every other client
-is served as before.
+dropped) until the queue moves again. Its floods then cost the worker neither memory nor time, and every
+other client is served as before.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
+import socket as socketlib
 import time
 from collections import deque
+from typing import Union
 
 import msgspec
 import zmq
 
-from tokworker.protocol.messages import ErrorCode, unpack_id
+from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, ErrorReply, Guide, Hello,
+                                         OpenStream, Render, Stats, Step, encode_message, unpack_id)
+from tokworker.worker.errorlog import RequestErrors
+from tokworker.worker.errors import error_of
+from tokworker.worker.replies import encode_reply
+from tokworker.worker.sessions import peer_of
 
 log = logging.getLogger("tokworker.worker")
 
 POLL_S = 0.1                       # how soon the lane sees a stop
-RETRY_S = 0.005                    # how often a blocked client's held replies are tried again
+RETRY_S = 0.005                    # how soon a blocked client's held replies are tried again, doubling
+RETRY_MAX_S = 1.0                  # up to this while it reads nothing: a parked client costs next to nothing
 SWITCH_S = 0.001                   # the interpreter's switch interval: a step's longest wait behind a render
 REPLY_QUEUE = 8                    # replies ZeroMQ queues for one client (each at most max_message_bytes)
 HELD_BYTES = 64 << 20              # replies the lane holds for a client that stopped reading
 PARKED_BYTES = 16 << 20            # requests parked unserved from such a client
 QUEUED_BYTES = 64 << 20            # stateless requests handed to the main thread and not yet answered
-ARRIVED = struct.Struct("<d")
-# How a session request's msgpack body begins after its map header (msgspec writes the tag first): only a
-# hint for the lane, every body is decoded in full when handled.
-_SESSION_TAGS = (b"\xa4step", b"\xa4open", b"\xa5close", b"\xa5hello", b"\xa5stats")
+SMALL_STEP = 16 << 10              # bytes of a step message below which its reply is not counted (the hot path)
+HOUSEKEEPING_S = 1.0
+NO_ID = bytes(8)                   # the request id of an error reply to a message without one
 
 
-def split_frame(frames: list) -> list:
-    """[identity, message] off the socket -> [identity, request id, body], how the worker handles it;
-    anything but one frame of at least 8 bytes -> a shape handle() answers as malformed."""
-    if len(frames) == 2 and len(frames[1]) >= 8:
-        message = frames[1]
-        return [frames[0], message[:8], message[8:]]
-    return [frames[0], b"", b""]
+def _deferred(kind):
+    """A stateless request read only as far as its type: its fields are skipped, not built. The main thread
+    decodes it in full when it runs it, so a queue of them costs their bytes (a Decode's 400k ids built as
+    Python ints while they wait took a flooded worker past its memory limit)."""
+    return msgspec.defstruct(f"Deferred{kind.__name__}", [], tag_field="type", tag=kind.__struct_config__.tag)
 
 
-def is_session_request(frames) -> bool:
-    return len(frames) == 3 and frames[2][1:6] == b"\xa4type" and frames[2][6:12].startswith(_SESSION_TAGS)
+DEFERRED = tuple(_deferred(kind) for kind in (Render, Encode, Decode, Compile, Guide))
+DeferredGuide = DEFERRED[-1]
+# the lane's one decoder: session requests in full, stateless ones as their type
+decode_in_lane = msgspec.msgpack.Decoder(Hello | Stats | OpenStream | Step | CloseStreams | Union[DEFERRED]).decode
+
+
+def decode_error(exc: Exception) -> tuple[str, str]:
+    """(code, message) for a body that does not decode as a request."""
+    if isinstance(exc, msgspec.ValidationError):
+        return ErrorCode.UNKNOWN_TYPE if "`$.type`" in str(exc) else ErrorCode.INVALID, str(exc)
+    if isinstance(exc, RecursionError):
+        return ErrorCode.TOO_LARGE, "payload nests too deeply"
+    if isinstance(exc, MemoryError):
+        return ErrorCode.OUT_OF_MEMORY, "out of memory decoding it"
+    return ErrorCode.MALFORMED, f"cannot decode body: {exc}"
+
+
+class Job:
+    """A stateless request on its way to the main thread and back: `message` is its ZeroMQ frame (a request
+    id, then the msgpack body); the reply's body, or `error` ((code, message)), is set there."""
+
+    __slots__ = ("identity", "request_id", "message", "arrived", "body", "error")
+
+    def __init__(self, identity: bytes, request_id: int, message: zmq.Frame, arrived: float):
+        self.identity, self.request_id, self.message, self.arrived = identity, request_id, message, arrived
+        self.body = self.error = None
 
 
 class _Blocked:
-    __slots__ = ("replies", "held", "requests", "parked")
+    __slots__ = ("replies", "held", "requests", "parked", "wait", "retry_at")
 
     def __init__(self):
         self.replies: deque = deque()
         self.held = 0
         self.requests: deque = deque()
         self.parked = 0
+        self.wait = RETRY_S
+        self.retry_at = time.monotonic() + RETRY_S
 
 
 class Lane:
-    def __init__(self, worker, sock, work, stop: list):
-        self.worker, self.sock, self.work, self.stop = worker, sock, work, stop
+    """See the module's docstring. `worker` serves the session requests and builds the stats; `jobs` is
+    what the main thread takes (woken through `wake_main`), `done` what it gives back (waking the lane)."""
+
+    def __init__(self, worker, sock: zmq.Socket, wake_main, stop: list):
+        self.worker, self.sock, self.wake_main, self.stop = worker, sock, wake_main, stop
+        self.jobs: deque[Job] = deque()
+        self.done: deque[Job] = deque()
+        self._wake_read, self._wake_write = socketlib.socketpair()
+        self._wake_read.setblocking(False)
         self.blocked: dict[bytes, _Blocked] = {}
-        self.handed: deque = deque()                 # sizes of the requests the main thread has, in its order
-        self.handed_bytes = 0
-        self.dropped = 0
+        self.queued = 0                              # jobs handed to the main thread and not yet back
+        self.queued_bytes = 0
+        self.requests = self.errors = self.dropped = 0
+        self.request_errors = RequestErrors(log)
+        self.ipc = worker.options.bind.startswith("ipc://")      # whose a session is: see sessions.py
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
 
+    # ------------------------------------------------------------ the loop
     def run(self) -> None:
-        worker, sock, work = self.worker, self.sock, self.work
+        worker, sock, done = self.worker, self.sock, self.done
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
-        poller.register(work, zmq.POLLIN)
+        poller.register(self._wake_read, zmq.POLLIN)
+        wake_fd = self._wake_read.fileno()
         sinks = worker.streams.sinks
         polled: dict[int, int] = {}                   # the sinks' descriptors registered, and for what
-        housekeeping = time.monotonic() + 1.0
+        housekeeping = time.monotonic() + HOUSEKEEPING_S
         while not self.stop[0]:
             if sinks is not None:
                 polled = _poll_sinks(poller, sinks, polled)
-            ready = dict(poller.poll((RETRY_S if self.blocked else POLL_S) * 1000))
-            if sinks is not None and len(ready) > (work in ready) + (sock in ready):
+            timeout = POLL_S
+            if self.blocked:
+                timeout = min(timeout, max(0.0, min(b.retry_at for b in self.blocked.values()) - time.monotonic()))
+            ready = dict(poller.poll(timeout * 1000))
+            if sinks is not None and len(ready) > (wake_fd in ready) + (sock in ready):
                 _serve_sinks(sinks, ready, polled)
             if self.blocked:
-                self._retry()
-            if ready.get(work):
-                while work.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    reply = work.recv_multipart()
-                    worker.queued -= 1
-                    self.handed_bytes -= self.handed.popleft()
-                    if len(reply) > 1:
-                        self.send(reply)
-                    elif reply[0]:                       # a session request the main thread sent back
-                        self.serve(msgspec.msgpack.decode(reply[0]))
+                self._retry(time.monotonic())
+            if wake_fd in ready:
+                self._wake_read.recv(4096)
+            while done:
+                self._finish(done.popleft())
             if ready.get(sock):
                 while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     try:
-                        self.route(split_frame(sock.recv_multipart()))
+                        self.route(*self._receive())
                     except MemoryError:                  # that message is lost, the lane is not
                         self.dropped += 1
             now = time.monotonic()
             if now >= housekeeping:
-                housekeeping = now + 1.0
-                worker.streams.evict_idle()
+                housekeeping = now + HOUSEKEEPING_S
+                worker.housekeeping(idle=not self.queued)
+        self._wake_read.close()
+        self._wake_write.close()
 
-    def route(self, frames: list[bytes]) -> None:
-        blocked = self.blocked.get(frames[0])
+    def give_back(self, job: Job) -> None:
+        """From the main thread: the job is answered."""
+        self.done.append(job)
+        self._wake_write.send(b"\0")
+
+    # ------------------------------------------------------------ one message
+    def _receive(self) -> tuple:
+        """(identity, message) off the socket; the message is ZeroMQ's frame, not a copy (a flood of large
+        requests is not held twice), and None when it was not one frame."""
+        sock = self.sock
+        identity = sock.recv()
+        message = sock.recv(copy=False) if sock.rcvmore else None
+        while sock.rcvmore:
+            sock.recv()
+            message = None
+        return identity, message
+
+    def route(self, identity: bytes, message) -> None:
+        """A message off the socket: parked while its client does not read, else served."""
+        blocked = self.blocked.get(identity)
         if blocked is not None:
-            size = sum(map(len, frames))
+            size = len(identity) + (len(message) if message is not None else 0)
             if blocked.parked + size <= PARKED_BYTES:
-                blocked.requests.append(frames)
+                blocked.requests.append((identity, message))
                 blocked.parked += size
             else:
                 self.dropped += 1
             return
-        worker = self.worker
-        if is_session_request(frames):
-            self.serve(frames)
+        self.serve(identity, message)
+
+    def serve(self, identity: bytes, message) -> None:
+        """Decode the message once and dispatch it once; exactly one reply (or a job that makes it)."""
+        if message is None or len(message) < 8:
+            self.requests += 1
+            self.error(identity, NO_ID, ErrorCode.MALFORMED, "expected one frame: a request id (8 bytes), then the body")
             return
-        size = sum(map(len, frames))
-        if worker.queued < worker.options.max_queue and self.handed_bytes + size <= QUEUED_BYTES:
-            worker.queued += 1
-            self.handed.append(size)
-            self.handed_bytes += size
-            self.work.send_multipart([*frames, ARRIVED.pack(time.monotonic())], copy=False)
-        elif len(frames) == 3 and len(frames[1]) == 8:
-            self.send(worker._error(frames[0], frames[1], unpack_id(frames[1]), ErrorCode.OVERLOADED,
-                                    f"this worker's queue is full ({worker.queued} requests, "
-                                    f"{self.handed_bytes} bytes)"))
+        buffer = message.buffer
+        header = buffer[:8].tobytes()
+        try:
+            msg = decode_in_lane(buffer[8:])
+        except (msgspec.DecodeError, ValueError, RecursionError, MemoryError) as exc:
+            self.requests += 1
+            self.error(identity, header, *decode_error(exc))
+            return
+        worker = self.worker
+        if type(msg) is not Stats and type(msg) is not Hello:    # handshakes and status polls are not requests
+            self.requests += 1
+        if worker.sessions.stale(identity):
+            self.error(identity, header, ErrorCode.STALE, "this connection's session moved to a newer connection")
+            return
+        worker.cpu.arm()
+        try:
+            match msg:
+                case Step():
+                    reply = worker.step(identity, msg)
+                    body = encode_reply(reply, worker.options.max_message_bytes, sized=len(message) > SMALL_STEP)
+                case OpenStream():
+                    body = encode_message(worker.open_stream(identity, msg))
+                case CloseStreams():
+                    body = encode_message(worker.close_streams(identity, msg))
+                case Stats():
+                    body = encode_message(worker.stats(self))
+                case Hello():
+                    body = encode_message(worker.hello(identity, msg, peer_of(message, self.ipc)))
+                case _:
+                    self._hand_over(identity, header, message, type(msg) is DeferredGuide)
+                    return
+        except Exception as exc:
+            code, text = error_of(exc)
+            if code == ErrorCode.INTERNAL:
+                log.exception("request %d (%s) failed", unpack_id(header), type(msg).__name__)
+            self.error(identity, header, code, text)
+            return
+        self.send([identity, header, body])
 
-    def serve(self, frames: list[bytes]) -> None:
-        reply = self.worker.handle(frames, time.monotonic())
-        if reply is not None:
-            self.send(reply)
+    def _hand_over(self, identity: bytes, header: bytes, message: zmq.Frame, guide: bool) -> None:
+        """Stateless work to the main thread, while its queue has room."""
+        worker = self.worker
+        if worker.draining and not guide:               # a guide serves a stream that drains
+            self.error(identity, header, ErrorCode.SHUTTING_DOWN, "this worker is shutting down: send new work to "
+                                                                 "another")
+        elif self.queued < worker.options.max_queue and self.queued_bytes + len(message) <= QUEUED_BYTES:
+            self.queued += 1
+            self.queued_bytes += len(message)
+            self.jobs.append(Job(identity, unpack_id(header), message, time.monotonic()))
+            self.wake_main()
+        else:
+            self.error(identity, header, ErrorCode.OVERLOADED, f"this worker's queue is full ({self.queued} "
+                                                               f"requests, {self.queued_bytes} bytes)")
 
+    def _finish(self, job: Job) -> None:
+        self.queued -= 1
+        self.queued_bytes -= len(job.message)
+        header = job.message.buffer[:8].tobytes()
+        if job.error is not None:
+            self.error(job.identity, header, *job.error)
+        elif job.body is not None:
+            self.send([job.identity, header, job.body])
+        else:                                            # even the error reply could not be built
+            self.dropped += 1
+
+    def error(self, identity: bytes, header: bytes, code: str, message: str) -> None:
+        """Answer with a typed error, counted and logged (rate-limited)."""
+        self.errors += 1
+        request_id = unpack_id(header)
+        self.request_errors.record(request_id, code, message, self.worker.sessions.label(identity))
+        self.send([identity, header, encode_message(ErrorReply(code=code, message=message[:2000],
+                                                               request_id=request_id))])
+
+    # ------------------------------------------------------------ clients that stop reading
     def send(self, reply: list) -> None:
         identity = reply[0]
         blocked = self.blocked.get(identity)
@@ -161,16 +285,22 @@ class Lane:
                 raise
         return True
 
-    def _retry(self) -> None:
+    def _retry(self, now: float) -> None:
+        """Try the blocked clients whose time has come; one that took nothing waits twice as long."""
         for identity, blocked in list(self.blocked.items()):
+            if blocked.retry_at > now:
+                continue
             replies = blocked.replies
+            held = len(replies)
             while replies and self._try(replies[0]):
                 blocked.held -= sum(map(len, replies.popleft()))
             if replies:
+                blocked.wait = RETRY_S if len(replies) < held else min(blocked.wait * 2, RETRY_MAX_S)
+                blocked.retry_at = now + blocked.wait
                 continue
             del self.blocked[identity]
-            for frames in blocked.requests:             # served now, in the order they came
-                self.route(frames)
+            for identity, message in blocked.requests:  # served now, in the order they came
+                self.route(identity, message)
 
 
 def _poll_sinks(poller: zmq.Poller, sinks, polled: dict[int, int]) -> dict[int, int]:

@@ -43,6 +43,11 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     max_batch: Annotated[int, _setting("texts per encode/decode, streams per step", ge=1)] = 4096
     max_text_chars: Annotated[int, _setting("characters per encode request, all texts together", ge=1)] = 8_000_000
     max_streams: Annotated[int, _setting("open streams per worker, all clients together", ge=1)] = 16384
+    max_session_streams: Annotated[int, _setting(
+        "open streams per session (one API process's connection): one tenant cannot hold them all", ge=1)] = 4096
+    max_ids: Annotated[int, _setting(
+        "token ids per stream open (prompt and replay) or per step, all streams together (more is refused "
+        "before any is read)", ge=1)] = 1 << 20
     max_sessions: Annotated[int, _setting(
         "sessions and connections remembered beyond those with open streams (never forgotten while their "
         "streams live)", ge=1)] = 65536

@@ -56,7 +56,7 @@ def reply_bound(reply, text=_text) -> int:
     if kind is RenderReply:
         return _OVERHEAD + _ids(reply.ids) + text(reply.text)
     if kind is StepReply:
-        return _OVERHEAD + sum(_update(u, text) for u in reply.updates) + \
+        return _OVERHEAD + sum(_update(u, text) for u in reply.updates if u is not None) + \
             sum(text(key) + text(e.message) + _OVERHEAD for key, e in reply.errors.items())
     if kind is GuideReply:
         return _OVERHEAD + sum(len(mask) + 5 for mask in reply.masks) + 4 * _OVERHEAD * len(reply.results)

@@ -1,64 +1,60 @@
 """The worker process: one loaded tokenizer and a ROUTER socket, one reply for every request.
 
-Two threads: the lane (lane.py) owns the socket and serves session requests itself; the main thread runs
-stateless work under the CPU budget.
-
-A message is one frame, the request id (8 bytes) then the msgpack body; the lane splits it into
-[client identity, request id, body] and joins the reply's id and body again. Whatever arrives, the client gets exactly one reply: the result or an ErrorReply
-(malformed frames, unknown types, wrong fields, oversize or deeply nested payloads, pickles all end there)
-and the loop goes on. ZeroMQ itself drops frames over MAXMSGSIZE, so clients keep their own timeouts.
-
-Sessions: a client names its session in Hello; streams belong to the session, and a Hello with a newer
-epoch moves the session to the new connection, after which requests from the old one are answered STALE
-and never touch the session's streams (so a client's reconnect can never be raced by its past).
+Two threads: the lane (lane.py) owns the socket, decodes every message once and serves session requests
+itself (streams, handshakes, stats: Worker's methods below); the main thread runs the stateless jobs the
+lane hands it under the CPU budget. Whatever arrives, the client gets exactly one reply: the result or
+an ErrorReply (malformed frames, unknown types, wrong fields, oversize or deeply nested payloads, pickles
+all end there) and the loop goes on. ZeroMQ itself drops frames over MAXMSGSIZE, so clients keep their
+own timeouts. Sessions and who owns them: sessions.py.
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
+import importlib.util
 import logging
 import os
+import resource
 import secrets
+import select
 import signal
 import socket as socketlib
 import sys
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 
 import msgspec
 import zmq
+from zmq.utils.garbage import gc as zero_copy
 
 from tokworker.protocol.endpoints import sinks_path
-from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CodedError, CloseStreams, Compile, Decode, Encode, ErrorCode,
-                               ErrorReply, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render, Stats,
-                               StatsReply, Step, StepReply, decode_request, encode_message, pack_id, unpack_id)
+from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, CodedError, Compile, Decode, Encode,
+                                         ErrorCode, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render,
+                                         StatsReply, Step, StepReply, decode_request)
 from tokworker.templates.apply import compile_own_templates
 from tokworker.worker.constraints import ConstraintCache
 from tokworker.worker.defaults import default_parsers
-from tokworker.worker.errorlog import RequestErrors
 from tokworker.worker.errors import error_of
-from tokworker.worker.replies import encode_reply
 from tokworker.worker.handlers import Handlers
-from tokworker.worker.lane import ARRIVED, REPLY_QUEUE, SWITCH_S, Lane
+from tokworker.worker.lane import HOUSEKEEPING_S, REPLY_QUEUE, SWITCH_S, Job, Lane, decode_error
 from tokworker.worker.launcher import notify_ready
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, CpuBudget, apply_memory_limit, disable_core_dumps
 from tokworker.worker.options import WorkerOptions
+from tokworker.worker.replies import encode_reply
 from tokworker.worker.security import check_bind, secure_server
+from tokworker.worker.sessions import MAX_NAME, Sessions
 from tokworker.worker.sinks import SinkTable
 from tokworker.worker.streams import StreamTable
 
 log = logging.getLogger("tokworker.worker")
 
+CUT_NOTICE_S = 3.0                 # how long a worker past its drain timeout waits to tell cut streams so
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model",
                    "tekken.json")
-DRAIN_REFUSED = frozenset((OpenStream, Render, Encode, Decode, Compile))   # new work; steps and closes go on
-MAX_NAME = 1024                    # characters in a session name or a stream id (both are kept in tables)
-SMALL_STEP = 16 << 10             # bytes of a step message below which its reply is not counted (the hot path)
-HOUSEKEEPING_S = 1.0
 
 
 def model_fingerprint(model_dir: str, operator_template: str | None = None) -> str:
@@ -125,22 +121,17 @@ class Worker:
                                                           self.tokenizer.chat_template, log)
         self.streams = StreamTable(self.tokenizer, options.max_streams, options.stream_idle_s,
                                    options.tool_parser or implied_tool, options.reasoning_parser, options.budget_s,
-                                   implied_reasoning)
+                                   implied_reasoning, max_session_streams=options.max_session_streams)
+        self.sessions = Sessions(options.max_sessions, self.streams.sessions)
         self.worker_id = f"{socketlib.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.started = time.monotonic()
-        self.requests = self.errors = 0
-        self.queued = 0                     # stateless requests handed to the main thread, not yet answered
-        self.owners: OrderedDict[str, tuple[int, bytes]] = OrderedDict()   # session -> (epoch, identity)
-        self.sessions: OrderedDict[bytes, str] = OrderedDict()             # identity -> session
         self.budget = CpuBudget()
         self.draining_until: float | None = None             # set by SIGTERM: the drain's deadline
+        self.cut_at: float | None = None                     # when the streams left at that deadline were cut
         self.cpu = CpuBackstop(options.cpu_limit_s)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
                           Decode: self.handlers.decode, Compile: self.constraints.compile,
                           Guide: self.constraints.guide}
-        self.session_requests = {Step: self._step, OpenStream: self._open, CloseStreams: self._close,
-                                 Hello: self._hello, Stats: self._stats}
-        self.request_errors = RequestErrors(log)
         self.hello_reply = HelloReply(
             version=PROTOCOL_VERSION, worker_id=self.worker_id, index=options.index, pool_size=options.pool_size,
             pid=os.getpid(), model_fingerprint=self.fingerprint, vocab_size=self.tokenizer.vocab_size,
@@ -158,12 +149,13 @@ class Worker:
             caps.append("sinks")                            # it takes client sockets: direct streaming
         if self.options.allow_request_templates:
             caps.append("request_templates")
-        try:
-            import tokworker.constrain  # noqa: F401
+        if importlib.util.find_spec("tokworker.constrain") is not None:
             caps.extend(("compile", "guide"))
-        except ImportError:
-            pass
         return caps
+
+    @property
+    def draining(self) -> bool:
+        return self.draining_until is not None
 
     # ------------------------------------------------------------ the loop
     def serve(self, stop: list) -> None:
@@ -186,54 +178,42 @@ class Worker:
                  options.model_dir, options.bind)
         path = sinks_path(options.bind)
         sinks = self.streams.sinks = SinkTable(path, options.sink_bytes) if path is not None else None
+        zero_copy.start()       # pyzmq's thread for large replies: now, not at the first one under memory pressure
         notify_ready()
         parent = os.getppid()
-        work = context.socket(zmq.PAIR)                     # stateless work to this thread and its replies back
-        work.bind("inproc://stateless")
-        lane_end = context.socket(zmq.PAIR)
-        lane_end.connect("inproc://stateless")
-        for pair in (work, lane_end):
-            pair.setsockopt(zmq.SNDHWM, 0)
-            pair.setsockopt(zmq.RCVHWM, 0)
-        lane = threading.Thread(target=Lane(self, sock, lane_end, stop).run, name="session-lane", daemon=True)
-        poller = zmq.Poller()
-        poller.register(work, zmq.POLLIN)
-        wake_read, wake_write = socketlib.socketpair()     # SIGTERM wakes the poll at once, not at its timeout
+        wake_read, wake_write = socketlib.socketpair()     # the lane's jobs and SIGTERM wake this thread at once
+        wake_read.setblocking(False)
         wake_write.setblocking(False)
         signal.set_wakeup_fd(wake_write.fileno())
-        poller.register(wake_read, zmq.POLLIN)
-        wake_fd = wake_read.fileno()                       # what the poller reports for a plain socket
+        lane = Lane(self, sock, lambda: _wake(wake_write), stop)
+        thread = threading.Thread(target=lane.run, name="session-lane", daemon=True)
+        poller = select.poll()
+        poller.register(wake_read, select.POLLIN)
         sys.setswitchinterval(SWITCH_S)                     # how long a step may wait behind a render
-        lane.start()
+        thread.start()
         try:
-            while not stop[0] and lane.is_alive():
-                ready = dict(poller.poll(HOUSEKEEPING_S * 1000))
-                if wake_fd in ready:
-                    wake_read.recv(64)                      # the signal's byte: a drain must not busy-poll
-                if self.draining_until is not None and not self.queued and (
-                        self.streams.count == 0 or time.monotonic() >= self.draining_until):
-                    log.info("drained: %d stream(s) still open; worker exits", self.streams.count)
+            while not stop[0] and thread.is_alive():
+                woken = poller.poll(HOUSEKEEPING_S * 1000)
+                if woken:
+                    try:
+                        wake_read.recv(4096)                # the lane's bytes and the signal's: a drain must not busy-poll
+                    except BlockingIOError:
+                        pass
+                jobs = lane.jobs
+                while jobs:
+                    lane.give_back(self.run(jobs.popleft()))
+                if self.draining and not lane.queued and self.drained():
                     break
-                if not ready.get(work):
-                    if os.getppid() != parent:
-                        log.warning("parent process went away; worker exits")
-                        break
-                    continue
-                frames = work.recv_multipart()
-                arrived = ARRIVED.unpack(frames.pop())[0]
-                try:
-                    reply = self.handle(frames, arrived, lane=False)
-                except MemoryError:                         # even the error reply could not be built
-                    reply = None
-                work.send_multipart(reply if reply is not None else [b""], copy=False)
+                if not woken and os.getppid() != parent:
+                    log.warning("parent process went away; worker exits")
+                    break
         finally:
             stop[0] = True
-            lane.join()
+            thread.join()
             signal.set_wakeup_fd(-1)
             wake_read.close()
             wake_write.close()
-            for closing in (work, lane_end, sock):
-                closing.close(linger=0)
+            sock.close(linger=0)
             if sinks is not None:
                 sinks.close_all()
             if options.bind.startswith("ipc://"):
@@ -241,7 +221,18 @@ class Worker:
             if authenticator is not None:
                 authenticator.stop()
             context.term()
-            log.info("worker %s stopped after %d requests", self.worker_id, self.requests)
+            log.info("worker %s stopped after %d requests", self.worker_id, lane.requests)
+
+    def drained(self) -> bool:
+        """True once the drain is over: no stream open, and every stream cut at the drain timeout told so
+        (or CUT_NOTICE_S passed). Read by the main thread; the lane does the cutting."""
+        if self.streams.count == 0 and not self.streams.cut:
+            log.info("drained: 0 stream(s) still open; worker exits")
+            return True
+        if self.cut_at is not None and time.monotonic() >= self.cut_at + CUT_NOTICE_S:
+            log.info("worker exits: %d cut stream(s) were not stepped again", len(self.streams.cut))
+            return True
+        return False
 
     def begin_drain(self) -> None:
         """SIGTERM: new streams and stateless work get SHUTTING_DOWN; open streams are stepped until they
@@ -250,132 +241,95 @@ class Worker:
             self.draining_until = time.monotonic() + self.options.drain_timeout_s
             log.info("draining %d open stream(s) for up to %.1f s", self.streams.count, self.options.drain_timeout_s)
 
-    # ------------------------------------------------------------ one request
-    def handle(self, frames: list[bytes], arrived: float, lane: bool = True) -> list[bytes] | None:
-        """One request's frames -> the reply frames (None when there is no one to reply to). Off the lane
-        (the main thread), a session request is not served but sent back to the lane (a client whose
-        msgpack puts "type" later in the map than msgspec does)."""
-        self.requests += 1
-        if len(frames) < 2:
-            return None                                      # not even an identity and one frame
-        identity, header = frames[0], frames[1]
-        if len(frames) != 3 or len(header) != 8:
-            header = header if len(header) == 8 else pack_id(0)
-            return self._error(identity, header, unpack_id(header), ErrorCode.MALFORMED,
-                               "expected one frame: a request id (8 bytes), then the body")
-        request_id = unpack_id(header)
+    # ------------------------------------------------------------ stateless work: the main thread, under the budget
+    def run(self, job: Job) -> Job:
+        """Serve one stateless request: job.body is its reply, or job.error its (code, message)."""
+        options = self.options
+        if time.monotonic() - job.arrived > options.max_queue_wait_s:
+            job.error = (ErrorCode.OVERLOADED, f"waited over {options.max_queue_wait_s} s in this worker's queue")
+            return job
         try:
-            msg = decode_request(frames[2])
-        except msgspec.ValidationError as exc:
-            code = ErrorCode.UNKNOWN_TYPE if "`$.type`" in str(exc) else ErrorCode.INVALID
-            return self._error(identity, header, request_id, code, str(exc))
-        except RecursionError:
-            return self._error(identity, header, request_id, ErrorCode.TOO_LARGE, "payload nests too deeply")
-        except MemoryError:
-            return self._error(identity, header, request_id, ErrorCode.OUT_OF_MEMORY, "out of memory decoding it")
-        except (msgspec.DecodeError, ValueError) as exc:
-            return self._error(identity, header, request_id, ErrorCode.MALFORMED, f"cannot decode body: {exc}")
-        kind = type(msg)
-        if self.draining_until is not None and kind in DRAIN_REFUSED:
-            return self._error(identity, header, request_id, ErrorCode.SHUTTING_DOWN,
-                               "this worker is shutting down: send new work to another")
-        stateless = self.stateless.get(kind)
-        if stateless is None and not lane:
-            return [msgspec.msgpack.encode(frames)]
-        if stateless is not None and time.monotonic() - arrived > self.options.max_queue_wait_s:
-            return self._error(identity, header, request_id, ErrorCode.OVERLOADED,
-                               f"waited over {self.options.max_queue_wait_s} s in this worker's queue")
-        session = self.sessions.get(identity)
-        if session is not None and self.owners.get(session, (0, identity))[1] != identity:
-            return self._error(identity, header, request_id, ErrorCode.STALE,
-                               "this connection's session moved to a newer connection")
-        self.cpu.arm()
+            msg = decode_request(job.message.buffer[8:])
+        except (msgspec.DecodeError, ValueError, RecursionError, MemoryError) as exc:
+            job.error = decode_error(exc)
+            return job
         try:
-            if kind is Compile and self.constraints.prepare(msg):  # once, outside any request's budget
-                freeze_heap()                                       # the trie lives as long as the process
-            if stateless is not None:
-                reply = self.budget.run(self.options.budget_s, stateless, msg)
-            else:
-                reply = self.session_requests[kind](identity, session or identity.hex(), msg)
-            # a step's reply is about its ids' text: counted only when the step was big enough to matter
-            body = encode_reply(reply, self.options.max_message_bytes,
-                                sized=kind is not Step or len(frames[2]) > SMALL_STEP)
+            if type(msg) is Compile and self.constraints.prepare(msg):  # once, outside any request's budget
+                freeze_heap()                                          # the trie lives as long as the process
+            reply = self.budget.run(options.budget_s, self.stateless[type(msg)], msg)
+            job.body = encode_reply(reply, options.max_message_bytes)
         except (Exception, BudgetExceeded) as exc:
-            code, message = error_of(exc, self.options.budget_s)
-            if code == ErrorCode.INTERNAL:
-                log.exception("request %d (%s) failed", request_id, kind.__name__)
-            return self._error(identity, header, request_id, code, message)
-        return [identity, header, body]
+            job.error = error_of(exc, options.budget_s)
+            if job.error[0] == ErrorCode.INTERNAL:
+                log.exception("request %d (%s) failed", job.request_id, type(msg).__name__)
+        return job
 
-    # ------------------------------------------------------------ session requests: fast, no CPU budget
-    def _step(self, identity: bytes, session: str, msg: Step) -> StepReply:
+    # ------------------------------------------------------------ session requests: the lane, no CPU budget
+    def step(self, identity: bytes, msg: Step) -> StepReply:
         if len(msg.ids) + len(msg.finish) > self.options.max_batch:
             raise CodedError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
-        return self.streams.step(session, msg)
+        self._priced(sum(map(len, msg.ids.values())), "a step")
+        return self.streams.step(self.sessions.session(identity), msg)
 
-    def _open(self, identity: bytes, session: str, msg: OpenStream) -> OpenReply:
+    def open_stream(self, identity: bytes, msg: OpenStream) -> OpenReply:
+        if self.draining:
+            raise CodedError(ErrorCode.SHUTTING_DOWN, "this worker is shutting down: send new work to another")
         if len(msg.stream_id) > MAX_NAME:
             raise CodedError(ErrorCode.INVALID, f"a stream id is at most {MAX_NAME} characters")
-        self.streams.open(session, msg)
+        self._priced(len(msg.prompt_ids or ()) + sum(map(len, msg.replay)), "an open (prompt and replay)")
+        self.streams.open(self.sessions.session(identity), msg)
         return OpenReply(stream_id=msg.stream_id)
 
-    def _close(self, identity: bytes, session: str, msg: CloseStreams) -> CloseReply:
-        return CloseReply(closed=self.streams.close(session, msg.stream_ids))
+    def close_streams(self, identity: bytes, msg: CloseStreams) -> CloseReply:
+        return CloseReply(closed=self.streams.close(self.sessions.session(identity), msg.stream_ids))
 
-    def _hello(self, identity: bytes, session: str, msg: Hello) -> HelloReply:
+    def _priced(self, ids: int, what: str) -> None:
+        """Opens and steps run on the lane, where nothing can stop them: their work is priced in ids before
+        any is read (an open of 8M prompt ids, or a step of 4,096 streams x 4,000 ids, held a worker 3 s)."""
+        if ids > self.options.max_ids:
+            raise CodedError(ErrorCode.TOO_LARGE, f"{what} carries {ids} ids, over this worker's "
+                                                  f"{self.options.max_ids} (--max-ids)")
+
+    def hello(self, identity: bytes, msg: Hello, peer: str) -> HelloReply:
         if msg.version != PROTOCOL_VERSION:
             raise CodedError(ErrorCode.UNSUPPORTED_VERSION,
-                              f"this worker speaks protocol {PROTOCOL_VERSION}, not {msg.version}")
-        if len(msg.session) > MAX_NAME:
-            raise CodedError(ErrorCode.INVALID, f"a session name is at most {MAX_NAME} characters")
-        session = msg.session or identity.hex()
-        current = self.owners.get(session)
-        if current is not None and current[1] != identity and msg.epoch <= current[0]:
-            raise CodedError(ErrorCode.STALE, f"session {session!r} is at epoch {current[0]} already")
-        self.owners[session] = (msg.epoch, identity)
-        self.owners.move_to_end(session)
-        self.sessions[identity] = session
-        self.sessions.move_to_end(identity)
-        self._forget_sessions()
+                             f"this worker speaks protocol {PROTOCOL_VERSION}, not {msg.version}")
+        session = self.sessions.hello(identity, msg, peer)
         if msg.reset:
             self.streams.drop_session(session)
         return self.hello_reply
 
-    def _forget_sessions(self) -> None:
-        """Keep the session tables within max_sessions, least recently greeted first out, but never a session
-        with open streams or its current connection: a storm of new connections must not orphan live
-        streams (they are at most max_streams, so this always ends)."""
-        live, owners, sessions, limit = self.streams.sessions, self.owners, self.sessions, self.options.max_sessions
-        while len(owners) > limit:
-            session = next(iter(owners))
-            if session in live:
-                owners.move_to_end(session)
-                limit += 1                               # counted as live, not against the limit
-            else:
-                del owners[session]
-        limit = self.options.max_sessions
-        while len(sessions) > limit:
-            identity, session = next(iter(sessions.items()))
-            if session in live and owners.get(session, (0, b""))[1] == identity:
-                sessions.move_to_end(identity)
-                limit += 1
-            else:
-                del sessions[identity]
+    def housekeeping(self, idle: bool) -> None:
+        """Every HOUSEKEEPING_S, on the lane: streams idle too long, and those of an API process that is
+        gone, are dropped; with no request running, the CPU backstop is re-armed (it is there for a request
+        stuck in C code: the lane's own idling must not add up to SIGXCPU)."""
+        streams = self.streams
+        streams.evict_idle()
+        if self.draining and self.cut_at is None and time.monotonic() >= self.draining_until:
+            log.info("drained: %d stream(s) still open; each is cut and told so at its next step", streams.count)
+            streams.cut_all()
+            self.cut_at = time.monotonic()
+        for session in self.sessions.dead(streams.sessions):
+            log.info("dropping %d stream(s) of a client process that is gone", len(streams.sessions[session]))
+            streams.drop_session(session)
+        if idle:
+            self.cpu.arm()
 
-    def _stats(self, identity: bytes, session: str, msg: Stats) -> StatsReply:
-        import resource
+    def stats(self, lane: Lane) -> StatsReply:
         return StatsReply(worker_id=self.worker_id, index=self.options.index, pool_size=self.options.pool_size,
                           pid=os.getpid(), model_fingerprint=self.fingerprint, uptime_s=time.monotonic() - self.started,
-                          draining=self.draining_until is not None, requests=self.requests, errors=self.errors,
-                          streams_open=self.streams.count, streams_opened=self.streams.opened, queue_depth=self.queued,
+                          draining=self.draining, requests=lane.requests, errors=lane.errors,
+                          streams_open=self.streams.count, streams_opened=self.streams.opened, queue_depth=lane.queued,
                           max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                          gc_frozen=gc.get_freeze_count(), errors_by_code=dict(self.request_errors.by_code))
+                          gc_frozen=gc.get_freeze_count(), errors_by_code=dict(lane.request_errors.by_code),
+                          dropped=lane.dropped)
 
-    def _error(self, identity: bytes, header: bytes, request_id: int, code: str, message: str) -> list[bytes]:
-        self.errors += 1
-        self.request_errors.record(request_id, code, message, self.sessions.get(identity) or identity.hex())
-        return [identity, header, encode_message(ErrorReply(code=code, message=message[:2000],
-                                                            request_id=request_id))]
+
+def _wake(sock: socketlib.socket) -> None:
+    try:
+        sock.send(b"\0")
+    except BlockingIOError:                                 # its buffer is full of wakes already
+        pass
 
 
 def run_worker(options: WorkerOptions) -> int:

@@ -25,6 +25,8 @@ import struct
 import time
 from collections import deque
 
+from tokworker.worker.sessions import process_peer, session_key
+
 END = b"0\r\n\r\n"
 MAX_KEY = 512                     # bytes of "session\0stream id" in one hand-over message
 LINGER_S = 60.0                   # how long a finished stream's unread bytes may wait for its client
@@ -133,7 +135,7 @@ class SinkTable:
         self.path = path
         self.max_bytes = max_bytes
         self.sinks: dict[tuple[str, str], Sink] = {}
-        self.peers: dict[int, socket.socket] = {}
+        self.peers: dict[int, tuple[socket.socket, str]] = {}     # descriptor -> (API process, its peer)
         self.waiting: set[int] = set()
         if os.path.exists(path):
             os.unlink(path)
@@ -197,7 +199,7 @@ class SinkTable:
         for sink in self.sinks.values():
             sink.close()
         self.sinks.clear()
-        for peer in self.peers.values():
+        for peer, _ in self.peers.values():
             peer.close()
         self.listener.close()
         if os.path.exists(self.path):
@@ -209,15 +211,15 @@ class SinkTable:
                 peer, _ = self.listener.accept()
             except BlockingIOError:
                 return
-            _, uid, _ = _CREDENTIALS.unpack(peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
+            pid, uid, _ = _CREDENTIALS.unpack(peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
             if uid != os.getuid():
                 peer.close()                             # the directory is private: this is not our user
                 continue
             peer.setblocking(False)
-            self.peers[peer.fileno()] = peer
+            self.peers[peer.fileno()] = (peer, process_peer(pid))     # its sessions are that process's
 
     def _receive(self, fd: int) -> None:
-        peer = self.peers[fd]
+        peer, owner = self.peers[fd]
         while True:
             try:
                 data, fds, _, _ = socket.recv_fds(peer, MAX_KEY, 1)
@@ -236,7 +238,7 @@ class SinkTable:
                 os.close(extra)
             if not fds:
                 continue
-            sink = self.sinks.get((session, stream_id))
+            sink = self.sinks.get((session_key(owner, session), stream_id))
             if sink is not None and sink.fd < 0 and not sink.closed:
                 sink.attach(fds[0])
             else:                                        # that stream is over (or never was): not ours to keep

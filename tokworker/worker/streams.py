@@ -1,4 +1,4 @@
-"""The worker's table of open streams: one WorkerStream per (session, stream id), bounded in count and age.
+"""The worker's table of open streams: one ServedStream per (session, stream id), bounded in count and age.
 
 A stream leaves the table when its update carries a finish_reason (stop string, eos, length), when the
 engine finishes it, when the client closes it, when its session resets, or when it sits idle too long.
@@ -32,7 +32,7 @@ CLIENT_GONE = StreamUpdate(finish_reason="abort", abort=True)
 REPLAY_PIECE = 4096                         # ids pushed at once in a replay (the budget is checked between)
 
 
-class WorkerStream:
+class ServedStream:
     """One request's text state on the worker: its TextStream, its chunk writer (or None), the client socket
     it writes its events to itself (a Sink, or None) and the time it was last stepped (for idle eviction)."""
 
@@ -108,19 +108,21 @@ class WorkerStream:
 class StreamTable:
     def __init__(self, tokenizer, max_streams: int, idle_s: float, tool_parser: str | None = None,
                  reasoning_parser: str | None = None, budget_s: float = 10.0, implied_reasoning: str | None = None,
-                 sinks=None):
+                 sinks=None, max_session_streams: int | None = None):
         self.tokenizer = tokenizer
         self.sinks = sinks                      # a SinkTable where this worker takes client sockets (ipc)
         self.max_streams = max_streams
+        self.max_session_streams = max_session_streams or max_streams
         self.idle_s = idle_s
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
         self.implied_reasoning = implied_reasoning   # the model's template's, for streams opened with a prompt
         self.budget_s = budget_s                # wall time for an open's replay
-        self.sessions: dict[str, dict[str, WorkerStream]] = {}
+        self.sessions: dict[str, dict[str, ServedStream]] = {}
         self.count = 0
         self.opened = 0
         self._finished: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.cut: set[tuple[str, str]] = set()       # streams cut at the drain timeout, not yet told so
 
     # ------------------------------------------------------------ lifecycle
     def open(self, session: str, msg: OpenStream) -> None:
@@ -129,6 +131,9 @@ class StreamTable:
             raise CodedError(ErrorCode.STREAM_EXISTS, f"stream {msg.stream_id!r} is already open")
         if self.count >= self.max_streams:
             raise CodedError(ErrorCode.OVERLOADED, f"this worker holds its limit of {self.max_streams} streams")
+        if len(streams) >= self.max_session_streams:
+            raise CodedError(ErrorCode.OVERLOADED, f"this session holds its limit of {self.max_session_streams} "
+                                                   "streams")
         params = self._with_defaults(msg.params, msg.prompt_ids is not None or msg.prompt_text is not None)
         if msg.chunks is not None:
             params = params_for(msg.chunks, params)
@@ -138,7 +143,7 @@ class StreamTable:
             raise CodedError(ErrorCode.UNAVAILABLE, "direct streaming needs a chunk format and a worker on ipc://")
         now = time.monotonic()
         sink = self.sinks.open(session, msg.stream_id) if msg.sink else None
-        stream = WorkerStream(text, writer, now, sink, done_event(msg.chunks.api) if sink is not None else b"")
+        stream = ServedStream(text, writer, now, sink, done_event(msg.chunks.api) if sink is not None else b"")
         self._finished.pop((session, msg.stream_id), None)
         if stream.replay(msg.replay, now + self.budget_s):
             self._remember_finished(session, msg.stream_id)
@@ -169,6 +174,17 @@ class StreamTable:
             if stream.sink is not None:
                 self.sinks.close(session, stream_id)
 
+    def cut_all(self) -> None:
+        """The drain timeout: every open stream ends here, and the next step that names one fails it with
+        SHUTTING_DOWN (the engine learns at once, instead of from a lost worker)."""
+        for session, streams in self.sessions.items():
+            for stream_id, stream in streams.items():
+                if stream.sink is not None:
+                    self.sinks.close(session, stream_id)
+                self.cut.add((session, stream_id))
+        self.sessions.clear()
+        self.count = 0
+
     def evict_idle(self) -> int:
         cutoff = time.monotonic() - self.idle_s
         evicted = 0
@@ -187,9 +203,10 @@ class StreamTable:
 
     # ------------------------------------------------------------ the hot path
     def step(self, session: str, msg: Step) -> StepReply:
-        """Step the streams of `msg` in its order: the streams of `ids`, then those only in `finish`."""
+        """Step the streams of `msg` in its order: the streams of `ids`, then those only in `finish`; an empty
+        update goes out as None."""
         streams = self.sessions.get(session) or {}
-        updates: list[StreamUpdate] = []
+        updates: list[StreamUpdate | None] = []
         errors: dict[str, Error] = {}
         finished: list[int] = []
         finish = msg.finish
@@ -205,7 +222,12 @@ class StreamTable:
                 update = stream.step(ids, stream_id in ending, now, logprobs.get(stream_id) if logprobs else None)
             except Exception as exc:  # a parser bug must cost one stream, not the worker
                 self._failed(session, streams, stream_id, exc, errors)
-                updates.append(EMPTY)
+                updates.append(None)
+                continue
+            if update is EMPTY:
+                if ending and stream_id in ending:
+                    self._remove(session, streams, stream_id)
+                updates.append(None)
                 continue
             if update.finish_reason is not None or stream_id in ending:
                 self._remove(session, streams, stream_id)
@@ -224,10 +246,12 @@ class StreamTable:
                 update = stream.step((), True, now)
             except Exception as exc:
                 self._failed(session, streams, stream_id, exc, errors)
-                updates.append(EMPTY)
+                updates.append(None)
                 continue
             self._remove(session, streams, stream_id)
-            if update.finish_reason is not None:
+            if update is EMPTY:
+                update = None
+            elif update.finish_reason is not None:
                 finished.append(len(updates))
             updates.append(update)
         if not streams and session in self.sessions:
@@ -235,10 +259,13 @@ class StreamTable:
         return StepReply(updates=updates, errors=errors, finished=finished)
 
     # ------------------------------------------------------------ helpers
-    def _missing(self, session, stream_id, errors) -> StreamUpdate:
-        if (session, stream_id) not in self._finished:
+    def _missing(self, session, stream_id, errors) -> None:
+        if self.cut and (session, stream_id) in self.cut:
+            self.cut.discard((session, stream_id))
+            errors[stream_id] = Error(ErrorCode.SHUTTING_DOWN, "this worker shut down: the stream was cut at its "
+                                                               "drain timeout")
+        elif (session, stream_id) not in self._finished:
             errors[stream_id] = Error(ErrorCode.UNKNOWN_STREAM, f"no open stream {stream_id!r}")
-        return EMPTY
 
     def _failed(self, session, streams, stream_id, exc: Exception, errors) -> None:
         code, message = error_of(exc)
