@@ -44,8 +44,9 @@ def tokenizer(model_dir):
 
 @pytest.fixture(scope="module")
 def script(tokenizer) -> list[int]:
-    """What the stand-in engines generate: ANSWER, 300 more words, then <|im_end|> (Qwen3's eos)."""
-    text = ANSWER + "".join(f" word{i}" for i in range(300))
+    """What the stand-in engines generate: ANSWER, 150 more words (more than the longest max_tokens asked), then
+    <|im_end|> (Qwen3's eos)."""
+    text = ANSWER + "".join(f" word{i}" for i in range(150))
     return tokenizer.encode(text) + [tokenizer.token_to_id("<|im_end|>")]
 
 

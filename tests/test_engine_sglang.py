@@ -39,7 +39,7 @@ def engine(request, script, tmp_path_factory):
     (folder / "script.json").write_text(json.dumps(script))
     port = free_port()
     command = [sys.executable, str(SERVER), "--port", str(port), "--script", str(folder / "script.json"),
-               "--step-s", "0.02"] + (["--incremental"] if request.param == "incremental" else [])
+               "--step-s", "0.01"] + (["--incremental"] if request.param == "incremental" else [])
     with process(command, f"http://127.0.0.1:{port}/health", 60, folder / "sglang.log"):
         yield f"http://127.0.0.1:{port}"
 

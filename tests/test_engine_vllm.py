@@ -49,7 +49,7 @@ def engine(model_dir, script, tmp_path_factory):
     (folder / "script.json").write_text(json.dumps(script))
     port = free_port()
     command = [str(VLLM_PYTHON), str(SERVER), "--model", str(model_dir), "--host", "127.0.0.1", "--port",
-               str(port), "--script", str(folder / "script.json"), "--step-s", "0.02", "--max-model-len", "4096"]
+               str(port), "--script", str(folder / "script.json"), "--step-s", "0.01", "--max-model-len", "4096"]
     with process(command, f"http://127.0.0.1:{port}/v1/models", 300, folder / "vllm.log"):
         yield f"http://127.0.0.1:{port}"
 
