@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 from bench.front_door import _children
-from bench.llama_cpp import _measure, _wait_healthy
+from bench.llama_cpp import _measure
+from tools.llama_server import free_port, wait_healthy
 from bench.realdata import VOCABULARIES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +33,7 @@ STEP_S = "0.002"
 def _process(command: list[str], ready_url: str, timeout: float):
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_healthy(ready_url, process, timeout)
+        wait_healthy(ready_url, process, timeout)
         yield process
     finally:
         process.terminate()
@@ -54,7 +55,6 @@ def _engines(model_dir: Path, script: Path, python: str | None, port: int):
 
 def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[dict]:
     from tokworker import Tokenizer
-    from tools.llama_server import free_port
 
     model_dir = VOCABULARIES["qwen3_dir"]()
     if model_dir is None:

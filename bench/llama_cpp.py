@@ -53,7 +53,7 @@ def _measure(url: str, count: int, tokens: int, processes: dict, model: str | No
 
 
 def run(quick: bool = False, model_dirs=()) -> list[dict]:
-    from tools.llama_server import LlamaServer, find_binary, free_port, smollm2_gguf
+    from tools.llama_server import LlamaServer, find_binary, free_port, smollm2_gguf, wait_healthy
 
     model, binary = smollm2_gguf(), find_binary()
     if model is None or binary is None:
@@ -70,7 +70,7 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
                                 "llama.cpp", "--engine-url", llama.url, "--workers", "1", "--port", str(port),
                                 "--served-model-name", "smollm2", "--log-level", "WARNING"], cwd=REPO)
         try:
-            _wait_healthy(f"http://127.0.0.1:{port}/health", api)
+            wait_healthy(f"http://127.0.0.1:{port}/health", api)
             worker = _children(api.pid)[0]
             ours_url = f"http://127.0.0.1:{port}"
             for count in ([1, 4] if quick else [1, 4, 8]):
@@ -87,17 +87,3 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
             api.terminate()
             api.wait(30)
     return rows
-
-
-def _wait_healthy(url: str, process: subprocess.Popen, timeout: float = 60.0) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=1)
-            return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not answer")
-            time.sleep(0.1)

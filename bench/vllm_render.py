@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
+
+from tools.llama_server import free_port, stop, wait_healthy
 
 QWEN3_CONFIG = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
                 "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
@@ -81,12 +81,6 @@ def model_folder(tokenizer_dir: Path, config: dict = QWEN3_CONFIG) -> Path:
     return folder
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class RenderServer:
     """`vllm launch render` in a subprocess on a free loopback port; `url`, `post(path, body)`, `stop()`."""
 
@@ -99,30 +93,19 @@ class RenderServer:
             [python, "-m", "vllm.entrypoints.cli.main", "launch", "render", str(self.folder), "--host", "127.0.0.1",
              "--port", str(self.port), "--served-model-name", "vllm-render", "--trust-request-chat-template",
              *parser_flags], env=environment(), stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2):
-                    return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    self.log.seek(0)
-                    raise RuntimeError("vLLM's render server did not start:\n"
-                                       + self.log.read().decode(errors="replace")[-3000:])
-                time.sleep(0.5)
+        try:
+            wait_healthy(self.url + "/health", self.process, timeout)
+        except RuntimeError:
+            self.stop()
+            self.log.seek(0)
+            raise RuntimeError("vLLM's render server did not start:\n"
+                               + self.log.read().decode(errors="replace")[-3000:]) from None
 
     def post(self, path: str, body) -> tuple[int, object]:
         return post(self.url + path, body)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process, 20)
 
 
 def post(url: str, body) -> tuple[int, object]:

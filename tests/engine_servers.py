@@ -20,7 +20,7 @@ import requests
 
 from realdata import vocabulary
 from tokworker import Tokenizer
-from tools.llama_server import free_port, stop
+from tools.llama_server import free_port, stop, wait_healthy
 
 ANSWER = "Hello there, 日本語 🧑‍🚀 naïve café. Answer: 42. END and then"
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
@@ -73,17 +73,11 @@ def process(command: list[str], ready_url: str, timeout: float, log_path):
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = open(log_path, "rb").read()[-3000:].decode("utf-8", "replace")
-                raise RuntimeError(f"{command[:3]} did not come up (exit {proc.poll()}):\n{tail}")
-            try:
-                if requests.get(ready_url, timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
+        try:
+            wait_healthy(ready_url, proc, timeout)
+        except RuntimeError as error:
+            tail = open(log_path, "rb").read()[-3000:].decode("utf-8", "replace")
+            raise RuntimeError(f"{command[:3]}: {error}:\n{tail}") from None
         yield proc
     finally:
         stop(proc, 30)

@@ -11,17 +11,15 @@ import ast
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import uvloop
 
 from tests.daemons import wait_held
+from tools.llama_server import free_port, wait_healthy
 
 pytestmark = pytest.mark.slow  # daemons and the front door
 
@@ -56,12 +54,10 @@ def runtime_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def api_port():
     """`tokworker api` as the README starts it, on a free port."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "tokworker.cli", "api", "--served-model-name", "my-model",
                                "--port", str(port), "--log-level", "WARNING"], env={**os.environ, "PYTHONPATH": str(REPO)})
-    _wait_healthy(port, server)
+    wait_healthy(f"http://127.0.0.1:{port}/health", server)
     yield port
     server.terminate()
     assert server.wait(30) == 0
@@ -86,28 +82,15 @@ def llama_api_port():
     from tests.llama_cpp import serve, smollm2
 
     with serve(smollm2(), "-c", "4096", "-np", "4") as llama:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         server = subprocess.Popen([sys.executable, "-m", "tokworker.cli", "api", "--model-dir", str(smollm2()),
                                    "--engine", "llama.cpp", "--engine-url", llama.url, "--tool-call-parser", "hermes",
                                    "--served-model-name", "smollm2", "--port", str(port), "--log-level", "WARNING"],
                                   env={**os.environ, "PYTHONPATH": str(REPO)})
-        _wait_healthy(port, server)
+        wait_healthy(f"http://127.0.0.1:{port}/health", server)
         yield port
         server.terminate()
         assert server.wait(30) == 0
-
-
-def _wait_healthy(port: int, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            return
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "tokworker api did not start"
-            time.sleep(0.1)
 
 
 @pytest.mark.parametrize("number", range(len(BLOCKS)))

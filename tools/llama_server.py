@@ -122,6 +122,19 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Return once `url` answers 200; RuntimeError if `process` exits first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not answer (exit status {process.poll()})") from None
+            time.sleep(0.1)
+
+
 def stop(process: subprocess.Popen, timeout: float = 10) -> None:
     """SIGTERM, then SIGKILL after `timeout` seconds; returns once the process is gone."""
     if process.poll() is None:
