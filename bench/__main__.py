@@ -41,8 +41,8 @@ def main(argv=None):
     print(json.dumps({"machine": machine}), flush=True)
     results: dict[str, list[dict]] = {}
     names = args.only or SECTIONS
-    if args.vllm_python and "beside_vllm" not in names:
-        names = names + ["beside_vllm"]
+    if args.vllm_python and "beside_vllm" not in names and (not args.only or "front_door" in names):
+        names = names + ["beside_vllm"]       # its vLLM figure is joined into the front door's rows
     for name in names:
         module = importlib.import_module(f"bench.{name}")
         started = time.perf_counter()

@@ -4,7 +4,7 @@ vocabulary (Qwen3) and the same template, in the same run.
 
 Rows also split the cost: render alone against transformers' render alone, and what sanitizing costs (the
 default, which keeps content from forging control tokens) both when content has no control-token text (one
-scan) and when it has some (marked re-render + literal spans). Best of several rounds of process CPU time.
+scan) and when it has some (the rendered prompt checked for control tokens the template did not write). Best of several rounds of process CPU time.
 """
 
 from __future__ import annotations

@@ -17,11 +17,12 @@ Each server runs each S three times (once with --quick), taking turns, and each 
 - beside them, `in_process_us_per_token`: the same text work in one process without HTTP (TextStream.push +
   the chat ChunkWriter per token, what a server without a pool pays before its HTTP write), measured in this
   run; and, where `--vllm-python` is given, vLLM's per-token figure from the same run's beside_vllm section
-  (its output processor and chat stream processor on stop strings, which stops short of HTTP and of
-  pydantic chunks), joined into these rows by bench/__main__.py.
+  (its output processor and chat stream processor on stop strings, with its pydantic chunks and their JSON:
+  everything but the HTTP write), joined into these rows by bench/__main__.py as `vllm_ratio(_direct)`.
 `first_byte` rows: p50/p90 from sending a ~4,800-token chat with a tool to the response's first byte (its
 headers, sent once the prompt is rendered and the request is in the engine), for new conversations and for
-each one's next turn; `own` leaves out the engine's part (the response's Server-Timing header).
+each one's next turn; `own` leaves out the engine's part (the response's Server-Timing header), and
+`prompt_p50_ms` / `open_p50_ms` are its render-and-encode and stream-open parts.
 
 `python -m bench --only front_door [--quick]`; `python -m bench.front_door serve ...` is the server process.
 """
@@ -37,6 +38,7 @@ import time
 from pathlib import Path
 
 from bench.pool import TOOLS, new_chats
+from bench.stream import _best
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = ("Streaming through the front door: every token becomes a chunk the worker writes as server-sent event "
@@ -170,7 +172,7 @@ async def _streams(url: str, count: int, tokens: int, server: int, engine: int, 
 
 
 async def _first_bytes(url: str, count: int) -> list[dict]:
-    """Time to the first byte of a streamed ~4,000-token chat with a tool: a new conversation (every word
+    """Time to the first byte of a streamed ~4,800-token chat with a tool: a new conversation (every word
     new to the workers' caches) and the same conversation's next turn (what follow-up traffic sends). The
     response's Server-Timing header splits tokworker's prompt phase from the engine's add; `own` is the
     first byte's time without the engine's part."""
@@ -184,7 +186,7 @@ async def _first_bytes(url: str, count: int) -> list[dict]:
         for case, turns in (("new chat", chats),
                             ("next turn", [chat + [{"role": "assistant", "content": "Noted."},
                                                    {"role": "user", "content": "And then?"}] for chat in chats])):
-            totals, owns = [], []
+            totals, owns, prompts, opens = [], [], [], []
             for chat in turns:
                 body = {"model": "bench", "stream": True, "max_tokens": 1, "tools": TOOLS, "messages": chat}
                 began = time.perf_counter()
@@ -195,12 +197,15 @@ async def _first_bytes(url: str, count: int) -> list[dict]:
                         pass
                 totals.append(total)
                 owns.append(total - float(timing["engine"]) / 1e3)
-            totals.sort()
-            owns.sort()
+                prompts.append(float(timing["prompt"]))
+                opens.append(float(timing["open"]))
+            for values in (totals, owns, prompts, opens):
+                values.sort()
             rows.append({"case": "first_byte", "chat": case, "prompt_tokens": prompt, "requests": count,
                          "p50_ms": round(totals[len(totals) // 2] * 1e3, 2),
                          "own_p50_ms": round(owns[len(owns) // 2] * 1e3, 2),
-                         "own_p90_ms": round(owns[int(len(owns) * 0.9)] * 1e3, 2)})
+                         "own_p90_ms": round(owns[int(len(owns) * 0.9)] * 1e3, 2),
+                         "prompt_p50_ms": prompts[len(prompts) // 2], "open_p50_ms": opens[len(opens) // 2]})
     return rows
 
 
@@ -213,18 +218,16 @@ def _in_process_us_per_token(tokens: int) -> float:
 
     tokenizer = Tokenizer.from_dir(DEFAULT_MODEL_DIR)
     ids = tokenizer.encode(TEXT)[:tokens]
-    best = float("inf")
-    for _ in range(3):
-        params = StreamParams(max_tokens=tokens, ignore_eos=True)
-        began = time.process_time()
+    params = StreamParams(max_tokens=tokens, ignore_eos=True)
+
+    def twenty_streams():
         for _ in range(20):
             stream = TextStream(tokenizer, params)
             writer = writer_for(ChunkFormat(id="chatcmpl-1", model="bench", created=1), params)
             push, sse = stream.push, writer.sse
             for token in ids:
                 sse(push([token]))
-        best = min(best, (time.process_time() - began) / (20 * len(ids)))
-    return round(best * 1e6, 2)
+    return round(_best(twenty_streams, 3) / (20 * len(ids)) * 1e6, 2)
 
 
 def _server(mode: str, *flags: str) -> tuple[subprocess.Popen, str, int]:
@@ -244,7 +247,7 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
     try:
         worker, direct_worker = _children(server.pid)[0], _children(direct.pid)[0]
         for count in counts:
-            # the three servers take turns, `rounds` times, and each keeps its best round: a shared
+            # the three servers take turns, three times, and each keeps its best round: a shared
             # machine's noise only ever adds CPU
             runs = {"forwarded": [], "direct": [], "floor": []}
             length = tokens * max(1, count // 256)
