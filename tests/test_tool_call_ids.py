@@ -100,10 +100,11 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "
 
 @pytest.mark.slow  # the pooled ids come from worker processes
 @pytest.mark.parametrize("file,ids_of", [("Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral"),
-                                         ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral"),
-                                         ("Qwen-Qwen3-0.6B.jinja", "hermes")])
+                                         ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral")])
 def test_the_templates_take_the_ids_back(pooled_ids, file, ids_of):
-    """A sample of the pooled ids goes back through the real template, each call answered by its result."""
+    """A sample of the pooled ids goes back through the real template, each call answered by its result:
+    Mistral's templates raise on an id that is not nine alphanumerics (templates that write no ids, such as
+    Qwen3's, could not fail here)."""
     from tokworker.templates import render_chat
     entry = chat_templates().get(file)
     if entry is None:

@@ -23,7 +23,7 @@ from tests.test_worker_fuzz import Raw
 from tokworker.protocol.deltas import StreamParams
 from tokworker.protocol.endpoints import ClientKeys
 from tokworker.protocol.messages import (PROTOCOL_VERSION, Decode, ErrorCode, ErrorReply, Hello, HelloReply, OpenReply,
-                                         OpenStream, Stats, Step, StepReply, encode_message)
+                                         OpenStream, Stats, StatsReply, Step, StepReply, encode_message)
 from tokworker.tokenizer import Tokenizer
 from tokworker.worker.options import WorkerOptions, options_to_json
 from tokworker.worker.security import generate_keys
@@ -197,7 +197,7 @@ def _cpu_s(pid: int) -> float:
 def test_parked_clients_cost_nothing_while_parked(ipc_worker):
     bind, context, proc = ipc_worker
     raw = Client(context, bind)
-    assert isinstance(raw.call(encode_message(Stats())), object)
+    assert isinstance(raw.call(encode_message(Stats())), StatsReply)
     body = encode_message(Decode(ids=[[5] * 200_000]))
     parked = []
     for i in range(20):                                           # each stops reading with replies queued

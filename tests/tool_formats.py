@@ -291,13 +291,13 @@ def json_shape_tests(formats: list[Format], calls=None, split_calls=None, argume
     prefix), for its test file to bind: `test_round_trip, test_every_split = json_shape_tests(FORMATS)`."""
     @pytest.mark.parametrize("fmt", formats, ids=str)
     @SETTINGS
-    @given(calls=calls or calls_lists, before=nasty_text, after=nasty_text, chunking=cuts)
+    @given(calls=calls_lists if calls is None else calls, before=nasty_text, after=nasty_text, chunking=cuts)
     def round_trip(fmt, calls, before, after, chunking):
         check_json_round_trip(fmt, calls, before, after, chunking)
 
     @pytest.mark.parametrize("fmt", formats, ids=str)
     @settings(max_examples=8, deadline=None)
-    @given(calls=split_calls or small_calls, before=nasty_text)
+    @given(calls=small_calls if split_calls is None else split_calls, before=nasty_text)
     def every_split(fmt, calls, before):
         check_json_every_split(fmt, calls, before, arguments_grow)
     return round_trip, every_split
