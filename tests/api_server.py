@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 
 import uvloop
 from aiohttp import web
@@ -96,6 +97,14 @@ class Server:
     def call(self, coroutine, timeout: float = 30):
         """Run a coroutine on the server's loop (to look at its state between SDK calls)."""
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def settled(self, within: float = 1.0) -> None:
+        """Nothing left running in the engine or the step loop within `within` seconds (aborts land at the
+        engine's next step)."""
+        began = time.monotonic()
+        while self.engine.running() or self.api.serving.choices:
+            assert time.monotonic() - began < within, "still running after the response ended"
+            time.sleep(0.005)
 
     def stop(self) -> None:
         if self._stop is not None:

@@ -29,13 +29,6 @@ def options() -> ApiOptions:
     return ApiOptions(served_model_name=[MODEL], direct_streaming=True)
 
 
-def settled(server, within: float) -> None:
-    began = time.monotonic()
-    while server.engine.running() or server.api.serving.choices:
-        assert time.monotonic() - began < within, "still running"
-        time.sleep(0.01)
-
-
 def test_a_client_that_stops_reading_is_cut_by_the_worker():
     with running(step_interval=0.001, options=options(), workers=1, sink_bytes=16384) as server:
         body = json.dumps({"model": MODEL, "stream": True, "max_tokens": 4000, "ignore_eos": True,
@@ -44,7 +37,7 @@ def test_a_client_that_stops_reading_is_cut_by_the_worker():
             stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-            settled(server, within=30)                   # it never reads: the worker gives up on it
+            server.settled(30)                   # it never reads: the worker gives up on it
             assert server.api.serving.exchanges == 0
         reply = requests.post(server.url + "/v1/chat/completions", json={
             "model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}).json()
@@ -65,7 +58,7 @@ def test_a_killed_worker_ends_its_direct_stream_and_the_next_request_is_served()
                 for line in lines:
                     rest.append(line)
             assert b"data: [DONE]" not in rest
-        settled(server, within=30)
+        server.settled(30)
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
         deadline = time.monotonic() + 60
         while True:                                      # the launcher restarts the worker with backoff

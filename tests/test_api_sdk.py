@@ -8,8 +8,6 @@ tokworker.api.whole and tokworker.api.metrics."""
 from __future__ import annotations
 
 import json
-import time
-from pathlib import Path
 
 import anthropic
 import requests
@@ -18,6 +16,7 @@ import openai
 import pytest
 
 from api_server import SCENARIOS, TOOLS, running
+from tests.realdata import CHAT_TEMPLATES
 from tokworker.api.server import ApiOptions
 from tokworker.engines.replay import REPLY
 
@@ -168,16 +167,7 @@ def test_stop_string_ends_the_request_in_the_engine(client, server):
             choice = client.chat.completions.create(model=MODEL, messages=ask("stop"), stop="END").choices[0]
             content, finish = choice.message.content, choice.finish_reason
         assert (content, finish) == ("Answer: 42. ", "stop")
-        settled(server)
-
-
-def settled(server, within: float = 1.0) -> None:
-    """Nothing left running in the engine or the step loop within `within` seconds (aborts land at the
-    engine's next step)."""
-    began = time.monotonic()
-    while server.engine.running() or server.api.serving.choices:
-        assert time.monotonic() - began < within, "still running after the response ended"
-        time.sleep(0.005)
+        server.settled()
 
 
 def test_max_tokens(client):
@@ -255,7 +245,7 @@ def test_disconnect_aborts_the_engine_request_and_closes_the_stream(direct):
                     next(lines)
                 (name,) = list(server.api.serving.choices)
                 assert server.engine.running() == 1
-            settled(server, within=0.2)             # the response is closed, the connection with it: 4 steps
+            server.settled(0.2)             # the response is closed, the connection with it: 4 steps
             stream = server.pool.streams.get(name)
             assert stream is None or stream.finished
             assert server.pool.open_streams == 0
@@ -286,8 +276,7 @@ def test_models_tokenize_detokenize_health_metrics(server, client, tokenizer):
 def test_a_forced_call_is_a_call_where_the_prompt_opens_a_think_block():
     """QwQ's template ends its generation prompt with "<think>\\n": the answer would start as reasoning, but a
     forced output (the call, a JSON value) is none of it, so the reasoning parser is off for it."""
-    template = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "chat_templates" / \
-        "Qwen-QwQ-32B.jinja"
+    template = CHAT_TEMPLATES / "Qwen-QwQ-32B.jinja"
     if not template.is_file():
         pytest.skip("../shared/fixtures/chat_templates is not present")
     with running(workers=1, chat_template=str(template)) as server:

@@ -20,6 +20,8 @@ from bench import vllm_render
 from realdata import chat_templates, vocabulary
 from tokworker.api.server import ApiOptions
 
+pytestmark = pytest.mark.slow  # vLLM's render server
+
 MODEL = "vllm-render"
 PARSERS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather.", "parameters": {

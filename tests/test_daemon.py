@@ -8,8 +8,6 @@ import json
 import os
 import signal
 import stat
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from tests.daemons import wait_held
+from tests.daemons import REPO, tokworker, wait_held
 from tokworker.frontend import TokenizerPool
 from tokworker.tokenizer import Tokenizer
 from tokworker.protocol.endpoints import InsecureEndpoint
@@ -25,14 +23,7 @@ from tokworker.worker.security import check_bind, ensure_private_dir
 
 pytestmark = pytest.mark.slow  # daemons
 
-REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-
-
-def tokworker(*args, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "tokworker.cli", *args], env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 def alive(pid: int) -> bool:

@@ -17,21 +17,16 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from tests.daemons import wait_held
+from tests.daemons import ENV, REPO, tokworker, wait_held
 from tokworker.frontend import NoSuchSocket, TokenizerPool, WorkerLost
 from tokworker.tokenizer import Tokenizer
 from tokworker.worker.endpoint_lock import hold_endpoints, holder, lock_path
 from tokworker.worker.preflight import UnservableModel, check_model
 from tests.realdata import vocabulary
 
-REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # daemons
+
 MODEL = REPO / "tokworker" / "data" / "default"
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-
-
-def cli(*args, env=ENV) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tokworker.cli", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
 
 
 @pytest.fixture
@@ -50,12 +45,12 @@ def encode_on(bind: str, text: str) -> list[int]:
 
 def test_a_second_daemon_on_the_same_ipc_endpoint_exits_1_naming_the_first(run_dir):
     bind = f"ipc://{run_dir}/worker"
-    first = cli("serve", "--model-dir", str(MODEL), "--workers", "2", "--bind", bind)
+    first = tokworker("serve", "--model-dir", str(MODEL), "--workers", "2", "--bind", bind)
     try:
         assert wait_held(first, bind) == first.pid
         assert encode_on(bind, "before ü") == Tokenizer.from_dir(MODEL).encode("before ü")
         started = time.monotonic()
-        second = cli("serve", "--model-dir", str(MODEL), "--bind", bind)
+        second = tokworker("serve", "--model-dir", str(MODEL), "--bind", bind)
         _, err = second.communicate(timeout=60)
         elapsed = time.monotonic() - started
         assert second.returncode == 1, err
@@ -63,7 +58,7 @@ def test_a_second_daemon_on_the_same_ipc_endpoint_exits_1_naming_the_first(run_d
         assert len(lines) == 1, err
         assert f"{bind} is in use by pid {first.pid}" in lines[0]
         assert elapsed < 10                                   # at once: no worker was started
-        status = cli("status", "--endpoint", bind)
+        status = tokworker("status", "--endpoint", bind)
         out, err = status.communicate(timeout=60)
         assert status.returncode == 0, out + err
         assert out.count("serving") == 2
@@ -77,10 +72,10 @@ def test_a_second_daemon_on_the_same_ipc_endpoint_exits_1_naming_the_first(run_d
 def test_a_second_daemon_on_a_worker_endpoint_of_the_first_exits_1(run_dir):
     """Worker i of a daemon listens on base + ".i": each endpoint is locked, not only the first."""
     bind = f"ipc://{run_dir}/worker"
-    first = cli("serve", "--model-dir", str(MODEL), "--workers", "2", "--bind", bind)
+    first = tokworker("serve", "--model-dir", str(MODEL), "--workers", "2", "--bind", bind)
     try:
         wait_held(first, bind)
-        second = cli("serve", "--model-dir", str(MODEL), "--bind", bind + ".1")
+        second = tokworker("serve", "--model-dir", str(MODEL), "--bind", bind + ".1")
         _, err = second.communicate(timeout=60)
         assert second.returncode == 1 and f"{bind}.1 is in use by pid {first.pid}" in err
     finally:
@@ -94,13 +89,13 @@ def test_a_second_daemon_on_the_same_tcp_port_exits_1_naming_the_first(tmp_path)
     bind = "tcp://127.0.0.1:47311"
     env = {**ENV, "XDG_RUNTIME_DIR": str(tmp_path)}          # the tcp lock lives in the runtime directory
     os.chmod(tmp_path, 0o700)
-    first = cli("serve", "--model-dir", str(MODEL), "--bind", bind, "--curve-keys", str(keys), env=env)
+    first = tokworker("serve", "--model-dir", str(MODEL), "--bind", bind, "--curve-keys", str(keys), env=env)
     try:
         deadline = time.monotonic() + 60
         while not any(tmp_path.glob("tokworker/tcp-*.lock")):
             assert first.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        second = cli("serve", "--model-dir", str(MODEL), "--bind", bind, "--curve-keys", str(keys), env=env)
+        second = tokworker("serve", "--model-dir", str(MODEL), "--bind", bind, "--curve-keys", str(keys), env=env)
         _, err = second.communicate(timeout=60)
         assert second.returncode == 1, err
         assert f"{bind} is in use by pid {first.pid}" in err and "Traceback" not in err
@@ -173,7 +168,7 @@ def bare(tmp_path):
 def refused(*args) -> str:
     """Run a command that must refuse at start: exit status 1, one line on stderr, no traceback."""
     started = time.monotonic()
-    proc = cli(*args)
+    proc = tokworker(*args)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
     lines = err.strip().splitlines()
@@ -202,7 +197,7 @@ def test_serve_refuses_a_template_that_does_not_compile_and_a_parser_that_does_n
 
 
 def test_the_traceback_of_a_refusal_shows_at_log_level_debug(bare, run_dir):
-    proc = cli("serve", "--model-dir", str(bare), "--bind", f"ipc://{run_dir}/w", "--log-level", "DEBUG")
+    proc = tokworker("serve", "--model-dir", str(bare), "--bind", f"ipc://{run_dir}/w", "--log-level", "DEBUG")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "Traceback" in err
     assert "it ships no chat template" in err
@@ -219,7 +214,7 @@ def test_api_and_demo_refuse_a_model_without_a_chat_template_in_one_line(bare):
 
 
 def test_demo_takes_the_chat_template_its_refusal_names(bare):
-    proc = cli("demo", "--model-dir", str(bare), "--chat-template", "chatml")
+    proc = tokworker("demo", "--model-dir", str(bare), "--chat-template", "chatml")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert out.splitlines()[-1] == '=== tool call: get_weather({"city": "Paris", "unit": "celsius"})'

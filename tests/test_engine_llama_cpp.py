@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from pathlib import Path
 
 import jsonschema
 import openai
@@ -22,6 +21,7 @@ import requests
 
 from api_server import running
 from tests.llama_cpp import serve, smollm2
+from tests.realdata import CHAT_TEMPLATES
 from tokworker.api.server import ApiOptions
 from tokworker.engines.llama_cpp import LlamaCppEngine
 
@@ -119,7 +119,7 @@ def test_response_format_json_schema_validates(client):
     jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
 
 
-def test_logprobs_n_stop_max_tokens_and_usage(client, tokenizer_ids=None):
+def test_logprobs_n_stop_max_tokens_and_usage(client):
     reply = client.chat.completions.create(model=MODEL, messages=ask(QUESTIONS[1]), temperature=0, max_tokens=6,
                                            logprobs=True, top_logprobs=3, n=2)
     assert [c.index for c in reply.choices] == [0, 1]
@@ -172,8 +172,7 @@ def test_tool_choice_required_beside_llama_servers_own_chat(client, theirs):
     assert ours.finish_reason == "tool_calls" and ours.message.tool_calls[0].function.name == "get_weather"
 
 
-HERMES_TEMPLATE = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "chat_templates" / \
-    "Qwen-Qwen2.5-7B-Instruct.jinja"
+HERMES_TEMPLATE = CHAT_TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"
 
 
 @pytest.fixture(scope="module")

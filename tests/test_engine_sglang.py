@@ -29,6 +29,8 @@ from tokworker.engines.base import EngineError, SamplingParams
 from tokworker.engines.sglang import SglangEngine
 from tokworker.protocol.messages import ErrorCode
 
+pytestmark = pytest.mark.slow  # engine servers and the front door
+
 SERVER = Path(__file__).with_name("sglang_generate_server.py")
 ENGINE, ENGINE_ID, ENGINE_PROMPT = "sglang", "rid", "input_ids"                 # what engine_servers reads
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -32,9 +31,12 @@ from engine_servers import (test_a_client_that_goes_away_aborts_the_engines_requ
 from tokworker.api.run import engine_for
 from tokworker.engines.base import EngineError, Guide, SamplingParams
 from tokworker.engines.vllm import VllmEngine
+from bench.vllm_render import PYTHON
 from tokworker.protocol.messages import ErrorCode
 
-VLLM_PYTHON = Path(os.environ.get("TOKWORKER_VLLM_PYTHON", "/work/venv/vllm/bin/python"))
+pytestmark = pytest.mark.slow  # vLLM's server and the front door
+
+VLLM_PYTHON = Path(PYTHON)                    # TOKWORKER_VLLM_PYTHON, as the bench reads it
 SERVER = Path(__file__).with_name("vllm_generate_server.py")
 ENGINE, ENGINE_ID, ENGINE_PROMPT = "vllm", "request_id", "prompt_token_ids"    # what engine_servers reads
 FAIL_SEED = 666                               # the stand-in fails a request with this seed after two ids
