@@ -1,5 +1,5 @@
 """Formats whose calls are JSON objects, one at a time: in tags (hermes, granite4, ernie45, internlm,
-longcat, gigachat3, granite-20b-fc), bare at the output's start (llama3_json, llama4_json), or after a
+longcat, gigachat3, granite-20b-fc), bare at the output's start (llama3_json, which llama4_json names too), or after a
 name between section markers (mistral's [TOOL_CALLS]NAME[ARGS], deepseek_v3, deepseek_v31, kimi_k2,
 functionary_v31, functionary_v32).
 
@@ -119,7 +119,6 @@ FORMATS = [
     Format("hermes", hermes, ("<tool_call>",)),
     Format("granite4", hermes, ("<tool_call>",)),  # Granite 4's template writes hermes's calls
     Format("llama3_json", llama3_json, before=False, fits=lambda before, after: not after.lstrip().startswith(";")),
-    Format("llama4_json", llama3_json, before=False, fits=lambda before, after: not after.lstrip().startswith(";")),
     Format("mistral", mistral_named, ("[TOOL_CALLS]",), id="mistral_named"),
     Format("deepseek_v3", deepseek_v3, DEEPSEEK_MARKERS),
     Format("deepseek_v31", deepseek_v31, DEEPSEEK_MARKERS),

@@ -34,12 +34,18 @@ VLLM_NAMES = {
     "olmo3", "gigachat3", "functiongemma", "gemma4", "lfm2", "poolside_v1", "mimo",
 }
 
+# vLLM's names for a format another name already reads: the shape files test the class once, by that name
+ALIASES = {"qwen3_xml": "qwen3_coder", "step3p5": "qwen3_coder", "llama4_json": "llama3_json",
+           "cohere_command3": "cohere_command2", "cohere_command4": "cohere_command2", "jamba": "apriel",
+           "llama4_pythonic": "pythonic"}
+
 
 def test_registry_holds_vllms_names_and_names_an_unknown_one():
     assert VLLM_NAMES <= set(TOOL_PARSERS)
     for name in TOOL_PARSERS:
         assert not get_tool_parser(name).called
-    assert type(get_tool_parser("cohere_command3")) is type(get_tool_parser("cohere_command2"))
+    for alias, name in ALIASES.items():        # one class: the properties of `name` hold for `alias`
+        assert type(get_tool_parser(alias)) is type(get_tool_parser(name))
     with pytest.raises(ValueError, match="hermes"):
         get_tool_parser("no_such_format")
     with pytest.raises(ValueError):

@@ -1,6 +1,6 @@
 """Formats whose arguments are tagged text values, the parser writing the JSON itself, typed by the request's
-tool schemas: qwen3_coder (and qwen3_xml, step3p5, mimo), glm45, glm47, poolside_v1, seed_oss, functiongemma,
-gemma4; and the typing every text-valued format shares (textargs.py), the invoke formats' too: a value
+tool schemas: qwen3_coder (qwen3_xml and step3p5 name its class), mimo, glm45, glm47, poolside_v1, seed_oss,
+functiongemma, gemma4; and the typing every text-valued format shares (textargs.py), the invoke formats' too: a value
 typed ["string", "null"] written as null is null, an object or array may be a Python literal.
 
 Model text is rendered the way each model writes calls (format literals next to each renderer); whole and
@@ -109,8 +109,6 @@ QWEN3_CODER_END = ("</parameter>", "<parameter=", "</function>")
 SMALL_UNTYPED = st.none() | st.integers() | st.lists(st.integers(), max_size=2)
 FORMATS = [
     Format("qwen3_coder", qwen3_coder, ("<tool_call>", "<function="), forbidden=QWEN3_CODER_END, untyped=nasty_text),
-    Format("qwen3_xml", qwen3_coder, ("<tool_call>", "<function="), forbidden=QWEN3_CODER_END, untyped=nasty_text),
-    Format("step3p5", qwen3_coder, ("<tool_call>", "<function="), forbidden=QWEN3_CODER_END, untyped=nasty_text),
     Format("mimo", mimo, ("<tool_call>", "<function="), forbidden=QWEN3_CODER_END, untyped=nasty_text),
     Format("glm45", glm45, ("<tool_call>",), forbidden=("</arg_value>",), untyped=SMALL_UNTYPED),
     Format("glm47", glm47, ("<tool_call>",), forbidden=("</arg_value>",), untyped=SMALL_UNTYPED),
