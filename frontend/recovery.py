@@ -96,7 +96,7 @@ class Recovery:
                 return None
             self.info = reply
             self.max_message_bytes = min(self.max_message_bytes, reply.limits.max_message_bytes)
-            self.down = self.draining = False
+            self.down, self.draining = False, reply.draining
             self._auth_error = None
             self._handshake_drops = 0
             self._resume()

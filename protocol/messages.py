@@ -111,6 +111,7 @@ class HelloReply(_Reply, tag="hello"):
     limits: Limits
     tool_parser: str | None = None         # the worker's defaults for streams that name none
     reasoning_parser: str | None = None
+    draining: bool = False                 # it read SIGTERM: it takes no new work (the pool sends it elsewhere)
 
 
 class Stats(_Request, tag="stats"):

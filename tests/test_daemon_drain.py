@@ -190,3 +190,41 @@ def test_streams_cut_at_the_drain_timeout_fail_as_shutting_down_in_the_next_step
     assert status == 0
     err = draining.stderr.read()
     assert "drained: " in err and "cut and told so at its next step" in err
+
+
+def test_a_worker_that_read_sigterm_answers_new_work_and_handshakes_at_once(daemons):
+    """From the moment the worker has read SIGTERM, a render is refused at once (it stalled 4.7-10 s and
+    failed as "no handshake" before), a new pool's handshake says so at once, and a pool that also reaches
+    a worker not draining sends its new work there without trying the draining one."""
+    draining, bind_a = daemons("--drain-timeout", "30")
+    _, bind_b = daemons()
+
+    async def main():
+        async with await TokenizerPool.connect(bind_a, connect_timeout=30) as pool:
+            await pool.open_stream("held")                      # keeps the worker draining
+            draining.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while not (await pool.stats())[0].draining:
+                assert time.monotonic() < deadline, "the worker never read SIGTERM"
+                await asyncio.sleep(0.01)
+            started = time.monotonic()
+            with pytest.raises(ShuttingDown):
+                await pool.render([{"role": "user", "content": "hi"}])
+            refused_in = time.monotonic() - started
+            started = time.monotonic()
+            async with await TokenizerPool.connect(bind_a, connect_timeout=30) as late:
+                assert late.links[0].draining                   # said by the handshake
+                with pytest.raises(ShuttingDown, match="every worker is shutting down"):
+                    await late.render([{"role": "user", "content": "hi"}])
+            handshake_in = time.monotonic() - started
+            asked = (await pool.stats())[0].requests
+            async with await TokenizerPool.connect([bind_a, bind_b], connect_timeout=30, discover=False) as both:
+                link_a = next(link for link in both.links if link.endpoint == bind_a)
+                assert link_a.ready and link_a.draining
+                for _ in range(4):
+                    assert await both.render([{"role": "user", "content": "hi"}])
+            assert (await pool.stats())[0].requests == asked    # the draining worker was never asked
+            return refused_in, handshake_in
+
+    refused_in, handshake_in = uvloop.run(main())
+    assert refused_in < 1.0 and handshake_in < 1.0              # at once, not a timeout (about 2 ms here)

@@ -297,6 +297,8 @@ class Worker:
         session = self.sessions.hello(identity, msg, peer)
         if msg.reset:
             self.streams.drop_session(session)
+        if self.draining:                                   # answered at once: new work goes elsewhere
+            return msgspec.structs.replace(self.hello_reply, draining=True)
         return self.hello_reply
 
     def housekeeping(self, idle: bool) -> None:
