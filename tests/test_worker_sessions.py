@@ -2,8 +2,9 @@
 CURVE key over tcp, its process over ipc), so another key, another process or a Hello naming a raw
 connection's routing id cannot take a tenant's streams at any epoch; one session cannot hold every stream;
 the streams of an API process that is killed are dropped within seconds; opens and steps that would hold
-the lane for seconds are refused at once; clients that stop reading cost the worker nothing while parked.
-Covers tokworker.worker.sessions and tokworker.worker.lane."""
+the lane for seconds are refused at once; clients that stop reading cost the worker nothing while parked,
+and what they send past their bound is dropped and counted.
+Covers tokworker.worker.sessions, tokworker.worker.connections and tokworker.worker.lane."""
 
 from __future__ import annotations
 
@@ -142,14 +143,36 @@ def test_one_session_cannot_hold_every_stream(ipc_worker):
         assert isinstance(other.call(encode_message(OpenStream(stream_id=f"o{i}", params=StreamParams()))), OpenReply)
 
 
-def test_a_killed_api_process_leaves_no_streams_behind(ipc_worker):
-    bind, context, _ = ipc_worker
+@pytest.fixture
+def tcp_worker(tmp_path):
+    keys = generate_keys(tmp_path / "curve", ["api"])
+    bind = f"tcp://127.0.0.1:{free_ports(1)}"
+    proc = spawn(bind, curve_keys=str(keys), max_streams=6, max_session_streams=4)
+    context = zmq.Context()
+    yield bind, context, proc, keys
+    proc.kill()
+    proc.wait(10)
+    context.destroy(linger=0)
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_a_killed_api_process_leaves_no_streams_behind(transport, request):
+    """Its connection drops, and the streams of the session it held go with it (over tcp no process id
+    says so; the socket monitor does, for both)."""
+    if transport == "ipc":
+        bind, context, _ = request.getfixturevalue("ipc_worker")
+        keys = None
+    else:
+        bind, context, _, key_dir = request.getfixturevalue("tcp_worker")
+        keys = str(key_dir)
     script = f"""
 import sys, zmq
-from tests.test_worker_fuzz import Raw
+from tests.test_worker_sessions import Client
 from tokworker.protocol.deltas import StreamParams
+from tokworker.protocol.endpoints import ClientKeys
 from tokworker.protocol.messages import PROTOCOL_VERSION, Hello, OpenStream, encode_message
-raw = Raw(zmq.Context(), {bind!r})
+keys = ClientKeys.from_dir({keys!r}, "api") if {keys!r} else None
+raw = Client(zmq.Context(), {bind!r}, keys)
 raw.call(encode_message(Hello(version=PROTOCOL_VERSION, session="doomed")))
 for i in range(4):
     raw.call(encode_message(OpenStream(stream_id=f"d{{i}}", params=StreamParams())))
@@ -159,13 +182,13 @@ sys.stdin.read()
     api = subprocess.Popen([sys.executable, "-c", script], env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            text=True)
     assert api.stdout.readline().strip() == "open"
-    watcher = Client(context, bind)
+    watcher = Client(context, bind, ClientKeys.from_dir(keys, "api") if keys else None)
     assert watcher.call(encode_message(Stats())).streams_open == 4
     api.send_signal(signal.SIGKILL)
     api.wait(10)
     killed = time.monotonic()
     while watcher.call(encode_message(Stats())).streams_open and time.monotonic() - killed < 10:
-        time.sleep(0.1)
+        time.sleep(0.02)
     assert watcher.call(encode_message(Stats())).streams_open == 0
     assert time.monotonic() - killed < 3                          # not the 3,600 s idle timeout
 
@@ -217,6 +240,15 @@ def test_parked_clients_cost_nothing_while_parked(ipc_worker):
     time.sleep(3.0)
     used = _cpu_s(proc.pid) - before
     assert used < 0.15, used                                      # a 5 ms retry loop used 12-14% of a core
-    assert isinstance(raw.call(encode_message(Stats())), object)  # and the others are served
+    stats = raw.call(encode_message(Stats()))
+    assert isinstance(stats, StatsReply) and proc.poll() is None  # others are served
+    assert stats.dropped == 0
+    for request in range(100):                                    # 20 MB more than one parked client may hold
+        parked[0].send(request.to_bytes(8, "little") + body)
+    deadline = time.monotonic() + 30
+    while not raw.call(encode_message(Stats())).dropped and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stats = raw.call(encode_message(Stats()))
+    assert 0 < stats.dropped < 100                                # what passed PARKED_BYTES, not all of it
     for sock in parked:
         sock.close()

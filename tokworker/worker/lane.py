@@ -26,6 +26,7 @@ import zmq
 
 from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, ErrorReply, Guide, Hello,
                                          OpenStream, Render, Stats, Step, encode_message, unpack_id)
+from tokworker.worker.connections import Connections
 from tokworker.worker.errorlog import RequestErrors
 from tokworker.worker.errors import error_of
 from tokworker.worker.replies import encode_reply
@@ -109,6 +110,7 @@ class Lane:
         self.requests = self.errors = self.dropped = 0
         self.request_errors = RequestErrors(log)
         self.ipc = worker.options.bind.startswith("ipc://")      # whose a session is: see sessions.py
+        self.connections = Connections(sock, worker.sessions, worker.streams)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
 
     # ------------------------------------------------------------ the loop
@@ -117,6 +119,9 @@ class Lane:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_read, zmq.POLLIN)
+        connections = self.connections
+        monitor = connections.monitor
+        poller.register(monitor, zmq.POLLIN)
         wake_fd = self._wake_read.fileno()
         sinks = worker.streams.sinks
         polled: dict[int, int] = {}                   # the sinks' descriptors registered, and for what
@@ -128,8 +133,10 @@ class Lane:
             if self.blocked:
                 timeout = min(timeout, max(0.0, min(b.retry_at for b in self.blocked.values()) - time.monotonic()))
             ready = dict(poller.poll(timeout * 1000))
-            if sinks is not None and len(ready) > (wake_fd in ready) + (sock in ready):
+            if sinks is not None and len(ready) > (wake_fd in ready) + (sock in ready) + (monitor in ready):
                 _serve_sinks(sinks, ready, polled)
+            if monitor in ready:
+                connections.read_reports()
             if self.blocked:
                 self._retry(time.monotonic())
             if wake_fd in ready:
@@ -146,6 +153,7 @@ class Lane:
             if now >= housekeeping:
                 housekeeping = now + HOUSEKEEPING_S
                 worker.housekeeping(idle=not self.queued)
+        connections.close()
         self._wake_read.close()
         self._wake_write.close()
 
@@ -206,12 +214,14 @@ class Lane:
                     reply = worker.step(identity, msg)
                     body = encode_reply(reply, worker.options.max_message_bytes, sized=len(message) > SMALL_STEP)
                 case OpenStream():
+                    self.connections.note(identity, message)
                     body = encode_message(worker.open_stream(identity, msg))
                 case CloseStreams():
                     body = encode_message(worker.close_streams(identity, msg))
                 case Stats():
                     body = encode_message(worker.stats(self))
                 case Hello():
+                    self.connections.note(identity, message)
                     body = encode_message(worker.hello(identity, msg, peer_of(message, self.ipc)))
                 case _:
                     self._hand_over(identity, header, message, type(msg) is DeferredGuide)

@@ -302,18 +302,15 @@ class Worker:
         return self.hello_reply
 
     def housekeeping(self, idle: bool) -> None:
-        """Every HOUSEKEEPING_S, on the lane: streams idle too long, and those of an API process that is
-        gone, are dropped; with no request running, the CPU backstop is re-armed (it is there for a request
-        stuck in C code: the lane's own idling must not add up to SIGXCPU)."""
+        """Every HOUSEKEEPING_S, on the lane: streams idle too long are dropped; with no request running,
+        the CPU backstop is re-armed (it is there for a request stuck in C code: the lane's own idling must
+        not add up to SIGXCPU)."""
         streams = self.streams
         streams.evict_idle()
         if self.draining and self.cut_at is None and time.monotonic() >= self.draining_until:
             log.info("drained: %d stream(s) still open; each is cut and told so at its next step", streams.count)
             streams.cut_all()
             self.cut_at = time.monotonic()
-        for session in self.sessions.dead(streams.sessions):
-            log.info("dropping %d stream(s) of a client process that is gone", len(streams.sessions[session]))
-            streams.drop_session(session)
         if idle:
             self.cpu.arm()
 

@@ -7,7 +7,7 @@ A session belongs to the peer that named it: over ipc its process (SO_PEERCRED, 
 tcp the CURVE key its handshake proved (else its address). A Hello names a session among its peer's own,
 so another key or process that learns a session's name gets a session of its own, whatever its epoch, and
 no Hello can name the session of a connection that never said one. Logs name connections, not sessions.
-The streams of a process that is gone are dropped at the next housekeeping (`dead`), not when they idle out.
+The streams of a connection that drops go with it (connections.py), not when they idle out.
 
 Both tables are bounded (max_sessions, least recently greeted first out), but never forget a session with
 open streams or its current connection: a storm of new connections must not orphan live streams.
@@ -15,7 +15,6 @@ open streams or its current connection: a storm of new connections must not orph
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 
 import zmq
@@ -53,21 +52,6 @@ def session_key(peer: str, name: str) -> str:
     return f"{peer}\0{name}"
 
 
-def _process_of(session: str) -> int | None:
-    peer = session.partition("\0")[0]
-    return int(peer[4:]) if peer.startswith("pid ") and peer[4:].isdigit() else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:                             # another user's process took the number: ours is gone
-        return False
-    return True
-
-
 class Sessions:
     def __init__(self, max_sessions: int, live: dict):
         self.max_sessions = max_sessions
@@ -103,19 +87,6 @@ class Sessions:
         self.of.move_to_end(identity)
         self._forget()
         return session
-
-    def dead(self, live) -> list[str]:
-        """The sessions among `live` whose process is gone (a killed API process)."""
-        alive: dict[int, bool] = {}
-        gone = []
-        for session in live:
-            pid = _process_of(session)
-            if pid is not None:
-                if pid not in alive:
-                    alive[pid] = _alive(pid)
-                if not alive[pid]:
-                    gone.append(session)
-        return gone
 
     def _forget(self) -> None:
         """Keep both tables within max_sessions, least recently greeted first out, sparing sessions with
