@@ -19,8 +19,8 @@ from pathlib import Path
 
 from bench.report import write_markdown, write_plot
 
-SECTIONS = ["encode", "chat", "stream", "writers", "pool", "constrain", "front_door", "llama_cpp", "render_tier",
-            "http_engines"]
+SECTIONS = ["encode", "chat", "stream", "writers", "pool", "constrain", "front_door", "llama_cpp", "gguf_load",
+            "render_tier", "http_engines"]
 WITH_VLLM = ("beside_vllm", "render_tier", "http_engines")      # the sections --vllm-python's install measures
 
 
