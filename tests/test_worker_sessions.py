@@ -1,18 +1,21 @@
 """Sessions under attack, through real worker processes: a session belongs to the peer that named it (its
 CURVE key over tcp, its process over ipc), so another key, another process or a Hello naming a raw
 connection's routing id cannot take a tenant's streams at any epoch; one session cannot hold every stream;
-the streams of an API process that is killed are dropped within seconds; opens and steps that would hold
-the lane for seconds are refused at once; clients that stop reading cost the worker nothing while parked,
-and what they send past their bound is dropped and counted.
+the streams of an API process that is killed are dropped at once, and those of one that went silent (a
+relay that stops passing bytes, as a dead host or a cut network does) after its heartbeat timeout; opens
+and steps that would hold the lane for seconds are refused at once; clients that stop reading cost the
+worker nothing while parked, and what they send past their bound is dropped and counted.
 Covers tokworker.worker.sessions, tokworker.worker.connections and tokworker.worker.lane."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -191,6 +194,65 @@ sys.stdin.read()
         time.sleep(0.02)
     assert watcher.call(encode_message(Stats())).streams_open == 0
     assert time.monotonic() - killed < 3                          # not the 3,600 s idle timeout
+
+
+class Blackhole:
+    """A tcp relay that can go silent without closing anything, as a peer's host does when it dies or its
+    network is cut: no FIN, no RST, no byte."""
+
+    def __init__(self, upstream_port: int):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.upstream_port = upstream_port
+        self.silent = threading.Event()
+        self.kept: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        client, _ = self.listener.accept()
+        upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        self.kept += [client, upstream]
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source, sink):
+        while not self.silent.is_set():
+            data = source.recv(65536)
+            if not data or self.silent.is_set():
+                return
+            sink.sendall(data)
+
+
+def test_the_streams_of_a_peer_that_went_silent_go_after_its_timeout(tmp_path):
+    keys = generate_keys(tmp_path / "curve", ["api"])
+    port = free_ports(1)
+    bind = f"tcp://127.0.0.1:{port}"
+    proc = spawn(bind, curve_keys=str(keys), peer_timeout_s=1.0)
+    context = zmq.Context()
+    try:
+        watcher = Client(context, bind, ClientKeys.from_dir(keys, "api"))
+        assert watcher.call(encode_message(Stats())).streams_open == 0          # the worker is up
+        relay = Blackhole(port)
+        api = Client(context, f"tcp://127.0.0.1:{relay.port}", ClientKeys.from_dir(keys, "api"))
+        assert isinstance(hello(api, "far-away"), HelloReply)
+        for i in range(4):
+            assert isinstance(api.call(encode_message(OpenStream(stream_id=f"f{i}", params=StreamParams()))),
+                              OpenReply)
+        assert watcher.call(encode_message(Stats())).streams_open == 4
+        time.sleep(2.5)                                           # quiet but answering heartbeats: kept
+        assert watcher.call(encode_message(Stats())).streams_open == 4
+        relay.silent.set()
+        silenced = time.monotonic()
+        while watcher.call(encode_message(Stats())).streams_open and time.monotonic() - silenced < 30:
+            time.sleep(0.05)
+        gone_after = time.monotonic() - silenced
+        print(f"a silent peer's streams went after {gone_after:.2f} s")
+        assert watcher.call(encode_message(Stats())).streams_open == 0
+        assert gone_after < 10                                    # its 1 s timeout, not the 3,600 s idle one
+    finally:
+        proc.kill()
+        proc.wait(10)
+        context.destroy(linger=0)
 
 
 def test_opens_and_steps_that_would_hold_the_lane_are_refused_at_once(ipc_worker):

@@ -1,5 +1,6 @@
 """The worker's connections as ZeroMQ sees them: when one drops (its API process died or closed it, over ipc
-or tcp), the streams of the session it holds go with it, at once. A client never resumes a dropped
+or tcp, or it left the worker's heartbeats unanswered for peer_timeout_s because its host died or its
+network was cut), the streams of the session it holds go with it, at once. A client never resumes a dropped
 connection's streams (it reconnects with a Hello that resets its session, which drops them too), so nothing
 a client could still use is lost, and a dead API process's streams do not wait out the idle timeout.
 

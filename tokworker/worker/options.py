@@ -52,6 +52,9 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
         "sessions and connections remembered beyond those with open streams (never forgotten while their "
         "streams live)", ge=1)] = 65536
     stream_idle_s: Annotated[float, _setting("seconds a stream may go untouched before it is dropped", gt=0)] = 3600.0
+    peer_timeout_s: Annotated[float, _setting(
+        "seconds a connection may leave the worker's heartbeats unanswered (its host gone, its network cut) "
+        "before it is dropped with its session's streams", gt=0)] = 30.0
     max_constraints: Annotated[int, _setting(
         "compiled constraints kept per worker (least recently used go first)", ge=1)] = 256
     max_constraint_states: Annotated[int, _setting(

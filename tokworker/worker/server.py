@@ -168,6 +168,9 @@ class Worker:
         sock.setsockopt(zmq.MAXMSGSIZE, options.max_message_bytes)
         sock.setsockopt(zmq.RCVHWM, options.max_queue)
         sock.setsockopt(zmq.SNDHWM, REPLY_QUEUE)
+        # a peer whose host died sends no FIN: ZeroMQ's heartbeats find it, and connections.py drops its streams
+        sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, round(options.peer_timeout_s * 1000 / 3)))
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(1, round(options.peer_timeout_s * 1000)))
         authenticator = secure_server(context, sock, options.curve_keys) if options.curve_keys else None
         old_umask = os.umask(0o077)                         # the ipc socket file: owner only
         try:
