@@ -74,6 +74,7 @@ def _one_stream(tokenizer, ids: list[int], request, parser_cls, engine_request, 
                                                         finish_reason=chunk.finish_reason)
             response = ChatCompletionStreamResponse(id="chatcmpl-bench", object="chat.completion.chunk",
                                                     created=1, choices=[choice], model="bench")
+            # held as a server's write queue holds them until the socket takes them (never read here)
             events.append(f"data: {response.model_dump_json(exclude_unset=True, exclude_none=False)}\n\n")
         if stop_string:
             break

@@ -76,21 +76,20 @@ def test_readme_curl_runs(number, api_port):
 
 
 @pytest.fixture(scope="module")
-def llama_api_port():
-    """The "Real engines" section as it runs: llama-server on SmolLM2, `tokworker api` on its GGUF in front
-    (skipped, saying why, without the build or the model)."""
-    from tests.llama_cpp import serve, smollm2
+def llama_api_port(smollm2_server):
+    """The "Real engines" section as it runs: llama-server on SmolLM2 (conftest's), `tokworker api` on its
+    GGUF in front (skipped, saying why, without the build or the model)."""
+    from tests.llama_cpp import smollm2
 
-    with serve(smollm2(), "-c", "4096", "-np", "4") as llama:
-        port = free_port()
-        server = subprocess.Popen([sys.executable, "-m", "tokworker.cli", "api", "--model-dir", str(smollm2()),
-                                   "--engine", "llama.cpp", "--engine-url", llama.url, "--tool-call-parser", "hermes",
-                                   "--served-model-name", "smollm2", "--port", str(port), "--log-level", "WARNING"],
-                                  env={**os.environ, "PYTHONPATH": str(REPO)})
-        wait_healthy(f"http://127.0.0.1:{port}/health", server)
-        yield port
-        server.terminate()
-        assert server.wait(30) == 0
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tokworker.cli", "api", "--model-dir", str(smollm2()),
+                               "--engine", "llama.cpp", "--engine-url", smollm2_server.url, "--tool-call-parser", "hermes",
+                               "--served-model-name", "smollm2", "--port", str(port), "--log-level", "WARNING"],
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    wait_healthy(f"http://127.0.0.1:{port}/health", server)
+    yield port
+    server.terminate()
+    assert server.wait(30) == 0
 
 
 @pytest.mark.parametrize("number", range(len(BLOCKS)))
