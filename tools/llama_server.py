@@ -190,16 +190,12 @@ class LlamaServer:
         stream.close()
 
     def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as reply:
-                    if json.loads(reply.read()).get("status") == "ok":
-                        return True
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
-            time.sleep(0.1)
-        return False
+        """llama-server answers /health 503 while it loads, 200 once it serves."""
+        try:
+            wait_healthy(self.url + "/health", self.process, self.ready_timeout)
+        except RuntimeError:
+            return False
+        return True
 
     def stop(self) -> None:
         process, self.process = self.process, None
@@ -217,17 +213,15 @@ class LlamaServer:
                                        "add_special": add_special})["tokens"]
 
 
-def llama_tokenize(model: str | Path, texts: list[str], separator: str, parse_special: bool = True,
+def llama_tokenize(model: str | Path, texts: list[str], separator: str,
                    binary: str | Path | None = None) -> list[list[int]]:
     """llama.cpp's ids for each text, from llama-tokenize on a vocabulary-only load of `model` (a GGUF with
     no weights, which llama-server cannot start on), all texts in one run. They are joined by `separator`,
     a CONTROL token of the vocabulary that no text holds: llama.cpp tokenizes the text on each side of a
-    special token apart, exactly as each text alone (so parse_special must be on)."""
+    special token apart, exactly as each text alone (so special tokens are parsed)."""
     binary = Path(binary) if binary else find_binary("llama-tokenize")
     if binary is None:
         raise FileNotFoundError("llama-tokenize is not built: python -m tools.llama_server build")
-    if not parse_special:
-        raise ValueError("texts are separated by a special token: parse_special must be on")
     if any(separator in text for text in texts):
         raise ValueError(f"a text holds the separator {separator!r}")
     done = subprocess.run([str(binary), "-m", str(model), "--stdin", "--ids", "--no-bos", "--no-escape",
