@@ -259,6 +259,11 @@ def test_models_tokenize_detokenize_health_metrics(server, client, tokenizer):
     tokens = requests.post(url + "/tokenize", json={"prompt": "Hello world"}).json()
     assert tokens["tokens"] == tokenizer.encode("Hello world", add_special_tokens=True)
     assert tokens["count"] == len(tokens["tokens"]) and tokens["max_model_len"] == 4096
+    strs = requests.post(url + "/tokenize", json={"prompt": "Hello world", "return_token_strs": True}).json()
+    assert strs["token_strs"] == [tokenizer.decode([i]) for i in tokens["tokens"]] and "".join(strs["token_strs"])
+    empty = requests.post(url + "/tokenize", json={"prompt": "", "add_special_tokens": False,
+                                                   "return_token_strs": True}).json()
+    assert empty["tokens"] == [] and empty["token_strs"] == []
     chat = requests.post(url + "/tokenize", json={"messages": ask("plain")}).json()
     assert chat["tokens"] == tokenizer.apply_chat_template(ask("plain"), add_generation_prompt=True)
     # the tools reach the template as sent: no optional field the client left out comes back as null

@@ -25,7 +25,7 @@ from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
                                 plan_responses)
-from tokworker.api.render import RenderTier
+from tokworker.api.render import RenderTier, json_response
 from tokworker.api.derender import DerenderTier
 from tokworker.api.requests import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, MessagesRequest,
                                     ResponsesRequest, TokenizeRequest)
@@ -149,8 +149,10 @@ class Api:
         else:
             add_special = True if body.add_special_tokens is None else body.add_special_tokens
             ids = await self.pool.encode(body.prompt, add_special_tokens=add_special)
-        strings = [await self.pool.decode([i]) for i in ids] if body.return_token_strs else None
-        return _json({"count": len(ids), "max_model_len": self.served.max_model_len, "tokens": ids,
+        strings = None
+        if body.return_token_strs:                          # one message for all of them, not one per token
+            strings = await self.pool.decode([[i] for i in ids]) if ids else []
+        return json_response({"count": len(ids), "max_model_len": self.served.max_model_len, "tokens": ids,
                       "token_strs": strings})
 
     async def detokenize(self, request: web.Request) -> web.Response:
@@ -159,10 +161,10 @@ class Api:
         bad = next((i for i in body.tokens if i >= vocab), None)
         if bad is not None:
             raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab - 1})", "tokens")
-        return _json({"prompt": await self.pool.decode(body.tokens)})
+        return json_response({"prompt": await self.pool.decode(body.tokens)})
 
     async def models(self, request: web.Request) -> web.Response:
-        return _json({"object": "list", "data": [
+        return json_response({"object": "list", "data": [
             {"id": name, "object": "model", "created": self.created, "owned_by": "tokworker",
              "root": self.model_root or name, "parent": None, "max_model_len": self.served.max_model_len}
             for name in self.names]})
@@ -220,10 +222,6 @@ class AccessLogger(web_log.AbstractAccessLogger):
             detail = f"{exchange.id} prompt={exchange.prompt_tokens} generated={exchange.tokens} {body}"
         self.logger.info('%s "%s %s" %d %s %.3fs', request.remote, request.method, request.path_qs,
                          response.status, detail, time)
-
-
-def _json(data) -> web.Response:
-    return web.Response(body=msgspec.json.encode(data), headers=JSON_HEADERS)
 
 
 def _report_crash(task: asyncio.Task) -> None:
