@@ -8,6 +8,8 @@ Anthropic's Messages API over a TokenizerPool and an Engine (tokworker.engines).
     serving.py    the step loop: engine outputs -> one pool.step -> SSE bytes onto each client's transport
     whole.py      non-streamed response bodies
     metrics.py    Prometheus text
+    render.py     vLLM's render routes: a request -> the engine's GenerateRequest (ids, sampling)
+    derender.py   vLLM's derender routes: an engine's generated ids -> responses and chunks
     server.py     the aiohttp app: routes, small routes, errors, access log (Api.app() is mountable)
     run.py        `tokworker api`
 """

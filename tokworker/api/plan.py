@@ -98,7 +98,7 @@ def _tool_guide(tools: list[dict] | None, choice, served: Served, param: str) ->
     return Guide(tools=tools, tool_name=name, tool_format=_forced_format(served, param))
 
 
-def _schema_guide(response_format, param: str) -> Guide | None:
+def _schema_guide(response_format) -> Guide | None:
     if isinstance(response_format, JsonSchemaResponseFormat):
         return Guide(json_schema=response_format.json_schema.schema or {})
     if isinstance(response_format, JsonObjectFormat):
@@ -166,7 +166,7 @@ def plan_chat(request: ChatCompletionRequest, served: Served) -> Plan:
     include_usage, continuous = _stream_options(request)
     tools = [plain(t) for t in request.tools] if request.tools else None
     guide, guide_param = _one_guide(_tool_guide(tools, request.tool_choice, served, "tool_choice"),
-                                    _schema_guide(request.response_format, "response_format"),
+                                    _schema_guide(request.response_format),
                                     "tool_choice", "response_format")
     parse_tools = tools if tools and request.tool_choice != "none" else None
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
@@ -211,7 +211,7 @@ def plan_completion(request: CompletionRequest, served: Served) -> Plan:
                                "prompt")
     if any(isinstance(p, list) and not p for p in prompts) or any(p == "" for p in prompts):
         raise ApiError.invalid("a prompt is empty", "prompt")
-    guide, guide_param = _one_guide(None, _schema_guide(request.response_format, "response_format"),
+    guide, guide_param = _one_guide(None, _schema_guide(request.response_format),
                                     "tool_choice", "response_format")
     return Plan(api="completions", model=served.name, stream=request.stream, n=request.n, prompts=prompts,
                 add_special_tokens=request.add_special_tokens, echo=request.echo,

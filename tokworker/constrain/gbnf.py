@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from tokworker.constrain.regex_syntax import ALT, CAT, REP, SET, parse
+from tokworker.constrain.regex_syntax import ALT, CAT, SET, parse
 
 _STRING_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
 _CLASS_SPECIAL = {ord("]"), ord("["), ord("\\"), ord("^"), ord("-")}

@@ -18,7 +18,7 @@ import asyncio
 
 import msgspec
 
-from tokworker.protocol.messages import CodedError, ErrorCode
+from tokworker.protocol.messages import CodedError
 
 
 class EngineError(CodedError):

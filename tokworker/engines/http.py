@@ -135,8 +135,6 @@ class HttpEngine(Engine):
             log.warning("%s %s failed: %s", self.name, path, error)
 
     async def _stream(self, request_id: str, body: dict, sampling: SamplingParams, accepted: asyncio.Future):
-        import aiohttp
-
         read = self.read
         try:
             async with self.session.post(self.url + self.route, data=encode(body), headers=JSON) as response:

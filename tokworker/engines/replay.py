@@ -43,10 +43,9 @@ class ReplayEngine(InProcessEngine):
         if text is None:
             text = shortest_match(running.constraint.pattern) if running.constraint is not None else REPLY
         running.script = await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
-        self.vocab_size = self.pool.info.vocab_size
 
     def step(self, batch: list[Running]) -> list[EngineOutput]:
-        outputs = []
+        outputs, vocab_size = [], self.pool.info.vocab_size
         for r in batch:
             script = r.script
             at = len(r.output_ids)
@@ -56,7 +55,7 @@ class ReplayEngine(InProcessEngine):
                     ErrorCode.INVALID, f"the replay script's token {token} at {at} is outside the constraint")))
                 continue
             top = r.sampling.logprobs
-            logprobs = None if top is None else [_logprob(token, at, top, self.vocab_size)]
+            logprobs = None if top is None else [_logprob(token, at, top, vocab_size)]
             outputs.append(EngineOutput(r.request_id, [token], logprobs))
         return outputs
 
