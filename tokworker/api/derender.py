@@ -32,7 +32,7 @@ from aiohttp import web
 from msgspec import Meta
 
 from tokworker.api import whole
-from tokworker.api.errors import ApiError
+from tokworker.api.errors import ApiError, check_vocabulary
 from tokworker.api.plan import plan_chat, plan_completion
 from tokworker.api.render import json_response, vllm_errors
 from tokworker.api.requests import Body, ChatCompletionRequest, CompletionRequest, NonNegative
@@ -284,9 +284,7 @@ class DerenderTier:
         served, vocab = self.api.served, self.api.pool.info.vocab_size
         if len(ids) > served.max_model_len:
             raise ApiError.invalid(f"{field} has {len(ids)} ids, over max_model_len ({served.max_model_len})", field)
-        bad = next((i for i in ids if i >= vocab), None)
-        if bad is not None:
-            raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab - 1})", field)
+        check_vocabulary(ids, vocab, field)
 
     def _ids(self, choice: GenerateChoice, params: StreamParams):
         """A choice's ids as pool.step takes them: with (logprob, [(id, logprob), ...]) each when asked."""

@@ -68,6 +68,19 @@ class ApiError(CodedError):
         return cls(ErrorCode.INTERNAL, f"internal error: {type(error).__name__}")
 
 
+def check_vocabulary(ids, vocab_size: int, param: str) -> None:
+    """An ApiError naming `param` for the first id outside the vocabulary.
+
+    >>> check_vocabulary([1, 7], 5, "prompt")
+    Traceback (most recent call last):
+    ...
+    tokworker.api.errors.ApiError: invalid: token id 7 is not in the vocabulary (0..4)
+    """
+    bad = next((i for i in ids if not 0 <= i < vocab_size), None)
+    if bad is not None:
+        raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab_size - 1})", param)
+
+
 def from_validation(error: msgspec.ValidationError) -> ApiError:
     """msgspec's message names the path (`... - at `$.messages[0].role``): that path, and a missing field's
     name, make the param.

@@ -17,7 +17,7 @@ import msgspec
 from aiohttp import web
 
 from tokworker.api import whole
-from tokworker.api.errors import ApiError
+from tokworker.api.errors import ApiError, check_vocabulary
 from tokworker.api.plan import Plan
 from tokworker.api.serving import DONE, Choice, Exchange
 from tokworker.frontend.errors import PoolError
@@ -73,11 +73,8 @@ class Generations:
         texts = [p for p in plan.prompts if isinstance(p, str)]
         encoded = iter(await self.pool.encode(texts, add_special_tokens=plan.add_special_tokens) if texts else ())
         prompts = [next(encoded) if isinstance(p, str) else p for p in plan.prompts]
-        vocab = self.pool.info.vocab_size
         for prompt in prompts:
-            bad = next((i for i in prompt if not 0 <= i < vocab), None)
-            if bad is not None:
-                raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab - 1})", "prompt")
+            check_vocabulary(prompt, self.pool.info.vocab_size, "prompt")
         return prompts
 
     def max_tokens(self, plan: Plan, prompt: list[int]) -> int:

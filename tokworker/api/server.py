@@ -20,7 +20,7 @@ import time
 import msgspec
 from aiohttp import web, web_log
 
-from tokworker.api.errors import NOT_FOUND, ApiError, anthropic_body, openai_body
+from tokworker.api.errors import NOT_FOUND, ApiError, anthropic_body, check_vocabulary, openai_body
 from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
@@ -157,10 +157,7 @@ class Api:
 
     async def detokenize(self, request: web.Request) -> web.Response:
         body = self.decode(await self.read(request), DetokenizeRequest)
-        vocab = self.pool.info.vocab_size
-        bad = next((i for i in body.tokens if i >= vocab), None)
-        if bad is not None:
-            raise ApiError.invalid(f"token id {bad} is not in the vocabulary (0..{vocab - 1})", "tokens")
+        check_vocabulary(body.tokens, self.pool.info.vocab_size, "tokens")
         return json_response({"prompt": await self.pool.decode(body.tokens)})
 
     async def models(self, request: web.Request) -> web.Response:
