@@ -11,6 +11,7 @@ follow one another with no separator.
 from __future__ import annotations
 
 import json
+import re
 
 import regex
 
@@ -24,6 +25,7 @@ _NOT_GEMMA = regex.compile(r"['\"()]")  # quotes or parentheses: a Python or JSO
 _SCALARS = {"true": True, "false": False, "null": None, "none": None, "nil": None}
 _NUMBER = regex.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _DEPTH_LIMIT = 64  # a request's output is untrusted: bound the recursion
+_SPACE = re.compile(r"\s*")  # the standard library's \s is str.isspace's set, as lstrip() strips
 
 
 class Gemma4ToolParser(FunctionGemmaToolParser):
@@ -97,7 +99,7 @@ def _read(text: str, i: int, depth: int):
     """The Gemma value at text[i:] (leading whitespace allowed) -> (value, the index after it)."""
     if depth > _DEPTH_LIMIT:
         raise ValueError("nested too deep")
-    i = len(text) - len(text[i:].lstrip())
+    i = _SPACE.match(text, i).end()
     if text.startswith(QUOTE, i):
         close = text.find(QUOTE, i + len(QUOTE))
         if close < 0:
@@ -107,7 +109,7 @@ def _read(text: str, i: int, depth: int):
         is_object, closer, items = text[i] == "{", "}" if text[i] == "{" else "]", []
         i += 1
         while True:
-            i = len(text) - len(text[i:].lstrip())
+            i = _SPACE.match(text, i).end()
             if text.startswith(closer, i):
                 return (dict(items) if is_object else items), i + 1
             if items:
@@ -115,9 +117,9 @@ def _read(text: str, i: int, depth: int):
                     raise ValueError("expected a comma")
                 i += 1
             if is_object:
-                if text[i:].lstrip().startswith(QUOTE):
+                if text.startswith(QUOTE, _SPACE.match(text, i).end()):
                     key, i = _read(text, i, depth + 1)
-                    i = len(text) - len(text[i:].lstrip())
+                    i = _SPACE.match(text, i).end()
                     if not text.startswith(":", i):
                         raise ValueError("expected a colon")
                     i += 1
