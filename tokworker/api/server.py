@@ -153,7 +153,7 @@ class Api:
         if body.return_token_strs:                          # one message for all of them, not one per token
             strings = await self.pool.decode([[i] for i in ids]) if ids else []
         return json_response({"count": len(ids), "max_model_len": self.served.max_model_len, "tokens": ids,
-                      "token_strs": strings})
+                              "token_strs": strings})
 
     async def detokenize(self, request: web.Request) -> web.Response:
         body = self.decode(await self.read(request), DetokenizeRequest)
