@@ -30,7 +30,7 @@ def _our_round(tokenizer, ids: list[int], params, prompt_ids: list[int], chunks:
     """One stream start to end: its CPU seconds, those of its construction (included) and its updates; with
     `chunks`, each update's chat chunk events written too (what vLLM's chunks case builds)."""
     from tokworker.protocol.deltas import ChunkFormat
-    from tokworker.sse import writer_for
+    from tokworker.wire import writer_for
     from tokworker.stream.state import TextStream
 
     updates: list = []

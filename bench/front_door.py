@@ -213,7 +213,7 @@ def _in_process_us_per_token(tokens: int) -> float:
     """TextStream.push + ChunkWriter.sse per token in this process, on the same reply, best of 3."""
     from tokworker import Tokenizer, TextStream
     from tokworker.protocol.deltas import ChunkFormat, StreamParams
-    from tokworker.sse import writer_for
+    from tokworker.wire import writer_for
     from tokworker.worker.options import DEFAULT_MODEL_DIR
 
     tokenizer = Tokenizer.from_dir(DEFAULT_MODEL_DIR)

@@ -185,7 +185,7 @@ async def _engine_loop(mode: str, streams: int, steps: int, work: int, ids: list
     rendered and encoded every step too (in the loop, or sent to the pool and awaited elsewhere). With
     `sse`, every update becomes OpenAI chunk events (in the loop, or written by the workers)."""
     from tokworker.frontend import TokenizerPool
-    from tokworker.sse.chat import ChunkWriter
+    from tokworker.wire.chat import ChunkWriter
     from tokworker.stream.state import TextStream
 
     names = [f"s{i}" for i in range(streams)]

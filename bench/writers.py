@@ -1,4 +1,4 @@
-"""Wire-format writers: the cost per token of each (tokworker.sse) beside chat chunks, on the same stream.
+"""Wire-format writers: the cost per token of each (tokworker.wire) beside chat chunks, on the same stream.
 
 One stream of real Qwen3 ids at a time, one token per engine step as a worker steps it, best of several
 rounds of process CPU time, the variants interleaved round by round. `push_us` is TextStream alone; each
@@ -21,7 +21,7 @@ WRITERS = ["chat", "completions", "responses", "anthropic"]
 
 def run(quick: bool = False, model_dirs=()) -> list[dict]:
     from tokworker.protocol.deltas import ChunkFormat, StreamParams
-    from tokworker.sse import writer_for
+    from tokworker.wire import writer_for
     from tokworker.stream.state import TextStream
     from tokworker.tokenizer import Tokenizer
 

@@ -338,7 +338,7 @@ class TokenizerPool:
         StreamParams.logprobs (one `(logprob, [(top id, top logprob), ...])` per id), and the streams the
         engine ended -> their updates.
         A stream that already finished gets an empty update, or once, if it failed, its StreamFailure (code
-        and message; for a chunked stream an OpenAI error event in `sse`)."""
+        and message, which the response's writer writes in its format)."""
         return await self.submit_step(ids, finish)
 
     def _retire(self, stream: StreamHandle) -> None:

@@ -30,7 +30,6 @@ import asyncio
 from array import array
 from collections import deque
 
-import msgspec
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import ErrorCode, OpenStream, encode_message
@@ -42,24 +41,21 @@ REPLAY_BATCH = 4096  # ids per batch when a log is replayed
 
 class StreamFailure(StreamUpdate, kw_only=True):
     """The update that ends a failed stream: finish_reason "error", abort, and the error's code and message
-    (a chunked stream's `sse` is an OpenAI-style error event). Made here, never sent by a worker."""
+    (whoever writes the stream's response writes the error in its format: tokworker.wire's error_event).
+    Made here, never sent by a worker."""
 
     code: str
     message: str = ""
 
 
-def failure_update(error: PoolError, chunked: bool) -> StreamFailure:
-    sse = b""
-    if chunked:
-        sse = b"data: " + msgspec.json.encode({"error": {"message": error.message or error.code, "type": error.code,
-                                                         "param": None, "code": error.code}}) + b"\n\n"
-    return StreamFailure(finish_reason="error", abort=True, sse=sse, code=error.code, message=error.message)
+def failure_update(error: PoolError) -> StreamFailure:
+    return StreamFailure(finish_reason="error", abort=True, code=error.code, message=error.message)
 
 
 def merge_updates(updates) -> StreamUpdate:
     """Several consecutive updates of one stream as one: deltas (and sse bytes, logprob entries) in order,
     the last finish and the last usage win."""
-    deltas, sse, finish, reason, abort, usage = [], [], None, None, False, None
+    deltas, sse, finish, reason, abort, usage, body = [], [], None, None, False, None, b""
     for update in updates:
         deltas.extend(update.deltas)
         sse.append(update.sse)
@@ -67,8 +63,9 @@ def merge_updates(updates) -> StreamUpdate:
             finish, reason = update.finish_reason, update.stop_reason
         abort = abort or update.abort
         usage = update.usage or usage
+        body = update.body or body
     return StreamUpdate(deltas=deltas, finish_reason=finish, stop_reason=reason, abort=abort, sse=b"".join(sse),
-                        logprobs=joined_logprobs(updates), usage=usage)
+                        logprobs=joined_logprobs(updates), usage=usage, body=body)
 
 
 class StreamHandle:
@@ -138,7 +135,7 @@ class StreamHandle:
         if self.finished:
             return None
         self.error = error
-        self._unreported = failure_update(error, self.chunks is not None)
+        self._unreported = failure_update(error)
         self._end("error")
         return self._unreported
 

@@ -57,12 +57,13 @@ class StreamParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
 
 
 class ChunkFormat(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    """The fields every event of one response repeats (choices[0].index is `index`). A stream opened with
-    one has its worker write the events as finished server-sent events, in the shape `api` names:
-    "chat" (chat.completion.chunk), "completions" (text_completion), "responses" (OpenAI Responses API
-    events) or "anthropic" (Messages events). `n` > 1: the response has n choices, one stream each, and
-    the API process writes the one usage chunk after the last (tokworker.sse.chat.usage_event). `echo`:
-    a completions stream's first chunk starts with the prompt's text."""
+    """What the worker writes for one choice of one response, in the wire format `api` names
+    (tokworker.wire: "chat", "completions", "responses", "anthropic"), and the fields every part of it
+    repeats (choices[0].index is `index`). Streamed, every update of the stream carries its events as
+    finished server-sent events (`sse`); `whole`, the stream's updates carry nothing until the last,
+    whose `body` is the choice's finished JSON (the API process joins the choices' bodies as bytes).
+    `n`: the response's choices, one stream each. `echo`: a completions choice starts with the prompt's
+    text. `token_ids`: a whole choice lists its generated ids (vLLM's return_token_ids)."""
 
     id: str
     model: str
@@ -71,6 +72,8 @@ class ChunkFormat(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknow
     api: str = "chat"
     n: int = 1
     echo: bool = False
+    whole: bool = False
+    token_ids: bool = False
 
 
 class TopLogprob(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -110,7 +113,8 @@ class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
 
     sse is set only for a stream opened with a ChunkFormat: this update's chunks as server-sent events,
     `data: {json}\n\n` each, ready for the HTTP response; `deltas` is then empty (the API process decodes
-    one bytes field instead of nested Structs, and encodes nothing).
+    one bytes field instead of nested Structs, and encodes nothing). body: the last update of a stream
+    opened with a `whole` ChunkFormat carries the choice's finished JSON.
 
     logprobs (streams with StreamParams.logprobs set): the entries of the tokens this update's text came
     from, `logprobs[i]` with `deltas[i]`; a token whose text is held back (partial UTF-8, a possible stop
@@ -124,6 +128,7 @@ class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     abort: bool = False
     sse: bytes = b""
     logprobs: list[list[TokenLogprob]] = []
+    body: bytes = b""
     usage: Usage | None = None
 
 

@@ -17,7 +17,7 @@ import msgspec
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 
 # 6: a step reply's empty updates are nil; stats count dropped messages (see PROTOCOL.md for the others)
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 ID_FRAME = struct.Struct("<Q")          # a request id frame: 8 bytes, little-endian
 
 

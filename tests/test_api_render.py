@@ -194,7 +194,7 @@ def test_streamed_derender_says_what_the_front_door_says(server, scenario):
     assert status == 200, whole
     message = whole["choices"][0]["message"]
     assert joined(chunks) == {"content": message["content"], "reasoning": message.get("reasoning_content"),
-                              "calls": [c["function"] for c in message["tool_calls"]],
+                              "calls": [c["function"] for c in message.get("tool_calls", [])],
                               "finish": whole["choices"][0]["finish_reason"]}
     status, derendered = post(server, "/v1/chat/completions/derender", {
         "model": MODEL, "prompt_token_ids": prompt, "prompt_tokens": len(prompt), "chat_request": request,
@@ -262,5 +262,5 @@ def test_any_chunking_derenders_as_one_whole_call(server, sizes, scenario):
         "generate_response": {"request_id": "whole", "choices": [{"index": 0, "token_ids": ids}]}})
     message = derendered["choices"][0]["message"]
     assert joined(chunks) == {"content": message["content"], "reasoning": message.get("reasoning"),
-                              "calls": [c["function"] for c in message["tool_calls"]],
+                              "calls": [c["function"] for c in message.get("tool_calls", [])],
                               "finish": derendered["choices"][0]["finish_reason"]}

@@ -9,10 +9,11 @@ import pytest
 MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker.parsers.tools",
            "tokworker.parsers.tools.core.callids", "tokworker.parsers.tools.core.literals",
            "tokworker.parsers.tools.core.textargs",
-           "tokworker.parsers.reasoning", "tokworker.parsers.template_parsers", "tokworker.sse.chat",
+           "tokworker.parsers.reasoning", "tokworker.parsers.template_parsers", "tokworker.wire", "tokworker.wire.chat",
+           "tokworker.wire.common", "tokworker.wire.completions", "tokworker.wire.responses", "tokworker.wire.anthropic",
            "tokworker.frontend.client", "tokworker.protocol.endpoints", "tokworker.templates.owned",
            "tokworker.worker.endpoint_lock", "tokworker.worker.preflight", "tests.cuts",
-           "tokworker.worker.sessions"]
+           "tokworker.worker.sessions", "tokworker.api.errors"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -24,7 +24,7 @@ FOLDERS = {"tokworker": REPO / "tokworker", "tokworker.frontend": REPO / "fronte
 LAYERS = [
     ("tokworker.protocol",),
     ("tokworker.tokenizer", "tokworker.parsers"),
-    ("tokworker.stream", "tokworker.templates", "tokworker.constrain", "tokworker.sse"),
+    ("tokworker.stream", "tokworker.templates", "tokworker.constrain", "tokworker.wire"),
     ("tokworker.worker",),
     ("tokworker.frontend",),
     ("tokworker.engines",),              # beside the front door: the pool never imports an engine

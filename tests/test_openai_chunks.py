@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from openai.types.chat import ChatCompletionChunk
 
 from tokworker.protocol.deltas import ChunkFormat, Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
-from tokworker.sse.chat import ChunkWriter
+from tokworker.wire.chat import ChunkWriter
 
 text = st.text(min_size=1, max_size=8)
 call_fragment = st.builds(
@@ -42,7 +42,8 @@ def test_every_chunk_validates_and_says_the_same(case):
     chunks = [c for u in stream_updates for c in writer.chunks(u)]
     parsed = validate(chunks)
     assert all(c.object == "chat.completion.chunk" and c.id == "chatcmpl-1" and c.model == "qwen3" for c in parsed)
-    assert parsed[0].choices[0].delta.role == "assistant"
+    # vLLM's opening chunk: the role and empty content, nothing else
+    assert parsed[0].choices[0].delta.role == "assistant" and parsed[0].choices[0].delta.content == ""
     assert all(c.choices[0].delta.role is None for c in parsed[1:])
     assert [c.choices[0].finish_reason for c in parsed] == [None] * (len(parsed) - 1) + [finish_reason]
     last = parsed[-1].choices[0]
@@ -56,15 +57,15 @@ def test_every_chunk_validates_and_says_the_same(case):
     got_calls = [(c.index, c.id, c.function.name, c.function.arguments) for g in got for c in g.tool_calls or ()]
     assert sent_calls == got_calls
     # a chunk without content, reasoning or calls is only the final one (or the role announcement)
-    for chunk, g in zip(parsed[:-1], got[:-1]):
+    for chunk, g in zip(parsed[1:-1], got[1:-1]):
         assert g.content or g.model_extra.get("reasoning_content") or g.tool_calls
 
 
 def test_updates_with_nothing_make_no_chunks():
     writer = ChunkWriter("id", "m", created=1)
+    assert [c["choices"][0]["delta"] for c in writer.chunks(StreamUpdate())] == [{"role": "assistant", "content": ""}]
     assert writer.chunks(StreamUpdate()) == []
-    assert writer.chunks(StreamUpdate(deltas=[Delta(content="Hi")]))[0]["choices"][0]["delta"] == \
-        {"role": "assistant", "content": "Hi"}
+    assert writer.chunks(StreamUpdate(deltas=[Delta(content="Hi")]))[0]["choices"][0]["delta"] == {"content": "Hi"}
     final = writer.chunks(StreamUpdate(finish_reason="stop"))
     assert final == [{"id": "id", "object": "chat.completion.chunk", "created": 1, "model": "m",
                       "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "logprobs": None,
@@ -139,13 +140,16 @@ def test_sse_is_the_chunks_encoded_byte_for_byte(case, index):
     assert all(c.choices[0].index == index and c.id == form.id and c.model == form.model for c in parsed)
 
 
-def test_sse_of_an_update_with_nothing_is_empty_and_the_role_waits():
+def test_the_first_step_opens_with_the_role_and_later_empty_updates_are_empty():
     writer = ChunkWriter("id", "m", created=1)
+    head = {"id": "id", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    assert events(writer.sse(StreamUpdate())) == [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None,
+                              "logprobs": None}]}]
     assert writer.sse(StreamUpdate()) == b""
     assert events(writer.sse(StreamUpdate(finish_reason="stop", stop_reason="</a>"))) == [
-        {"id": "id", "object": "chat.completion.chunk", "created": 1, "model": "m",
-         "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": "stop", "logprobs": None,
-                      "stop_reason": "</a>"}]}]
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "logprobs": None,
+                              "stop_reason": "</a>"}]}]
 
 
 @functools.cache

@@ -76,10 +76,8 @@ def test_a_failed_stream_tells_step_its_code_and_message():
             plain, sse = updates["plain"], updates["sse"]
             assert isinstance(plain, StreamFailure) and plain.finish_reason == "error" and plain.abort
             assert plain.code == ErrorCode.INVALID and "1000000" in plain.message
-            assert sse.sse.startswith(b"data: ") and sse.sse.endswith(b"\n\n")
-            event = json.loads(sse.sse[len(b"data: "):])
-            assert event == {"error": {"message": plain.message, "type": ErrorCode.INVALID, "param": None,
-                                       "code": ErrorCode.INVALID}}
+            # a chunked stream's failure is the same: whoever writes its response writes the error in its format
+            assert isinstance(sse, StreamFailure) and (sse.code, sse.message, sse.sse) == (plain.code, plain.message, b"")
             assert (await pool.step({"plain": [5]}))["plain"].finish_reason is None     # reported once, then over
             with pytest.raises(StreamFailed) as failed:
                 async for _ in chunked:

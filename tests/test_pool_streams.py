@@ -19,7 +19,7 @@ import uvloop
 from tokworker.frontend import TokenizerPool
 from tokworker.frontend.errors import InvalidRequest, StreamFailed, UnknownStream
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
-from tokworker.sse.chat import ChunkWriter
+from tokworker.wire.chat import ChunkWriter
 from tokworker.stream.state import TextStream
 
 pytestmark = pytest.mark.slow  # worker processes

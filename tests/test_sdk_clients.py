@@ -18,7 +18,7 @@ from aiohttp import web
 
 from tokworker.frontend import ChunkFormat, TokenizerPool
 from tokworker.protocol.deltas import StreamParams
-from tokworker.sse.chat import usage_event
+from tokworker.wire.chat import usage_event
 from tokworker.stream.accounting import token_name
 from tokworker.stream.state import TextStream
 

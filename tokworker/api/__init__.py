@@ -3,10 +3,10 @@ Anthropic's Messages API over a TokenizerPool and an Engine (tokworker.engines).
 
     requests.py   the request bodies as msgspec Structs (strict decoding, declared ranges)
     plan.py       each request mapped once: render arguments, StreamParams, chunk format, sampling
-    errors.py     ApiError: status and OpenAI's / Anthropic's error bodies from the one ErrorCode vocabulary
-    generation.py one generation request: the prompt phase, then waiting on the step loop, whole bodies
+    errors.py     ApiError: the HTTP status of the one ErrorCode vocabulary (each format's home writes the body)
+    generation.py one generation request: the prompt phase, then waiting on the step loop, the whole body
+                  joined from the choices' bodies that the workers wrote (tokworker.wire)
     serving.py    the step loop: engine outputs -> one pool.step -> SSE bytes onto each client's transport
-    whole.py      non-streamed response bodies
     metrics.py    Prometheus text
     render.py     vLLM's render routes: a request -> the engine's GenerateRequest (ids, sampling)
     derender.py   vLLM's derender routes: an engine's generated ids -> responses and chunks

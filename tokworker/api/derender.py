@@ -31,14 +31,15 @@ import msgspec
 from aiohttp import web
 from msgspec import Meta
 
-from tokworker.api import whole
 from tokworker.api.errors import ApiError, check_vocabulary
 from tokworker.api.plan import plan_chat, plan_completion
 from tokworker.api.render import json_response, vllm_errors
 from tokworker.api.requests import Body, ChatCompletionRequest, CompletionRequest, NonNegative
-from tokworker.protocol.deltas import StreamParams
+from tokworker.protocol.deltas import ChunkFormat, StreamParams, Usage
 from tokworker.protocol.messages import ErrorCode
-from tokworker.sse.common import CALL, REASONING, TEXT
+from tokworker.wire import home
+from tokworker.wire.common import CALL, REASONING, TEXT, Collected
+from tokworker.wire.completions import completion_logprobs
 
 PLAIN = StreamParams(tool_parser="none")        # no request to read tools from: text (and reasoning) only
 TEXT_ONLY = StreamParams(tool_parser="none", reasoning_parser="none")
@@ -143,10 +144,9 @@ class DerenderTier:
         if body.stream:
             return json_response(await self._chunk(body, "chat", params, body.prompt_token_ids))
         generated = _given(body.generate_response, "generate_response")
-        collected = await self._whole(generated, params, body.prompt_token_ids or generated.prompt_token_ids)
-        prompt_tokens = body.prompt_tokens or 0
-        response = whole.chat_completion(generated.request_id, self._model(body), int(time.time()), collected,
-                                         prompt_tokens, logprobs=params.logprobs is not None)
+        chunks = ChunkFormat(id=generated.request_id, model=self._model(body), created=int(time.time()), whole=True)
+        bodies = await self._whole(generated, params, body.prompt_token_ids or generated.prompt_token_ids, chunks)
+        response = self._joined(chunks, bodies, body.prompt_tokens or 0)
         for choice in response["choices"]:              # vLLM 0.33's name for it
             if "reasoning_content" in choice["message"]:
                 choice["message"]["reasoning"] = choice["message"].pop("reasoning_content")
@@ -171,31 +171,40 @@ class DerenderTier:
         if not isinstance(counts, list) or len(counts) != len(responses) or len(prompts) != len(responses):
             raise ApiError.invalid("prompt_tokens and prompt_token_ids have one entry per generate response",
                                    "prompt_tokens")
-        collected = []
+        chunks = ChunkFormat(id=responses[0].request_id, model=self._model(body), created=int(time.time()),
+                             api="completions", whole=True)
+        bodies = []
         for generated, prompt in zip(responses, prompts):
-            collected += await self._whole(generated, params, prompt or generated.prompt_token_ids)
-        return json_response(whole.text_completion(
-            responses[0].request_id, self._model(body), int(time.time()), collected, sum(counts),
-            [""] * len(collected), logprobs=params.logprobs is not None))
+            bodies += await self._whole(generated, params, prompt or generated.prompt_token_ids, chunks, len(bodies))
+        return json_response(self._joined(chunks, bodies, sum(counts)))
+
+    @staticmethod
+    def _joined(chunks: ChunkFormat, bodies: list, prompt_tokens: int) -> dict:
+        """The choices' bodies as the format's whole response; the prompt counted as the client says."""
+        usages = [msgspec.structs.replace(usage or Usage(), prompt_tokens=prompt_tokens) for _, usage in bodies]
+        return msgspec.json.decode(home(chunks.api).body(chunks, [b for b, _ in bodies], usages))
 
     def _model(self, body: DerenderRequest) -> str:
         return body.model or self.api.served.name
 
     # ------------------------------------------------------------ whole responses
-    async def _whole(self, generated: GenerateResponse, params: StreamParams, prompt_ids) -> list[whole.Collected]:
-        """Every choice of one generate response through a stream of its own, in one step."""
+    async def _whole(self, generated: GenerateResponse, params: StreamParams, prompt_ids, chunks: ChunkFormat,
+                     first: int = 0) -> list[tuple[bytes, Usage | None]]:
+        """Every choice of one generate response through a whole stream of its own, in one step: each
+        choice's finished JSON (numbered from `first`) and usage."""
         self._check(prompt_ids or (), "prompt_token_ids")
         self.serial += 1
         names = [f"derender-{self.serial}-{i}" for i in range(len(generated.choices))]
         pool = self.api.pool
         step = {name: self._ids(choice, params) for name, choice in zip(names, generated.choices)}
         try:
-            for name in names:
-                await pool.open_stream(name, params, prompt_ids=prompt_ids, buffer=False)
+            for i, name in enumerate(names):
+                await pool.open_stream(name, params, prompt_ids=prompt_ids, buffer=False,
+                                       chunks=msgspec.structs.replace(chunks, index=first + i))
             updates = await pool.step(step, finish=names)
         finally:
             await asyncio.shield(pool.close_stream(*names))
-        return [_collected(updates[name]) for name in names]
+        return [(_failed(updates[name]).body, updates[name].usage) for name in names]
 
     # ------------------------------------------------------------ streamed, one call per chunk
     async def _chunk(self, body: DerenderRequest, api: str, params: StreamParams, prompt_ids) -> dict:
@@ -220,7 +229,8 @@ class DerenderTier:
         out["created"] = kept.created
         if finish:                                # (a stream the text side ended answers empty updates until then)
             self._forget((api, chunk.request_id, choice.index))
-        collected = _collected(update)
+        collected = Collected()
+        collected.add(_failed(update))
         entries = collected.entries if params.logprobs is not None else None
         if api == "chat":
             out["choices"] = [{"index": choice.index, "delta": _delta(collected, kept.first),
@@ -231,7 +241,7 @@ class DerenderTier:
         else:
             text = collected.text(TEXT) or ""
             out["choices"] = [{"index": choice.index, "text": text,
-                               "logprobs": whole.completion_logprobs(entries, kept.text_offset)
+                               "logprobs": completion_logprobs(entries, kept.text_offset)[0]
                                if entries is not None else None,
                                "finish_reason": update.finish_reason, "stop_reason": update.stop_reason}]
             kept.text_offset += len(text)
@@ -300,13 +310,11 @@ class DerenderTier:
                      for entry in content]
 
 
-def _collected(update) -> whole.Collected:
-    """One update gathered (a stream that failed in its worker fails the call with the worker's error)."""
+def _failed(update):
+    """The update, unless its stream failed in its worker: then the call fails with the worker's error."""
     if update.finish_reason == "error":
         raise ApiError(getattr(update, "code", ErrorCode.INTERNAL), getattr(update, "message", "") or "derender failed")
-    collected = whole.Collected()
-    collected.add(update)
-    return collected
+    return update
 
 
 def _given(value, field: str):
@@ -325,7 +333,7 @@ def _params(planner, request, served, default: StreamParams, stream: bool) -> St
                                    continuous_usage_stats=False)
 
 
-def _delta(collected: whole.Collected, first: bool) -> dict:
+def _delta(collected: Collected, first: bool) -> dict:
     """One chunk's delta (vLLM's DeltaMessage) from what one step produced."""
     delta = {"role": "assistant"} if first else {}
     content, reasoning = collected.text(TEXT), collected.text(REASONING)

@@ -1,11 +1,11 @@
 """One error vocabulary from the engine through the wire to the HTTP caller: every failure is a CodedError
-(an ErrorCode value and a message), and this module maps it to an HTTP status and to OpenAI's or
-Anthropic's error body.
+(an ErrorCode value and a message), and this module maps it to an HTTP status; each wire format writes it
+in its own shape (tokworker.wire: `error_body` before the headers, `error_event` mid-stream).
 
     >>> error = ApiError.invalid("max_tokens must be at least 1", "max_tokens")
-    >>> error.status, openai_body(error)
+    >>> error.status, error.body("chat")
     (400, b'{"error":{"message":"max_tokens must be at least 1","type":"invalid_request_error","param":"max_tokens","code":"invalid"}}')
-    >>> anthropic_body(error)
+    >>> error.body("anthropic")
     b'{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens must be at least 1"}}'
 """
 
@@ -17,21 +17,17 @@ from http import HTTPStatus
 import msgspec
 
 from tokworker.protocol.messages import CodedError, ErrorCode
+from tokworker.wire import home
 
 NOT_FOUND = "not_found"             # an unknown model or route (HTTP only)
+CONTEXT_LENGTH = "context_length_exceeded"   # a prompt over the context: OpenAI's code, a 400 (HTTP only)
 
 STATUS = {
     ErrorCode.MALFORMED: 400, ErrorCode.UNKNOWN_TYPE: 400, ErrorCode.INVALID: 400, ErrorCode.TEMPLATE: 400,
     ErrorCode.STREAM_EXISTS: 400, ErrorCode.UNSUPPORTED_VERSION: 400, ErrorCode.FORBIDDEN: 403,
-    NOT_FOUND: 404, ErrorCode.TOO_LARGE: 413, ErrorCode.OVERLOADED: 429, ErrorCode.UNAVAILABLE: 501,
+    NOT_FOUND: 404, CONTEXT_LENGTH: 400, ErrorCode.TOO_LARGE: 413, ErrorCode.OVERLOADED: 429, ErrorCode.UNAVAILABLE: 501,
     ErrorCode.SHUTTING_DOWN: 503, ErrorCode.WORKER_LOST: 503, ErrorCode.TIMEOUT: 504,
 }
-OPENAI_TYPE = {400: "invalid_request_error", 403: "permission_error", 404: "invalid_request_error",
-               413: "invalid_request_error", 429: "rate_limit_error", 501: "invalid_request_error",
-               503: "service_unavailable_error", 504: "timeout_error"}
-ANTHROPIC_TYPE = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error",
-                  413: "request_too_large", 429: "rate_limit_error", 501: "invalid_request_error",
-                  503: "overloaded_error", 504: "timeout_error"}
 VLLM_TYPE = {400: "BadRequestError", 403: "PermissionDeniedError", 404: "NotFoundError",
              501: "NotImplementedError", 500: "InternalServerError"}
 _PATH = re.compile(r" - at (?:`key` in )?`\$\.?([^`]*)`$")
@@ -49,6 +45,10 @@ class ApiError(CodedError):
     @property
     def status(self) -> int:
         return STATUS.get(self.code, 500)
+
+    def body(self, api: str) -> bytes:
+        """This error as the error body of the wire format `api`."""
+        return home(api).error_body(self.status, self.code, self.message, self.param)
 
     @classmethod
     def invalid(cls, message: str, param: str | None = None) -> "ApiError":
@@ -102,36 +102,6 @@ def from_validation(error: msgspec.ValidationError) -> ApiError:
     return ApiError(ErrorCode.INVALID, text, param)
 
 
-class _OpenAIError(msgspec.Struct):
-    message: str
-    type: str
-    param: str | None
-    code: str
-
-
-class _OpenAIBody(msgspec.Struct):
-    error: _OpenAIError
-
-
-class _AnthropicError(msgspec.Struct):
-    type: str
-    message: str
-
-
-class _AnthropicBody(msgspec.Struct, tag="error"):
-    error: _AnthropicError
-
-
-def openai_body(error: ApiError) -> bytes:
-    kind = OPENAI_TYPE.get(error.status, "server_error")
-    return msgspec.json.encode(_OpenAIBody(_OpenAIError(error.message, kind, error.param, error.code)))
-
-
-def anthropic_body(error: ApiError) -> bytes:
-    return msgspec.json.encode(_AnthropicBody(_AnthropicError(ANTHROPIC_TYPE.get(error.status, "api_error"),
-                                                              error.message)))
-
-
 def vllm_body(error: ApiError) -> bytes:
     """vLLM's own error body (its render tier's routes answer with it): OpenAI's shape, with vLLM's type
     names and the HTTP status as `code`.
@@ -143,9 +113,3 @@ def vllm_body(error: ApiError) -> bytes:
     kind = VLLM_TYPE.get(status) or HTTPStatus(status).phrase
     return msgspec.json.encode({"error": {"message": error.message, "type": kind, "param": error.param,
                                           "code": status}})
-
-
-def sse_error(error: ApiError) -> bytes:
-    """An error after the stream began (its status is already 200): OpenAI's body as one event, as vLLM
-    writes it."""
-    return b"data: " + openai_body(error) + b"\n\n"

@@ -16,16 +16,13 @@ from typing import Callable
 import msgspec
 from aiohttp import web
 
-from tokworker.api import whole
-from tokworker.api.errors import ApiError, check_vocabulary
+from tokworker.api.errors import CONTEXT_LENGTH, ApiError, check_vocabulary
 from tokworker.api.plan import Plan
-from tokworker.api.serving import DONE, Choice, Exchange
+from tokworker.api.serving import Choice, Exchange
 from tokworker.frontend.errors import PoolError
-from tokworker.protocol.deltas import ChunkFormat
 from tokworker.protocol.messages import ErrorCode
-from tokworker.sse.chat import usage_event
+from tokworker.wire import home
 
-ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "anthropic": "msg_"}
 EXCHANGE = web.RequestKey("tokworker.exchange", Exchange)
 PROMPTS_PER_WORKER = 64      # requests in their prompt phase at once, per worker (the pool bounds its in-flight)
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -82,8 +79,8 @@ class Generations:
         limit = self.api.served.max_model_len
         field = "prompt" if plan.prompts is not None else "input" if plan.api == "responses" else "messages"
         if len(prompt) >= limit:
-            raise ApiError(ErrorCode.TOO_LARGE, f"the prompt is {len(prompt)} tokens, and this model's context is "
-                                                f"{limit} tokens", field)
+            raise ApiError(CONTEXT_LENGTH, f"the prompt is {len(prompt)} tokens, and this model's context is "
+                                           f"{limit} tokens", field)
         if plan.max_tokens is None:
             return limit - len(prompt)
         if len(prompt) + plan.max_tokens > limit:
@@ -97,7 +94,8 @@ class Generations:
         """The prompt phase: render or encode, check against the context, open the streams, hand the
         requests to the engine, and (streamed) send the headers. `before`: the seconds the body took to
         read and map, and to wait for its turn (the Server-Timing header's first parts)."""
-        exchange = request[EXCHANGE] = Exchange(plan, ID_PREFIX[plan.api] + secrets.token_hex(12), int(time.time()))
+        exchange = request[EXCHANGE] = Exchange(plan, int(time.time()),
+                                                home(plan.api).id_prefix + secrets.token_hex(12))
         began = time.perf_counter()
         prompts = await self.prompts(plan)
         rendered = time.perf_counter()
@@ -109,12 +107,23 @@ class Generations:
         for p, prompt in enumerate(prompts):
             for j in range(plan.n):
                 index = p * plan.n + j
-                exchange.choices.append(Choice(f"{exchange.id}-{index}", index, exchange, not plan.stream))
+                exchange.choices.append(Choice(f"{exchange.id}-{index}", index, exchange))
         params = [msgspec.structs.replace(plan.params, max_tokens=limit) for limit in limits]
         sampling = [msgspec.structs.replace(plan.sampling, max_tokens=limit) for limit in limits]
         await self._open(exchange, prompts, params, total)
         opened = time.perf_counter()
+        # admitted: from here on, whatever is cancelled, the exchange ends exactly once (Serving.end)
         self.serving.admit(exchange)
+        try:
+            return await self._engage(request, exchange, prompts, sampling, before, (began, rendered, opened))
+        except BaseException:
+            self.serving.end(exchange, "the client disconnected before its response began")
+            raise
+
+    async def _engage(self, request, exchange: Exchange, prompts, sampling, before, marks):
+        """Hand the admitted exchange's requests to the engine and (streamed) send the headers."""
+        plan = exchange.plan
+        began, rendered, opened = marks
         try:
             await asyncio.gather(*(self.engine.add(c.name, prompts[c.index // plan.n], sampling[c.index // plan.n])
                                    for c in exchange.choices))
@@ -155,8 +164,7 @@ class Generations:
         if response is None:
             if exchange.error is not None:
                 raise exchange.error
-            return web.Response(body=msgspec.json.encode(self._whole(exchange)),
-                                headers={**JSON_HEADERS, "Server-Timing": exchange.timing})
+            return web.Response(body=self._whole(exchange), headers={**JSON_HEADERS, "Server-Timing": exchange.timing})
         if exchange.direct:
             # the worker wrote the body, its end included, and holds the socket until its bytes are out;
             # closing ours lets aiohttp's own end of the response fail quietly (nothing more is written)
@@ -169,13 +177,12 @@ class Generations:
     async def _open(self, exchange: Exchange, prompts, params, total: int) -> None:
         plan = exchange.plan
         opened = []
-
         direct = plan.stream and total == 1 and self.options.direct_streaming
+        base = msgspec.structs.replace(exchange.format, n=total)
 
         async def open_one(choice: Choice):
             p = choice.index // plan.n
-            chunks = ChunkFormat(id=exchange.id, model=plan.model, created=exchange.created, index=choice.index,
-                                 api=plan.api, n=total, echo=plan.echo) if plan.stream else None
+            chunks = msgspec.structs.replace(base, index=choice.index)
             stream = await self.pool.open_stream(choice.name, params[p], prompt_ids=prompts[p], buffer=False,
                                                  chunks=chunks, sink=direct)
             exchange.direct = stream.sink
@@ -187,36 +194,19 @@ class Generations:
             if opened:
                 await asyncio.shield(self.pool.close_stream(*opened))
             raise
-        if plan.echo and not plan.stream:
-            texts = await self.pool.decode(prompts, skip_special_tokens=plan.params.skip_special_tokens)
-            exchange.prefixes = [texts[c.index // plan.n] for c in exchange.choices]
 
     def _tail(self, exchange: Exchange) -> bytes:
-        """What follows a streamed response's last event: the one usage chunk of several choices, [DONE]."""
-        plan = exchange.plan
-        if plan.api not in ("chat", "completions"):
-            return b""
-        tail = b""
-        if plan.include_usage and len(exchange.choices) > 1:
-            tail = usage_event(exchange.id, plan.model, exchange.created, [c.usage for c in exchange.choices],
-                               object="chat.completion.chunk" if plan.api == "chat" else "text_completion")
-        return tail + DONE
+        """What follows a streamed response's last event (the one usage chunk of several choices, [DONE])."""
+        return exchange.home.tail(msgspec.structs.replace(exchange.format, n=len(exchange.choices)),
+                                  [c.usage for c in exchange.choices], exchange.plan.include_usage,
+                                  exchange.prompt_tokens)
 
-    def _whole(self, exchange: Exchange) -> dict:
+    def _whole(self, exchange: Exchange) -> bytes:
+        """A whole response: its choices' finished JSON from their workers, joined."""
         plan = exchange.plan
-        collected = [c.collected for c in exchange.choices]
-        logprobs = plan.params.logprobs is not None
-        if plan.api == "chat":
-            return whole.chat_completion(exchange.id, plan.model, exchange.created, collected, exchange.prompt_tokens,
-                                         exchange.prompt_ids[0] if plan.return_token_ids else None, logprobs)
-        if plan.api == "completions":
-            prefixes = exchange.prefixes or [""] * len(collected)
-            return whole.text_completion(exchange.id, plan.model, exchange.created, collected,
-                                         exchange.prompt_tokens, prefixes, logprobs, plan.return_token_ids)
-        if plan.api == "responses":
-            return whole.response_object(exchange.id, plan.model, exchange.created, collected[0],
-                                         exchange.prompt_tokens, logprobs)
-        return whole.anthropic_message(exchange.id, plan.model, collected[0], exchange.prompt_tokens)
+        return exchange.home.body(exchange.format, [c.body for c in exchange.choices],
+                                  [c.usage for c in exchange.choices], exchange.prompt_tokens,
+                                  exchange.prompt_ids[0] if plan.return_token_ids else None)
 
 
 def _guide_error(error: Exception, plan: Plan) -> ApiError:

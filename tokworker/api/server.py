@@ -20,7 +20,7 @@ import time
 import msgspec
 from aiohttp import web, web_log
 
-from tokworker.api.errors import NOT_FOUND, ApiError, anthropic_body, check_vocabulary, openai_body
+from tokworker.api.errors import NOT_FOUND, ApiError, check_vocabulary
 from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
@@ -202,8 +202,14 @@ class Api:
         return response
 
     def _error_response(self, request: web.Request, error: ApiError, status: int | None = None) -> web.Response:
-        body = anthropic_body(error) if request.path == "/v1/messages" else openai_body(error)
-        return web.Response(status=status or error.status, body=body, headers=JSON_HEADERS)
+        """The error in the shape of the route's API, wherever the app is mounted."""
+        handler = getattr(request.match_info.handler, "__func__", None)
+        return web.Response(status=status or error.status, body=error.body(ROUTE_API.get(handler, "chat")),
+                            headers=JSON_HEADERS)
+
+
+# routes that answer in another API's error shape than OpenAI's
+ROUTE_API = {Api.messages: "anthropic"}
 
 
 class AccessLogger(web_log.AbstractAccessLogger):

@@ -3,8 +3,8 @@ stream's update goes to its HTTP response, written straight to the client's tran
 
 One Exchange per HTTP request (its plan, its choices, its response), one Choice per stream (n choices, or
 prompts x n for Completions). A streamed choice's SSE bytes are written by the loop as they arrive, framed as
-HTTP/1.1 chunks on the transport, so no per-request task wakes per step; a whole response's choices gather
-their updates until the last one ends. The loop aborts the engine's request when the text side ends a stream
+HTTP/1.1 chunks on the transport, so no per-request task wakes per step; a whole response's choices are
+gathered in their workers, and each sends its finished JSON once, with its end. The loop aborts the engine's request when the text side ends a stream
 first (a stop string, a stop token id), and ends the exchange when its client goes away or falls more than
 `max_buffer_bytes` behind.
 """
@@ -15,26 +15,27 @@ import asyncio
 import logging
 import time
 
-from tokworker.api.errors import ApiError, sse_error
+from tokworker.api.errors import ApiError
 from tokworker.api.metrics import Metrics
-from tokworker.api.whole import Collected
 from tokworker.frontend.errors import PoolError
+from tokworker.protocol.deltas import ChunkFormat
 from tokworker.protocol.messages import ErrorCode
+from tokworker.wire import home
 
 log = logging.getLogger("tokworker.api")
-DONE = b"data: [DONE]\n\n"
 
 
 class Choice:
-    """One stream of an exchange: its name on the pool and in the engine, its index in the response."""
+    """One stream of an exchange: its name on the pool and in the engine, its index in the response, and
+    (whole) the choice's finished JSON from its worker."""
 
-    __slots__ = ("name", "index", "exchange", "collected", "engine_done", "usage", "ended")
+    __slots__ = ("name", "index", "exchange", "body", "engine_done", "usage", "ended")
 
-    def __init__(self, name: str, index: int, exchange: "Exchange", whole: bool):
+    def __init__(self, name: str, index: int, exchange: "Exchange"):
         self.name = name
         self.index = index
         self.exchange = exchange
-        self.collected = Collected() if whole else None
+        self.body = b""
         self.engine_done = False
         self.usage = None
         self.ended = False
@@ -42,16 +43,23 @@ class Choice:
 
 class Exchange:
     """One HTTP request being served: its choices, its transport (streamed) and the future its handler
-    awaits. `error` is set when it failed before the response began (then the handler answers it)."""
+    awaits. `error` is set when it failed before the response began (then the handler answers it). `home`
+    writes what the API process writes of it (tokworker.wire): the whole body from the choices' bodies, the
+    tail, the errors."""
 
     __slots__ = ("plan", "id", "created", "choices", "transport", "backlog", "done", "closed", "started_at",
-                 "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "prefixes", "timing",
-                 "direct", "bytes_out")
+                 "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "timing",
+                 "direct", "bytes_out", "home", "format", "events")
 
-    def __init__(self, plan, id: str, created: int):
+    def __init__(self, plan, created: int, id: str):
         self.plan = plan
+        self.home = home(plan.api)
         self.id = id
         self.created = created
+        # what every choice's format repeats (its index aside)
+        self.format = ChunkFormat(id=id, model=plan.model, created=created, api=plan.api, echo=plan.echo,
+                                  whole=not plan.stream, token_ids=plan.return_token_ids and not plan.stream)
+        self.events = 0                    # Responses: events forwarded so far (an error event numbers its own)
         self.choices: list[Choice] = []
         self.transport = None
         self.backlog: list[bytes] | None = [] if plan.stream else None   # events before the headers went out
@@ -65,7 +73,6 @@ class Exchange:
         self.gone = False                  # the client disconnected or fell behind
         self.prompt_tokens = 0
         self.prompt_ids: list[list[int]] = []
-        self.prefixes: list[str] = []      # Completions with echo: each choice's prompt text
         self.timing = ""                   # the Server-Timing header: the prompt phase's parts
         self.direct = False                # its worker writes the body to the client (direct streaming)
         self.bytes_out = 0                 # body bytes written here (the access log's)
@@ -87,6 +94,11 @@ class Exchange:
         transport.write(b"%x\r\n%b\r\n" % (len(data), data))
         self.bytes_out += len(data)
         return True
+
+    def error_event(self, error: ApiError) -> bytes:
+        """`error` as the last event of this response, in its format."""
+        return self.home.error_event(self.format, error.status, error.code, error.message, error.param,
+                                     self.events)
 
     def begin(self, transport) -> None:
         """The response's headers are out: from now on events go straight to the client."""
@@ -128,9 +140,11 @@ class Serving:
                     self.fail(choice.exchange, ApiError.of(out.error))
                     continue
                 ids = out.ids
-                choice.exchange.tokens += len(ids)
-                if choice.collected is not None:
-                    choice.collected.ids += ids
+                exchange = choice.exchange
+                if exchange.first_at is None and ids:
+                    exchange.first_at = time.monotonic()
+                    self.metrics.first_token.observe(exchange.first_at - exchange.started_at)
+                exchange.tokens += len(ids)
                 step[out.request_id] = ids if out.logprobs is None else (ids, out.logprobs)
                 if out.finish is not None:
                     choice.engine_done = True
@@ -154,23 +168,24 @@ class Serving:
 
     def _deliver(self, choice: Choice, update) -> None:
         exchange = choice.exchange
-        if exchange.first_at is None and (update.sse or update.deltas):
-            exchange.first_at = time.monotonic()
-            self.metrics.first_token.observe(exchange.first_at - exchange.started_at)
-        if choice.collected is not None:
-            choice.collected.add(update)
-        elif update.sse and not exchange.write(update.sse, self.max_buffer_bytes):
-            self.end(exchange, "the client went away" if exchange.transport is None or exchange.transport.is_closing()
-                     else f"the client fell more than {self.max_buffer_bytes} bytes behind")
-            return
+        sse = update.sse
+        if sse:
+            if not exchange.write(sse, self.max_buffer_bytes):
+                self.end(exchange, "the client went away" if exchange.transport is None or
+                         exchange.transport.is_closing() else
+                         f"the client fell more than {self.max_buffer_bytes} bytes behind")
+                return
+            if exchange.home.api == "responses":      # an error event numbers itself after these
+                exchange.events += sse.count(b"\n\n")
         finish_reason = update.finish_reason
         if finish_reason is None:
             return
-        if finish_reason == "error" and choice.collected is not None:
+        if finish_reason == "error":
             self.fail(exchange, ApiError(getattr(update, "code", ErrorCode.INTERNAL),
-                                          getattr(update, "message", "") or "the stream failed"))
+                                         getattr(update, "message", "") or "the stream failed"))
             return
         choice.usage = update.usage
+        choice.body = update.body
         if finish_reason == "abort":                      # a direct stream's client can no longer be written to
             self.end(exchange, "the client went away")
             return
@@ -207,7 +222,7 @@ class Serving:
         if exchange.closed:
             return
         if exchange.transport is not None:            # the response began: the error is its last event
-            exchange.write(sse_error(error), self.max_buffer_bytes)
+            exchange.write(exchange.error_event(error), self.max_buffer_bytes)
         exchange.error = error
         self._drop(exchange)
 

@@ -2,7 +2,7 @@
 
 reasoning/ splits reasoning from content; tools/ (one module per format) turns tool-call text into
 tool_calls deltas; template_parsers.py names the parsers a chat template implies (`parsers_for_template`).
-tokworker.sse writes a stream's updates in the wire formats.
+tokworker.wire writes a stream's updates in the wire formats.
 """
 
 from .template_parsers import parsers_for_template

@@ -10,8 +10,9 @@ min_tokens, eos (unless ignore_eos) ends with "stop" (stop_reason None) and a st
 eos id from generation_config, with "stop" and the id; that token's text is left out unless
 include_stop_str_in_output. A stop string ends with "stop", the string as stop_reason, and abort=True
 (the text side decided, the engine must abort); it only counts when it ends in text of tokens past
-min_tokens. A stream that ends with tool calls and would finish with "stop" or "length" finishes with
-"tool_calls" (vLLM's chat serving does so whenever a call has streamed).
+min_tokens. A stream that ends with tool calls and would finish with "stop" finishes with "tool_calls";
+cut by max_tokens it finishes with "length", as OpenAI's does (vLLM says "tool_calls" there too, though
+the last call's arguments may not parse).
 
 Parsers may need special tokens that skip_special_tokens removes (kimi's <|tool_calls_section_begin|>):
 each declares them in `special_tokens` and the detokenizer keeps exactly those.
@@ -282,8 +283,7 @@ class TextStream:
         else:
             deltas = self._parse(text, ending)
         if ending:
-            # vLLM: once a call has streamed, the finish is "tool_calls", a length finish too
-            if finish_reason in ("stop", "length") and self._tools is not None and self._tools.called:
+            if finish_reason == "stop" and self._tools is not None and self._tools.called:
                 finish_reason = "tool_calls"
             self.finish_reason, self.stop_reason = finish_reason, stop_reason
             self._quiet_until = 0

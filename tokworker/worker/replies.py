@@ -37,7 +37,7 @@ def _ids(ids) -> int:
 
 def _update(update, text) -> int:
     reason = update.stop_reason
-    size = _OVERHEAD + len(update.sse) + (text(reason) if isinstance(reason, str) else 0)
+    size = _OVERHEAD + len(update.sse) + len(update.body) + (text(reason) if isinstance(reason, str) else 0)
     for delta in update.deltas:
         size += _OVERHEAD + text(delta.content) + text(delta.reasoning_content)
         for call in delta.tool_calls or ():

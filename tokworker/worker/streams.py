@@ -5,11 +5,13 @@ engine finishes it, when the client closes it, when its session resets, or when 
 Ids that arrive for a stream that finished a moment ago (the engine had not yet seen the abort flag) get
 an empty update rather than an error; a small bounded memory of finished ids tells the two apart.
 
-A stream opened with a ChunkFormat keeps the writer of its format (tokworker.sse) beside its TextStream,
-and its updates carry the finished server-sent event bytes (`sse`) instead of deltas: the API process then
-decodes one bytes field per stream per step and writes it to the response untouched. Opened with `sink`
-too, the worker writes those bytes itself to the client's socket (sinks.py) and its updates carry only the
-finish: finish_reason "abort" once the client can no longer be written to.
+A stream opened with a ChunkFormat keeps its format's writer (tokworker.wire) beside its TextStream, and
+its updates carry the finished server-sent event bytes (`sse`) instead of deltas: the API process then
+decodes one bytes field per stream per step and writes it to the response untouched. A `whole` format
+keeps the format's gatherer instead: its updates carry nothing until the last, whose `body` is the
+choice's finished JSON. Opened with `sink` too, the worker writes the events itself to the client's socket
+(sinks.py) and its updates carry only the finish: finish_reason "abort" once the client can no longer be
+written to.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import msgspec
 
 from tokworker.protocol.deltas import EMPTY, StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import CodedError, Error, ErrorCode, OpenStream, Step, StepReply
-from tokworker.sse import done_event, params_for, writer_for
+from tokworker.wire import home, params_for, writer_for
 from tokworker.stream.state import TextStream
 from tokworker.worker.errors import error_of
 
@@ -33,14 +35,16 @@ REPLAY_PIECE = 4096                         # ids pushed at once in a replay (th
 
 
 class ServedStream:
-    """One request's text state on the worker: its TextStream, its chunk writer (or None), the client socket
-    it writes its events to itself (a Sink, or None) and the time it was last stepped (for idle eviction)."""
+    """One request's text state on the worker: its TextStream, its chunk writer or whole gatherer (or
+    None), the client socket it writes its events to itself (a Sink, or None) and the time it was last
+    stepped (for idle eviction)."""
 
-    __slots__ = ("text", "writer", "sink", "tail", "last_used")
+    __slots__ = ("text", "writer", "whole", "sink", "tail", "last_used")
 
-    def __init__(self, text, writer, now: float, sink=None, tail: bytes = b""):
+    def __init__(self, text, writer, now: float, sink=None, tail: bytes = b"", whole=None):
         self.text = text
         self.writer = writer
+        self.whole = whole
         self.sink = sink
         self.tail = tail
         self.last_used = now
@@ -64,7 +68,10 @@ class ServedStream:
                 update = final
         writer = self.writer
         if writer is None:
-            return update
+            whole = self.whole
+            if whole is None:
+                return update
+            return self._whole(whole, ids, update)
         sse = writer.sse(update)
         sink = self.sink
         if sink is not None:
@@ -74,6 +81,15 @@ class ServedStream:
         # the final update keeps its usage: for n > 1 the API process writes the one usage chunk
         return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason, abort=update.abort,
                             sse=sse, usage=update.usage if update.finish_reason is not None else None)
+
+    @staticmethod
+    def _whole(whole, ids, update: StreamUpdate) -> StreamUpdate:
+        """A whole choice: gathered here; only its end (with the body) or an abort goes out."""
+        whole.add(update, ids)
+        if update.finish_reason is not None:
+            return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
+                                abort=update.abort, usage=update.usage, body=whole.fragment())
+        return EMPTY if not update.abort else StreamUpdate(abort=True)
 
     def _sink(self, sink, sse: bytes, update: StreamUpdate) -> StreamUpdate:
         """Direct streaming: the events go to the client's socket; the update says only how it ends."""
@@ -91,12 +107,15 @@ class ServedStream:
         """Rebuild from ids whose output the client already has (through the writer too, so the role chunk
         is not sent again); True if they finish the stream. Pushed in pieces, with the clock read between
         them: a replay runs on the lane, where no signal can interrupt it, so it keeps its own budget."""
-        text, writer = self.text, self.writer
+        text, writer, whole = self.text, self.writer, self.whole
         for batch in batches:
             for start in range(0, len(batch), REPLAY_PIECE):
-                update = text.push(batch[start:start + REPLAY_PIECE] if len(batch) > REPLAY_PIECE else batch)
+                piece = batch[start:start + REPLAY_PIECE] if len(batch) > REPLAY_PIECE else batch
+                update = text.push(piece)
                 if writer is not None:
                     writer.sse(update)
+                elif whole is not None:
+                    whole.add(update, piece)
                 if update.finish_reason is not None:
                     return True
                 if time.monotonic() > deadline:
@@ -138,12 +157,16 @@ class StreamTable:
         if msg.chunks is not None:
             params = params_for(msg.chunks, params)
         text = TextStream(self.tokenizer, params, prompt_ids=msg.prompt_ids, prompt_text=msg.prompt_text)
-        writer = writer_for(msg.chunks, params, msg.prompt_ids, self.tokenizer) if msg.chunks is not None else None
-        if msg.sink and (writer is None or self.sinks is None):
-            raise CodedError(ErrorCode.UNAVAILABLE, "direct streaming needs a chunk format and a worker on ipc://")
+        chunks = msg.chunks
+        made = writer_for(chunks, params, msg.prompt_ids, self.tokenizer) if chunks is not None else None
+        whole = chunks is not None and chunks.whole
+        if msg.sink and (made is None or whole or self.sinks is None):
+            raise CodedError(ErrorCode.UNAVAILABLE, "direct streaming needs a streamed chunk format and a worker "
+                                                    "on ipc://")
         now = time.monotonic()
         sink = self.sinks.open(session, msg.stream_id) if msg.sink else None
-        stream = ServedStream(text, writer, now, sink, done_event(msg.chunks.api) if sink is not None else b"")
+        tail = home(chunks.api).tail(chunks, [], False) if sink is not None else b""
+        stream = ServedStream(text, None if whole else made, now, sink, tail, made if whole else None)
         self._finished.pop((session, msg.stream_id), None)
         if stream.replay(msg.replay, now + self.budget_s):
             self._remember_finished(session, msg.stream_id)

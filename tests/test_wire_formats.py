@@ -3,7 +3,7 @@ pydantic validation of the wire JSON), any grouping of engine steps assembles th
 reasoning, calls, logprob entries, usage, finish) and the same event sequence up to how deltas are split;
 chat chunks with logprobs are still msgspec.json of `chunks()`; n > 1, stop strings, tool-call finishes
 and continuous usage are written as vLLM writes them.
-Covers tokworker.sse.completions, tokworker.sse.responses, tokworker.sse.anthropic and tokworker.sse.common."""
+Covers tokworker.wire.completions, tokworker.wire.responses, tokworker.wire.anthropic and tokworker.wire.common."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, Usage
-from tokworker.sse import writer_for
-from tokworker.sse.chat import ChunkWriter, usage_event
+from tokworker.wire import writer_for
+from tokworker.wire.chat import ChunkWriter, usage_event
 from tokworker.stream.state import TextStream
 from tokworker.tokenizer import Tokenizer
 
@@ -253,10 +253,13 @@ def test_stop_strings_and_tool_call_finishes_as_vllm_writes_them():
     assert message_delta[0]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "STOP"}
     completion = [d for _, d in events("completions", written("completions", 0, [2])) if d["choices"]]
     assert completion[-1]["choices"][0]["stop_reason"] == "STOP"
-    # a call that streamed: "tool_calls", even when the engine ended on length (vLLM's chat serving)
+    # a call cut by max_tokens: "length", as OpenAI says (vLLM says "tool_calls", with arguments that do not
+    # parse); a call that ends: "tool_calls"
     cut = written("chat", 2, [1], eos=False, max_tokens=len(TOKENIZER.encode(SCRIPTS[2][0])) - 3)
     finish = [d["choices"][0] for _, d in events("chat", cut) if d["choices"]][-1]
-    assert finish["finish_reason"] == "tool_calls" and finish["stop_reason"] is None
+    assert finish["finish_reason"] == "length" and finish["stop_reason"] is None
+    ended = [d["choices"][0] for _, d in events("chat", written("chat", 2, [1])) if d["choices"]][-1]
+    assert ended["finish_reason"] == "tool_calls"
     length = [d for _, d in events("responses", written("responses", 1, [1], eos=False, max_tokens=5))]
     assert length[-1]["response"]["status"] == "incomplete"
     assert length[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}

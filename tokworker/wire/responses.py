@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, Usage
 
-from .common import CALL, REASONING, TEXT, event, json, pieces
+from .common import CALL, REASONING, TEXT, event, json, openai_error, pieces
 
 # The delta events are most of a response: each item's delta events share their bytes up to the delta
 # (encoded once per item); the sequence number goes last.
@@ -35,7 +35,7 @@ _TEXT_TAIL = b',"logprobs":%s,"sequence_number":%d}\n\n'
 _PLAIN_TEXT_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
 
 class ResponsesWriter:
-    __slots__ = ("_format", "_sequence", "_started", "_items", "_open", "_carry", "_prefix")
+    __slots__ = ("_format", "_sequence", "_started", "_items", "_open", "_carry", "_prefix", "response")
 
     def __init__(self, chunk_format: ChunkFormat, params: StreamParams, prompt_tokens: int = 0):
         self._format = chunk_format
@@ -45,6 +45,7 @@ class ResponsesWriter:
         self._open: dict | None = None    # the item being written: {kind, id, index, text, ...}
         self._carry: list = []            # entries waiting for the next output_text delta
         self._prefix = chunk_format.id.removeprefix("resp_")
+        self.response: dict | None = None     # the finished `response` object (what response.completed carries)
 
     def sse(self, update: StreamUpdate) -> bytes:
         ending = update.finish_reason is not None
@@ -91,7 +92,8 @@ class ResponsesWriter:
                 self._text_delta(out, "")
             self._close(out)
             status = "incomplete" if update.finish_reason == "length" else "completed"
-            self._emit(out, "response.completed", {"response": self._response(status, self._items, update.usage)})
+            self.response = self._response(status, self._items, update.usage)
+            self._emit(out, "response.completed", {"response": self.response})
         return b"".join(out)
 
     # ------------------------------------------------------------ items
@@ -201,3 +203,68 @@ class ResponsesWriter:
         number = self._sequence
         self._sequence = number + 1
         return number
+
+
+class ResponsesWhole:
+    """A whole Responses `response`: the writer runs as for a stream, and the body is what its
+    response.completed carries, so the two agree by construction."""
+
+    __slots__ = ("writer",)
+
+    def __init__(self, chunk_format: ChunkFormat, params: StreamParams, prompt_tokens: int = 0):
+        self.writer = ResponsesWriter(chunk_format, params, prompt_tokens)
+
+    def add(self, update: StreamUpdate, ids) -> None:
+        self.writer.sse(update)
+
+    def fragment(self) -> bytes:
+        return json(self.writer.response)
+
+
+class ResponsesHome:
+    """Everything /v1/responses writes. Its errors are OpenAI's body before the headers; mid-stream an
+    `error` event, then `response.failed` (the last event, as response.completed would have been)."""
+
+    api = "responses"
+    id_prefix = "resp_"
+
+    def writer(self, chunk_format: ChunkFormat, params: StreamParams, prompt_ids=None, tokenizer=None):
+        return ResponsesWriter(chunk_format, params, len(prompt_ids) if prompt_ids is not None else 0)
+
+    def whole(self, chunk_format: ChunkFormat, params: StreamParams, prompt_ids=None, tokenizer=None):
+        return ResponsesWhole(chunk_format, params, len(prompt_ids) if prompt_ids is not None else 0)
+
+    def body(self, chunk_format: ChunkFormat, fragments: list[bytes], usages, prompt_tokens=None,
+             prompt_ids=None) -> bytes:
+        return fragments[0]
+
+    def tail(self, chunk_format: ChunkFormat, usages, include_usage: bool, prompt_tokens=None) -> bytes:
+        return b""
+
+    def error_event(self, chunk_format: ChunkFormat, status: int, code: str, message: str,
+                    param: str | None = None, sequence: int = 0) -> bytes:
+        """`sequence`: the events the response has had so far.
+
+        >>> f = ChunkFormat(id="resp_1", model="m", created=1, api="responses")
+        >>> print(HOME.error_event(f, 503, "worker_lost", "gone", sequence=7).decode())
+        event: error
+        data: {"type":"error","code":"worker_lost","message":"gone","param":null,"sequence_number":7}
+        <BLANKLINE>
+        event: response.failed
+        data: {"type":"response.failed","sequence_number":8,"response":{"id":"resp_1",...,"status":"failed",...,"error":{"code":"worker_lost","message":"gone"}}}
+        <BLANKLINE>
+        <BLANKLINE>
+        """
+        writer = ResponsesWriter(chunk_format, StreamParams())
+        response = writer._response("failed", [], None)
+        response["error"] = {"code": code, "message": message}
+        return event(b"error", json({"type": "error", "code": code, "message": message, "param": param,
+                                     "sequence_number": sequence})) + \
+            event(b"response.failed", json({"type": "response.failed", "sequence_number": sequence + 1,
+                                            "response": response}))
+
+    def error_body(self, status: int, code: str, message: str, param: str | None = None) -> bytes:
+        return openai_error(status, code, message, param)
+
+
+HOME = ResponsesHome()

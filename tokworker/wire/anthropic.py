@@ -10,14 +10,18 @@
 
 stop_reason: a stop string is "stop_sequence" (the string in stop_sequence), a length finish
 "max_tokens", a finish with tool calls "tool_use", any other stop "end_turn". A block ends when the next
-begins or the message does. The Messages API has no logprobs.
+begins or the message does. The Messages API has no logprobs. A tool_use id is the call's id with
+Anthropic's prefix (`toolu_`), the same streamed and whole. Usage carries Anthropic's cache fields (this
+server caches nothing: 0).
 """
 
 from __future__ import annotations
 
-from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
+import msgspec
 
-from .common import CALL, REASONING, TEXT, event, json, pieces
+from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, Usage
+
+from .common import CALL, REASONING, TEXT, Collected, event, json, pieces
 
 _DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
           b'"delta":{"type":"%s","%s":%s}}\n\n')
@@ -58,7 +62,7 @@ class MessagesWriter:
             f = self._format
             message = {"id": f.id, "type": "message", "role": "assistant", "model": f.model, "content": [],
                        "stop_reason": None, "stop_sequence": None,
-                       "usage": {"input_tokens": self._prompt_tokens, "output_tokens": 0}}
+                       "usage": usage(Usage(prompt_tokens=self._prompt_tokens))}
             out.append(event(b"message_start", json({"type": "message_start", "message": message})))
         for delta in update.deltas:
             for piece in pieces(delta):
@@ -66,10 +70,9 @@ class MessagesWriter:
         if ending:
             self._close(out)
             reason, sequence = stop_reason(update.finish_reason, update.stop_reason)
-            usage = update.usage
             out.append(event(b"message_delta", json({
                 "type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                "usage": {"output_tokens": usage.completion_tokens if usage is not None else 0}})))
+                "usage": usage(update.usage or Usage(prompt_tokens=self._prompt_tokens))})))
             out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
         return b"".join(out)
 
@@ -79,7 +82,7 @@ class MessagesWriter:
             _, index, call_id, name, text = piece
             if self._open != (CALL, index):
                 self._close(out)
-                self._begin(out, (CALL, index), {"type": "tool_use", "id": call_id or f"toolu_{index}",
+                self._begin(out, (CALL, index), {"type": "tool_use", "id": tool_use_id(call_id, index),
                                                  "name": name or "", "input": {}})
         else:
             text = piece[1]
@@ -113,3 +116,101 @@ def stop_reason(finish: str | None, stop) -> tuple[str, str | None]:
     if isinstance(stop, str):
         return "stop_sequence", stop
     return "end_turn", None
+
+
+def tool_use_id(call_id: str | None, index: int) -> str:
+    """A call's id as Anthropic writes it.
+
+    >>> tool_use_id("call_3f2a", 0), tool_use_id("functions.get_weather:0", 1), tool_use_id(None, 2)
+    ('toolu_3f2a', 'toolu_functions.get_weather:0', 'toolu_2')
+    """
+    if call_id is None:
+        return f"toolu_{index}"
+    return call_id if call_id.startswith("toolu_") else "toolu_" + call_id.removeprefix("call_")
+
+
+def usage(counts: Usage) -> dict:
+    """Anthropic's usage object: this server caches nothing, so its cache fields are 0."""
+    return {"input_tokens": counts.prompt_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+            "output_tokens": counts.completion_tokens}
+
+
+class MessagesWhole:
+    """A whole Messages `message`, gathered from the updates its stream would write: blocks in the order
+    the stream begins them, the same tool_use ids."""
+
+    __slots__ = ("format", "collected", "prompt_tokens")
+
+    def __init__(self, chunk_format: ChunkFormat, params: StreamParams, prompt_tokens: int = 0):
+        self.format = chunk_format
+        self.collected = Collected()
+        self.prompt_tokens = prompt_tokens
+
+    def add(self, update: StreamUpdate, ids) -> None:
+        self.collected.add(update)
+
+    def fragment(self) -> bytes:
+        c, f = self.collected, self.format
+        content = []
+        for item in c.items:
+            kind = item[0]
+            if kind == CALL:
+                try:
+                    arguments = msgspec.json.decode(item[4] or "{}")
+                except msgspec.DecodeError:     # a call cut short (max_tokens): its text is not JSON yet
+                    arguments = {}
+                content.append({"type": "tool_use", "id": tool_use_id(item[2], item[1]), "name": item[3],
+                                "input": arguments})
+            elif kind == TEXT:
+                content.append({"type": "text", "text": item[1]})
+            else:
+                content.append({"type": "thinking", "thinking": item[1], "signature": ""})
+        reason, sequence = stop_reason(c.finish_reason, c.stop_reason)
+        return json({"id": f.id, "type": "message", "role": "assistant", "model": f.model, "content": content,
+                     "stop_reason": reason, "stop_sequence": sequence,
+                     "usage": usage(c.usage or Usage(prompt_tokens=self.prompt_tokens))})
+
+
+# Anthropic's error types by HTTP status (its API's own list)
+ERROR_TYPE = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+              404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 501: "invalid_request_error",
+              503: "overloaded_error", 504: "timeout_error"}
+
+
+def error_json(status: int, message: str) -> bytes:
+    """Anthropic's error object.
+
+    >>> error_json(400, "max_tokens must be at least 1")
+    b'{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens must be at least 1"}}'
+    """
+    return json({"type": "error", "error": {"type": ERROR_TYPE.get(status, "api_error"), "message": message}})
+
+
+class MessagesHome:
+    """Everything /v1/messages writes; an error mid-stream is Anthropic's `error` event (its last)."""
+
+    api = "anthropic"
+    id_prefix = "msg_"
+
+    def writer(self, chunk_format: ChunkFormat, params: StreamParams, prompt_ids=None, tokenizer=None):
+        return MessagesWriter(chunk_format, params, len(prompt_ids) if prompt_ids is not None else 0)
+
+    def whole(self, chunk_format: ChunkFormat, params: StreamParams, prompt_ids=None, tokenizer=None):
+        return MessagesWhole(chunk_format, params, len(prompt_ids) if prompt_ids is not None else 0)
+
+    def body(self, chunk_format: ChunkFormat, fragments: list[bytes], usages, prompt_tokens=None,
+             prompt_ids=None) -> bytes:
+        return fragments[0]
+
+    def tail(self, chunk_format: ChunkFormat, usages, include_usage: bool, prompt_tokens=None) -> bytes:
+        return b""
+
+    def error_event(self, chunk_format: ChunkFormat, status: int, code: str, message: str,
+                    param: str | None = None, sequence: int = 0) -> bytes:
+        return event(b"error", error_json(status, message))
+
+    def error_body(self, status: int, code: str, message: str, param: str | None = None) -> bytes:
+        return error_json(status, message)
+
+
+HOME = MessagesHome()
