@@ -251,13 +251,15 @@ class ResponsesHome:
         data: {"type":"error","code":"worker_lost","message":"gone","param":null,"sequence_number":7}
         <BLANKLINE>
         event: response.failed
-        data: {"type":"response.failed","sequence_number":8,"response":{"id":"resp_1",...,"status":"failed",...,"error":{"code":"worker_lost","message":"gone"}}}
+        data: {"type":"response.failed","sequence_number":8,"response":{"id":"resp_1",...,"status":"failed",...,"error":{"code":"server_error","message":"gone"}}}
         <BLANKLINE>
         <BLANKLINE>
         """
         writer = ResponsesWriter(chunk_format, StreamParams())
         response = writer._response("failed", [], None)
-        response["error"] = {"code": code, "message": message}
+        # the response's error code is one of the API's own few; the error event keeps ours
+        kind = "rate_limit_exceeded" if status == 429 else "server_error" if status >= 500 else "invalid_prompt"
+        response["error"] = {"code": kind, "message": message}
         return event(b"error", json({"type": "error", "code": code, "message": message, "param": param,
                                      "sequence_number": sequence})) + \
             event(b"response.failed", json({"type": "response.failed", "sequence_number": sequence + 1,
