@@ -21,6 +21,7 @@ from tokworker.frontend.errors import PoolError
 from tokworker.protocol.deltas import ChunkFormat
 from tokworker.protocol.messages import ErrorCode
 from tokworker.wire import home
+from tokworker.wire.common import http_chunk
 
 log = logging.getLogger("tokworker.api")
 
@@ -91,7 +92,7 @@ class Exchange:
             return True
         if transport.is_closing() or transport.get_write_buffer_size() > limit:
             return False
-        transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        transport.write(http_chunk(data))
         self.bytes_out += len(data)
         return True
 
@@ -105,7 +106,7 @@ class Exchange:
         self.transport = transport
         backlog, self.backlog = self.backlog, None
         for data in backlog or ():
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            transport.write(http_chunk(data))
 
 
 class Serving:

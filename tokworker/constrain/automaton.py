@@ -138,10 +138,6 @@ class TokenAutomaton:
                     stack.append(next_state)
         return len(seen)
 
-    @property
-    def num_compiled(self) -> int:
-        return len(self._next)
-
     def _check(self, state: int) -> None:
         if not isinstance(state, int) or not 0 < state < self.dfa.num_states:
             raise ConstraintError(f"no live state {state!r} in this automaton")

@@ -15,7 +15,6 @@ import json
 
 from tokworker.constrain.regex_syntax import ALT, CAT, REP, SET, literal, to_regex
 
-HEX = "[0-9a-fA-F]"
 _ESCAPE = (r'\\["\\/bfnrt]'
            r"|\\u(?:[0-9a-ce-fA-CE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})"
            r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")

@@ -10,6 +10,16 @@ from tokworker.protocol.deltas import Delta, StreamUpdate, Usage
 json = msgspec.json.encode
 
 
+def http_chunk(data: bytes) -> bytes:
+    """`data` framed as one HTTP/1.1 chunk (a streamed body is written in chunks, by the API process or by
+    a worker that holds the client's socket).
+
+    >>> http_chunk(b"data: [DONE]\\n\\n")
+    b'e\\r\\ndata: [DONE]\\n\\n\\r\\n'
+    """
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
 def event(name: bytes, payload: bytes) -> bytes:
     """A named server-sent event (the Responses and Anthropic APIs name every event)."""
     return b"event: " + name + b"\ndata: " + payload + b"\n\n"
