@@ -327,19 +327,20 @@ class TokenizerPool:
     def open_streams(self) -> int:
         return sum(link.open_streams for link in self.links)
 
-    def submit_step(self, ids: dict[str, list[int]], finish=()) -> asyncio.Future:
+    def submit_step(self, ids: dict[str, list[int]], finish=(), aborted=()) -> asyncio.Future:
         """Send one engine step now (one message per worker) and return a future of {stream id: update}.
         An engine loop can keep several steps in flight; each stream's updates still arrive in order."""
         self._check_open()
-        return send_step(self.links, self.streams, ids, finish)
+        return send_step(self.links, self.streams, ids, finish, aborted)
 
-    async def step(self, ids: dict[str, list[int]], finish=()) -> dict[str, StreamUpdate]:
+    async def step(self, ids: dict[str, list[int]], finish=(), aborted=()) -> dict[str, StreamUpdate]:
         """One engine step: the new ids of each stream, or (ids, logprobs) for a stream opened with
         StreamParams.logprobs (one `(logprob, [(top id, top logprob), ...])` per id), and the streams the
-        engine ended -> their updates.
+        engine ended -> their updates (those of `aborted`, a set of streams in `finish`, end with
+        finish_reason "abort").
         A stream that already finished gets an empty update, or once, if it failed, its StreamFailure (code
         and message, which the response's writer writes in its format)."""
-        return await self.submit_step(ids, finish)
+        return await self.submit_step(ids, finish, aborted)
 
     def _retire(self, stream: StreamHandle) -> None:
         """A finished stream stays in the table a while (late ids for it are no error), bounded in count."""

@@ -31,14 +31,14 @@ from tokworker.frontend.stream import merge_updates
 _LEFT_OUT = object()                  # the place of a stream a reply has no update for
 
 
-def send_step(links: list, table: dict, ids: dict, finish=()) -> asyncio.Future:
+def send_step(links: list, table: dict, ids: dict, finish=(), aborted=()) -> asyncio.Future:
     """Send the step `ids` (stream id -> new ids, or (ids, logprobs)) ending `finish` over `links`, whose
     streams are in `table`; the future gets {stream id: StreamUpdate}."""
-    if not finish and ids:
+    if not finish and ids and not aborted:
         shares = _shares(links, ids)
         if shares is not None:
             return _send_shares(table, shares)
-    return _send_grouped(table, ids, finish)
+    return _send_grouped(table, ids, finish, aborted)
 
 
 # ---------------------------------------------------------------- splitting and sending
@@ -84,7 +84,7 @@ def _send_shares(table: dict, shares: list) -> asyncio.Future:
     return future
 
 
-def _send_grouped(table: dict, ids: dict, finish) -> asyncio.Future:
+def _send_grouped(table: dict, ids: dict, finish, aborted=()) -> asyncio.Future:
     """Any step: streams on several links, streams that ended already, finishes, logprobs."""
     late: dict[str, StreamUpdate] | None = None
     groups: dict = {}                                # link -> _Group
@@ -116,7 +116,8 @@ def _send_grouped(table: dict, ids: dict, finish) -> asyncio.Future:
     call = StepCall(future, late, len(groups))
     parts = []
     for link, group in groups.items():
-        body = encode_request(Step(ids=group.ids, finish=group.finishing, logprobs=scored.get(link, {})))
+        body = encode_request(Step(ids=group.ids, finish=group.finishing, logprobs=scored.get(link, {}),
+                                   aborted=[s for s in group.finishing if s in aborted] if aborted else []))
         link.check(size=len(body))                   # every link takes its share, or none does
         group.streams.extend(table[stream_id] for stream_id in group.finish_only)
         parts.append((link, StepPart(body, future, call, link, group.ids, group.finish_only, group.streams,

@@ -266,6 +266,9 @@ class Step(_Request, tag="step"):
     finish: list[str] = []
     # streams opened with StreamParams.logprobs: per id, (its logprob, [(top id, top logprob), ...])
     logprobs: dict[str, list[tuple[float, list[tuple[int, float]]]]] = {}
+    # streams of `finish` that were aborted (the engine's abort, the server's drain): they end with
+    # finish_reason "abort" instead of "length"
+    aborted: list[str] = []
 
 
 class StepReply(_Reply, tag="step"):

@@ -1,4 +1,5 @@
-"""`tokworker api`: spawn the pool, start the engine, serve HTTP until SIGTERM (drains) or SIGINT.
+"""`tokworker api`: spawn the pool, start the engine, serve HTTP until SIGTERM or SIGINT (either drains; a
+second signal stops at once).
 
     await serve_http(pool_options, ApiOptions(...), engine, host="127.0.0.1", port=8000)
 """
@@ -41,8 +42,9 @@ def engine_for(name: str, url: str | None = None, *, replay_step_interval: float
 
 async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "127.0.0.1", port: int = 8000,
                      ready=None, model_root: str = "", signals: bool = True) -> None:
-    """Run until SIGTERM (drain: no new requests, those in flight finish within options.drain_timeout)
-    or SIGINT (with `signals`), or until cancelled. `spawn`: TokenizerPool.spawn's keyword arguments.
+    """Run until SIGTERM or SIGINT (with `signals`: drain: no new requests, those in flight run at most
+    options.drain_timeout, then end with finish_reason "abort"; a second signal stops at once), or until
+    cancelled. `spawn`: TokenizerPool.spawn's keyword arguments.
     `ready(port)` is called once serving."""
     from tokworker.frontend import TokenizerPool
     from tokworker.worker.preflight import check_spawn
@@ -52,13 +54,17 @@ async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "1
     stop = asyncio.Event()
     drain = asyncio.Event()
     if signals:
-        loop.add_signal_handler(signal.SIGTERM, drain.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
+        def on_signal() -> None:
+            """The first SIGTERM or SIGINT (Ctrl-C) drains; a second stops at once."""
+            (stop if drain.is_set() else drain).set()
+        loop.add_signal_handler(signal.SIGTERM, on_signal)
+        loop.add_signal_handler(signal.SIGINT, on_signal)
     async with await TokenizerPool.spawn(**spawn) as pool:
         api = Api(pool, engine, options, model_root=model_root)
         await api.start()
+        # the drain has ended every response by cleanup: what still runs then (a second signal) is cut
         runner = web.AppRunner(api.app(), handler_cancellation=True, access_log_class=AccessLogger,
-                               access_log=logging.getLogger("tokworker.api.access"))
+                               access_log=logging.getLogger("tokworker.api.access"), shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()
@@ -75,8 +81,10 @@ async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "1
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if drain.is_set() and not stop.is_set():
-                log.info("SIGTERM: draining (at most %.0f s)", options.drain_timeout)
-                await api.drain()
+                log.info("draining (at most %.0f s; a second signal stops at once)", options.drain_timeout)
+                draining = asyncio.ensure_future(api.drain())
+                await asyncio.wait([draining, waiters[0]], return_when=asyncio.FIRST_COMPLETED)
+                draining.cancel()
         finally:
             for waiter in waiters:
                 waiter.cancel()

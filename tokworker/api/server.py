@@ -84,11 +84,18 @@ class Api:
         await self.engine.close()
 
     async def drain(self) -> None:
-        """Take no new requests (503) and wait for those in flight, at most drain_timeout."""
+        """Take no new requests (503) and let those in flight run, at most drain_timeout; then end every
+        one still open with finish_reason "abort" (its last event, its end) and wait for their handlers to
+        write it, at most a second."""
         self.draining = True
         deadline = time.monotonic() + self.options.drain_timeout
         while self.serving.exchanges and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        if self.serving.exchanges:
+            await self.serving.abort_all("the drain timeout")
+            deadline = time.monotonic() + 1.0
+            while self.serving.exchanges and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.options.max_request_bytes, middlewares=[self._errors])

@@ -131,7 +131,7 @@ class Serving:
         engine, pool, choices = self.engine, self.pool, self.choices
         while True:
             outputs = await engine.outputs()
-            step, finish = {}, []
+            step, finish, aborted = {}, [], []
             for out in outputs:
                 choice = choices.get(out.request_id)
                 if choice is None:
@@ -150,10 +150,12 @@ class Serving:
                 if out.finish is not None:
                     choice.engine_done = True
                     finish.append(out.request_id)
+                    if out.finish == "abort":
+                        aborted.append(out.request_id)
             if not step and not finish:
                 continue
             try:
-                updates = await pool.step(step, finish)
+                updates = await pool.step(step, finish, aborted)
             except Exception as error:           # a PoolError, or a bug: those streams fail, the loop goes on
                 if not isinstance(error, PoolError):
                     log.exception("a step of %d streams failed", len(step))
@@ -191,6 +193,30 @@ class Serving:
             self.end(exchange, "the client went away")
             return
         self._end_choice(choice)
+
+    async def abort_all(self, why: str) -> None:
+        """End every open choice now with finish_reason "abort" (the drain timeout): each response gets its
+        last event (or its whole body) and its end in its format, and the engine's requests are aborted."""
+        names = list(self.choices)
+        if not names:
+            return
+        log.info("%s: %d streams end with finish_reason abort", why, len(names))
+        try:
+            updates = await self.pool.step({}, names, names)
+        except PoolError as error:
+            updates = {}
+            for name in names:
+                choice = self.choices.get(name)
+                if choice is not None:
+                    self.fail(choice.exchange, ApiError.of(error))
+        for name, update in updates.items():
+            choice = self.choices.get(name)
+            if choice is not None:
+                self._deliver(choice, update)
+        for name in names:                  # a stream the pool had already closed ends here all the same
+            choice = self.choices.get(name)
+            if choice is not None:
+                self.end(choice.exchange, why)
 
     def _end_choice(self, choice: Choice) -> None:
         if choice.ended:

@@ -91,8 +91,8 @@ class ResponsesWriter:
             if self._carry and self._open is not None and self._open["kind"] == TEXT:
                 self._text_delta(out, "")
             self._close(out)
-            status = "incomplete" if update.finish_reason == "length" else "completed"
-            self.response = self._response(status, self._items, update.usage)
+            status = "incomplete" if update.finish_reason in ("length", "abort") else "completed"
+            self.response = self._response(status, self._items, update.usage, update.finish_reason == "length")
             self._emit(out, "response.completed", {"response": self.response})
         return b"".join(out)
 
@@ -182,11 +182,12 @@ class ResponsesWriter:
         return {"id": current["id"], "type": "reasoning", "summary": [], "content": content, "status": status}
 
     # ------------------------------------------------------------ the response
-    def _response(self, status: str, output: list, usage: Usage | None) -> dict:
+    def _response(self, status: str, output: list, usage: Usage | None, cut: bool = False) -> dict:
+        """The `response` object; `cut`: incomplete for max_output_tokens (an aborted one says no reason)."""
         f = self._format
         response = {"id": f.id, "object": "response", "created_at": f.created, "model": f.model, "status": status,
                     "output": output, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-                    "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+                    "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
                     "usage": None}
         if usage is not None:
             response["usage"] = {"input_tokens": usage.prompt_tokens,

@@ -173,7 +173,9 @@ class Launcher:
         try:
             slot.proc = subprocess.Popen([self.python, "-m", "tokworker.worker", options_to_json(self.options[index])],
                                          stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd, *self.inherit_fds),
-                                         env={**self._env, READY_FD_ENV: str(write_fd)})
+                                         env={**self._env, READY_FD_ENV: str(write_fd)},
+                                         # a terminal's Ctrl-C reaches the pool's owner, which decides (a drain)
+                                         start_new_session=True)
         except OSError:
             os.close(read_fd)
             raise

@@ -49,19 +49,20 @@ class ServedStream:
         self.tail = tail
         self.last_used = now
 
-    def step(self, ids, finish: bool, now: float, logprobs=None) -> StreamUpdate:
-        """This step's ids (and, with `finish`, the engine's end of the stream) -> the one update to send.
-        logprobs: the engine's per-id logprobs, for a stream opened with StreamParams.logprobs."""
+    def step(self, ids, finish: bool, now: float, logprobs=None, reason: str = "length") -> StreamUpdate:
+        """This step's ids (and, with `finish`, the engine's end of the stream, for `reason`) -> the one
+        update to send. logprobs: the engine's per-id logprobs, for a stream opened with
+        StreamParams.logprobs."""
         self.last_used = now
         text = self.text
         if not finish:
             update = text.push(ids) if logprobs is None else text.push(ids, logprobs)
         elif not ids:
-            update = text.finish()
+            update = text.finish(reason)
         else:                                   # ids and the engine's end in one step: rare
             update = text.push(ids) if logprobs is None else text.push(ids, logprobs)
             if update.finish_reason is None:
-                final = text.finish()
+                final = text.finish(reason)
                 if update.deltas or update.logprobs:
                     final = msgspec.structs.replace(final, deltas=update.deltas + final.deltas,
                                                     logprobs=joined_logprobs((update, final)))
@@ -235,6 +236,7 @@ class StreamTable:
         finish = msg.finish
         ending = set(finish) if finish else ()
         logprobs = msg.logprobs
+        aborted = msg.aborted
         now = time.monotonic()
         for stream_id, ids in msg.ids.items():
             stream = streams.get(stream_id)
@@ -242,7 +244,11 @@ class StreamTable:
                 updates.append(self._missing(session, stream_id, errors))
                 continue
             try:
-                update = stream.step(ids, stream_id in ending, now, logprobs.get(stream_id) if logprobs else None)
+                if ending and stream_id in ending:
+                    update = stream.step(ids, True, now, logprobs.get(stream_id) if logprobs else None,
+                                         "abort" if stream_id in aborted else "length")
+                else:
+                    update = stream.step(ids, False, now, logprobs.get(stream_id) if logprobs else None)
             except Exception as exc:  # a parser bug must cost one stream, not the worker
                 self._failed(session, streams, stream_id, exc, errors)
                 updates.append(None)
@@ -266,7 +272,7 @@ class StreamTable:
                 updates.append(self._missing(session, stream_id, errors))
                 continue
             try:
-                update = stream.step((), True, now)
+                update = stream.step((), True, now, reason="abort" if stream_id in aborted else "length")
             except Exception as exc:
                 self._failed(session, streams, stream_id, exc, errors)
                 updates.append(None)
