@@ -189,7 +189,7 @@ class Serving:
             return
         choice.usage = update.usage
         choice.body = update.body
-        if finish_reason == "abort":                      # a direct stream's client can no longer be written to
+        if finish_reason == "abort" and exchange.direct:  # its worker can no longer write to the client
             self.end(exchange, "the client went away")
             return
         self._end_choice(choice)
