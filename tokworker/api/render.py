@@ -50,13 +50,19 @@ class RenderExtras(Body, kw_only=True):
 
 
 def vllm_errors(handler):
-    """A route answering failures with vLLM's error body (the front door's middleware still counts them)."""
+    """A route answering failures with vLLM's error body, logged as the front door logs its own (the
+    middleware still counts them); a failure no code names is a bug: its traceback is logged, the client
+    gets a 500."""
     async def guarded(self, request: web.Request) -> web.StreamResponse:
         try:
             return await handler(self, request)
         except (ApiError, PoolError, msgspec.ValidationError, msgspec.DecodeError) as failure:
             error = ApiError.of(failure)
-            return web.Response(status=error.status, body=vllm_body(error), headers=JSON_HEADERS)
+            self.api.errors.refused(request, error.status, error.code, error.message, error.param)
+        except Exception as failure:
+            self.api.errors.failed(request, failure)
+            error = ApiError.of(failure)
+        return web.Response(status=error.status, body=vllm_body(error), headers=JSON_HEADERS)
     return guarded
 
 
