@@ -18,8 +18,10 @@ MAX_DEPTH = 128                             # arrays and objects inside each oth
 _STRUCTURE = b"[]{}\""
 _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(_STRUCTURE)))
 
+LONG = 2**63 - 1                             # integers an engine or the wire takes (vLLM bounds seed so)
 Count = Annotated[int, Meta(ge=1)]
-NonNegative = Annotated[int, Meta(ge=0)]
+NonNegative = Annotated[int, Meta(ge=0, le=LONG)]
+Long = Annotated[int, Meta(ge=-LONG - 1, le=LONG)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
 Temperature = Annotated[float, Meta(ge=0, le=2)]
 TopP = Annotated[float, Meta(gt=0, le=1)]
@@ -167,10 +169,10 @@ class Sampling(Body, kw_only=True):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     logit_bias: Bias | None = None
-    seed: int | None = None
+    seed: Long | None = None
     user: str | None = None
     # vLLM's extra fields
-    top_k: Annotated[int, Meta(ge=-1)] | None = None
+    top_k: Annotated[int, Meta(ge=-1, le=LONG)] | None = None
     min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
     repetition_penalty: Annotated[float, Meta(gt=0)] | None = None
     stop_token_ids: list[NonNegative] | None = None
@@ -181,7 +183,7 @@ class Sampling(Body, kw_only=True):
     include_stop_str_in_output: bool = False
     return_token_ids: bool = False
     request_id: str | None = None
-    priority: int = 0
+    priority: Long = 0
 
 
 class ChatCompletionRequest(Sampling, kw_only=True):
@@ -307,7 +309,7 @@ class ResponsesRequest(Body, kw_only=True):
     store: bool = False
     previous_response_id: str | None = None
     user: str | None = None
-    seed: int | None = None
+    seed: Long | None = None
 
 
 # ---------------------------------------------------------------- Anthropic Messages

@@ -51,6 +51,7 @@ class ApiOptions(msgspec.Struct, kw_only=True):
     direct_streaming: bool = False           # local workers write single-choice streamed bodies themselves
     drain_timeout: float = 30.0
     derender_state_bytes: int = 64 * 1024 * 1024  # streamed derender sequences kept in the workers (derender.py)
+    derender_max_streams: int = 1024              # and how many (at most half the pool's streams)
     derender_idle_s: float = 300.0                # a kept sequence idle this long is closed
 
 
