@@ -32,14 +32,14 @@ Bias = dict[int, Annotated[float, Meta(ge=-100, le=100)]]
 
 
 def nesting_over(raw: bytes, limit: int = MAX_DEPTH) -> bool:
-    """Whether the JSON text `raw` nests arrays and objects more than `limit` deep, from its bytes (brackets
+    r"""Whether the JSON text `raw` nests arrays and objects more than `limit` deep, from its bytes (brackets
     inside strings do not count). Cheap: a body with at most `limit` brackets is not scanned; otherwise only
     its brackets and quotes are, after its escapes are removed, and the scan stops at the first level too deep.
 
     >>> nesting_over(b'{"a": [[1], {"b": "[[[["}]}', limit=3), nesting_over(b'{"a": [[[1]]]}', limit=3)
     (False, True)
-    >>> nesting_over(b'["\\\\", "\\"[[[", [[]]]', limit=3)
-    False
+    >>> nesting_over(br'["\\", "\"[[[", [[]]]', limit=3), nesting_over(br'["\\\"]", [[[]]]]', limit=3)
+    (False, True)
     """
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
