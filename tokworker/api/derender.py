@@ -234,6 +234,8 @@ class DerenderTier:
         try:
             update = (await self.api.pool.step({kept.name: ids}, finish))[kept.name]
         except UnknownStream:                     # closed by another call while this one waited
+            if self.kept.get(key) is kept:
+                self._forget(key)
             raise self._unknown(key) from None
         out["created"] = kept.created
         if finish:                                # (a stream the text side ended answers empty updates until then)
@@ -281,7 +283,11 @@ class DerenderTier:
         return kept
 
     async def _grow(self, key, kept: Kept, size: int) -> None:
-        """Charge a sequence its new ids; others give way if that puts the streams over their bytes."""
+        """Charge a sequence its new ids; others give way if that puts the streams over their bytes. One that
+        gave way itself while its open was under way is unknown."""
+        if self.kept.get(key) is not kept:
+            await asyncio.shield(self.api.pool.close_stream(kept.name))
+            raise self._unknown(key)
         self._forget(key)
         kept.charge += size
         closing = self._make_room(1, kept.charge)
