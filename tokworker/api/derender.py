@@ -322,9 +322,10 @@ class DerenderTier:
         while closing := self._make_room(count, size):
             await asyncio.shield(self.api.pool.close_stream(*closing))
         if len(self.kept) + self.passing + count > self._capacity():
-            raise ApiError(ErrorCode.OVERLOADED, f"derender has {self.passing} streams open for whole calls, its "
-                                                 f"limit is {self._capacity()} (--derender-max-streams, at most "
-                                                 f"half the pool's streams)")
+            raise ApiError(ErrorCode.OVERLOADED, f"{count} more derender streams do not fit beside the "
+                                                 f"{self.passing} of whole calls under way: the limit is "
+                                                 f"{self._capacity()} (--derender-max-streams, at most half the "
+                                                 f"pool's streams)")
 
     def _unknown(self, key) -> ApiError:
         return ApiError.invalid(

@@ -43,8 +43,10 @@ def nesting_over(raw: bytes, limit: int = MAX_DEPTH) -> bool:
     """
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
-    # a backslash pair is one escaped backslash, then a backslash-quote is a quote inside a string
-    marks = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    if b"\\" in raw:     # a backslash pair is one escaped backslash, then a backslash-quote is a quote in a string
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # two quotes side by side (a string without brackets, or one's end and the next one's start) change nothing
+    marks = raw.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
     depth, quoted = 0, False
     for mark in marks:
         if mark == 34:                       # "
