@@ -324,6 +324,11 @@ def others() -> list:
         (CHAT_DERENDER, derender(CHAT_DERENDER, chat_request={"messages": USER, "chat_template_kwargs": {
             "timeout": 1}}), 400, "`timeout`"),
         (CHAT_DERENDER, derender(CHAT_DERENDER, chat_request={"messages": USER, "logprobs": True}), 400, "logprobs"),
+        (CHAT_DERENDER, derender(CHAT_DERENDER, chat_request={"messages": USER, "logprobs": True, "top_logprobs": 1},
+                                 generate_response={"request_id": "r", "choices": [{"index": 0, "token_ids": [40],
+                                                    "logprobs": {"content": [{"token_id": 40, "logprob": -0.1,
+                                                    "top_logprobs": [{"token_id": 10**9, "logprob": -1}]}]}}]}),
+         400, "vocabulary"),
         (CHAT_DERENDER, {"model": MODEL, "stream": True}, 400, "generate_chunk"),
         (CHAT_DERENDER, {"model": MODEL, "stream": True, "generate_chunk": chunk, "stream_state": "x"}, 400, "str"),
         (CHAT_DERENDER, {"model": MODEL, "stream": True, "generate_chunk": {"request_id": "r", "choices": [

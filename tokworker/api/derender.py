@@ -379,8 +379,9 @@ class DerenderTier:
         if content is None or len(content) != len(ids):
             raise ApiError.invalid("the request asks for logprobs: every token id needs its logprobs entry",
                                    "logprobs")
-        return ids, [(entry.logprob, [(top.token_id, top.logprob) for top in entry.top_logprobs])
-                     for entry in content]
+        tops = [[(top.token_id, top.logprob) for top in entry.top_logprobs] for entry in content]
+        check_vocabulary([top for entry in tops for top, _ in entry], self.api.pool.info.vocab_size, "logprobs")
+        return ids, [(entry.logprob, top) for entry, top in zip(content, tops)]
 
 
 def owner_of(request: web.Request) -> bytes:
