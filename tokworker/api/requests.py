@@ -380,7 +380,7 @@ class MessagesRequest(Body, kw_only=True):
     stream: bool = False
     temperature: Annotated[float, Meta(ge=0, le=1)] | None = None
     top_p: TopP | None = None
-    top_k: Annotated[int, Meta(ge=0)] | None = None
+    top_k: Annotated[int, Meta(ge=0, le=LONG)] | None = None
     tools: list[AnthropicTool] | None = None
     tool_choice: AnthropicToolChoice | None = None
     thinking: AnthropicThinkingConfig | None = None
