@@ -267,7 +267,8 @@ def _responses_input(request: ResponsesRequest) -> list[dict]:
     if isinstance(request.input, str):
         return messages + [{"role": "user", "content": request.input}]
     reasoning = None
-    for i, item in enumerate(map(_input_item, request.input, range(len(request.input)))):
+    for i, given in enumerate(request.input):
+        item = _input_item(given, i)
         if isinstance(item, ResponsesMessageItem):
             content = item.content
             if not isinstance(content, str):
