@@ -291,6 +291,7 @@ def messages_like(route: str) -> list:
         (route, body(thinking={"type": "enabled", "budget_tokens": -1}), 400, ">= 0"),
         (route, body(thinking={"type": "maybe"}), 400, "maybe"),
         (route, body(metadata=[]), 400, "array"),
+        (route, body(priority=10**30), 400, "priority") if route != MESSAGES else (route, body(top_k=1.5), 400, "float"),
     ]
 
 

@@ -25,7 +25,7 @@ from aiohttp import web
 from tokworker.api.errors import ApiError, vllm_body
 from tokworker.api.generation import JSON_HEADERS
 from tokworker.api.plan import (Plan, plain, plan_chat, plan_completion, plan_messages, plan_responses)
-from tokworker.api.requests import (Body, ChatCompletionRequest, CompletionRequest, MessagesRequest,
+from tokworker.api.requests import (Body, ChatCompletionRequest, CompletionRequest, Long, MessagesRequest,
                                     ResponsesRequest)
 from tokworker.engines.base import Guide
 from tokworker.frontend.errors import PoolError
@@ -46,7 +46,7 @@ class RenderExtras(Body, kw_only=True):
     ec_transfer_params: dict | None = None
     include_reasoning: bool = True
     stream_options: dict | None = None
-    priority: int = 0
+    priority: Long = 0
 
 
 def vllm_errors(handler):
