@@ -122,11 +122,9 @@ class Api:
         return await self.generations.handle(request, MessagesRequest, plan_messages)
 
     async def read(self, request: web.Request) -> bytes:
-        declared = request.headers.get("Content-Type")
-        if declared is not None and request.content_type not in JSON_TYPES \
-                and not request.content_type.endswith("+json"):
-            raise ApiError.invalid(f"the body is declared {request.content_type!r} (Content-Type): send JSON, as "
-                                   f"application/json")
+        declared = request.content_type
+        if "Content-Type" in request.headers and declared not in JSON_TYPES and not declared.endswith("+json"):
+            raise ApiError.invalid(f"the body is declared {declared!r} (Content-Type): send JSON, as application/json")
         try:
             return await request.read()
         except web.HTTPRequestEntityTooLarge:
