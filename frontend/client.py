@@ -220,9 +220,11 @@ class TokenizerPool:
 
     async def render(self, messages: list[dict], tools: list[dict] | None = None, *, add_generation_prompt: bool = True,
                      continue_final_message: bool = False, chat_template: str | None = None, return_text: bool = False,
-                     timeout: float | None = None, **template_kwargs) -> RenderReply:
+                     documents: list[dict] | None = None, timeout: float | None = None,
+                     **template_kwargs) -> RenderReply:
         """Messages -> prompt ids (and the text with return_text) through the model's chat template."""
-        return await self._call(Render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
+        return await self._call(Render(messages=messages, tools=tools, documents=documents,
+                                       add_generation_prompt=add_generation_prompt,
                                        continue_final_message=continue_final_message, chat_template=chat_template,
                                        template_kwargs=template_kwargs, return_text=return_text), timeout)
 

@@ -147,6 +147,7 @@ class Render(_Request, tag="render"):
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
+    documents: list[dict[str, Any]] | None = None      # the template's `documents` (retrieval context)
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template: str | None = None

@@ -99,7 +99,7 @@ CASES = [
     (RESPONSES, {"input": 5}, 400, "input", "int"),
     (RESPONSES, {"input": [{"type": "message", "role": "robot", "content": "x"}]}, 400, "input[0].role", "robot"),
     (RESPONSES, {"input": [{"type": "image", "image_url": "x"}]}, 400, "input[0].type", "image"),
-    (RESPONSES, {"input": [{"type": "function_call", "name": "f"}]}, 400, "input[0]", "call_id"),
+    (RESPONSES, {"input": [{"type": "function_call", "name": "f"}]}, 400, "input[0].call_id", "call_id"),
     (RESPONSES, {"input": "hi", "previous_response_id": "resp_1"}, 400, "previous_response_id", "store"),
     (RESPONSES, {"input": "hi", "max_output_tokens": 0}, 400, "max_output_tokens", ">= 1"),
     (MESSAGES, {"messages": USER}, 400, "max_tokens", "max_tokens"),

@@ -13,7 +13,8 @@ MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker
            "tokworker.wire.common", "tokworker.wire.completions", "tokworker.wire.responses", "tokworker.wire.anthropic",
            "tokworker.frontend.client", "tokworker.protocol.endpoints", "tokworker.templates.owned",
            "tokworker.worker.endpoint_lock", "tokworker.worker.preflight", "tests.cuts",
-           "tokworker.worker.sessions", "tokworker.api.errors"]
+           "tokworker.worker.sessions", "tokworker.api.errors", "tokworker.api.requests", "tokworker.api.plan",
+           "tokworker.api.errorlog"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -95,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--derender-state-bytes", type=int, default=64 << 20,
                      help="bytes of streamed derender sequences kept in the workers (vLLM's render tier routes); "
                           "past it the least recently used is closed")
+    api.add_argument("--derender-max-streams", type=int, default=1024,
+                     help="streamed derender sequences kept at once, all clients together (at most half the pool's "
+                          "streams: the generation routes keep the rest); past it the least recently used of the "
+                          "client holding the most is closed")
     api.add_argument("--derender-idle-s", type=float, default=300.0,
                      help="seconds a streamed derender sequence may wait for its next chunk before it is closed")
     api.add_argument("--replay-step-interval", type=float, default=0.01,
@@ -163,7 +167,8 @@ def _api(args: argparse.Namespace) -> int:
                          max_request_bytes=args.max_request_bytes, max_concurrent_requests=args.max_concurrent_requests,
                          max_buffer_bytes=args.max_buffer_bytes, max_queued_bytes=args.max_queued_bytes,
                          direct_streaming=args.direct_streaming, drain_timeout=args.drain_timeout_s,
-                         derender_state_bytes=args.derender_state_bytes, derender_idle_s=args.derender_idle_s)
+                         derender_state_bytes=args.derender_state_bytes, derender_idle_s=args.derender_idle_s,
+                         derender_max_streams=args.derender_max_streams)
     uvloop.run(serve_http(spawn, options, engine, host=args.host, port=args.port,
                           model_root=args.model_dir or str(DEFAULT_MODEL_DIR)))
     return 0

@@ -12,17 +12,24 @@ How a stream's state is kept. vLLM makes the client carry it (`stream_state`: a 
 with a parser every id so far, replayed through a fresh parser on every call). Here each streamed sequence
 is a pool stream, opened in a worker on its first call and stepped by each later one, so a call costs its
 own ids, and stop strings work (vLLM refuses them in streamed derender). The stream is found by what the
-client sends: `generate_chunk.request_id` and the choice's `index`; `stream_state: null` opens it (again,
-if it was open), any other value continues it, and the `stream_state` returned is a valid
-DerenderStreamState the client hands back unread. The kept streams are bounded: in bytes (each is charged
-its ids, ~8 bytes each, plus a fixed cost; past ApiOptions.derender_state_bytes the least recently used is
-closed), and in time (a stream idle for `derender_idle_s` seconds is closed). A call for a closed stream gets a 400
+client sends, `generate_chunk.request_id` and the choice's `index`, among the streams of that client alone:
+its owner is the client's address with the Authorization header it sent, so another client naming the same
+request_id finds nothing (`unknown`). `stream_state: null` opens it (again, if it was open), any other value
+continues it, and the `stream_state` returned is a valid DerenderStreamState the client hands back unread.
+
+The kept streams have budgets of their own, all clients together: a count (ApiOptions.derender_max_streams,
+and never more than half the pool's stream capacity, so the generation routes keep the rest; a whole call's
+streams count while it runs) and bytes (each is charged its ids, ~8 bytes each, plus a fixed cost:
+ApiOptions.derender_state_bytes). Before a stream opens, those idle for `derender_idle_s` seconds are
+closed, then while one more would be over a budget the least recently used stream of the client holding the
+most bytes, so one client's unfinished sequences displace its own first. A call for a closed stream gets a 400
 that says so; the client starts over with `stream_state: null`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import OrderedDict
 from typing import Annotated, Literal
@@ -35,6 +42,7 @@ from tokworker.api.errors import ApiError, check_vocabulary
 from tokworker.api.plan import plan_chat, plan_completion
 from tokworker.api.render import json_response, vllm_errors
 from tokworker.api.requests import Body, ChatCompletionRequest, CompletionRequest, NonNegative
+from tokworker.frontend.errors import UnknownStream
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, Usage
 from tokworker.protocol.messages import ErrorCode
 from tokworker.wire import home
@@ -108,12 +116,12 @@ class DerenderCompletionRequest(DerenderRequest, kw_only=True):
 
 
 class Kept:
-    """One streamed sequence kept in the workers."""
+    """One streamed sequence kept in the workers, and whose it is."""
 
-    __slots__ = ("name", "charge", "used", "created", "text_offset", "first", "called")
+    __slots__ = ("name", "owner", "charge", "used", "created", "text_offset", "first", "called")
 
-    def __init__(self, name: str, prompt_ids: list[int]):
-        self.name = name
+    def __init__(self, name: str, owner: bytes, prompt_ids: list[int]):
+        self.name, self.owner = name, owner
         self.charge = STREAM_COST + ID_COST * len(prompt_ids)
         self.used = time.monotonic()
         self.created = int(time.time())
@@ -128,9 +136,14 @@ class DerenderTier:
     def __init__(self, api):
         self.api = api
         self.max_state_bytes = api.options.derender_state_bytes
+        self.max_streams = api.options.derender_max_streams
         self.idle_s = api.options.derender_idle_s
-        self.kept: OrderedDict[tuple[str, str, int], Kept] = OrderedDict()    # least recently used first
+        # (owner, api, request_id, index) -> Kept, least recently used first; and the same per owner
+        self.kept: OrderedDict[tuple[bytes, str, str, int], Kept] = OrderedDict()
+        self.by_owner: dict[bytes, OrderedDict] = {}
+        self.owner_bytes: dict[bytes, int] = {}
         self.state_bytes = 0
+        self.passing = 0                          # streams of whole calls, open while their call runs
         self.serial = 0
 
     def routes(self) -> list[web.RouteDef]:
@@ -142,7 +155,7 @@ class DerenderTier:
         body = self.api.decode(await self.api.read(request), DerenderChatRequest)
         params = _params(plan_chat, body.chat_request, self.api.served, PLAIN, body.stream)
         if body.stream:
-            return json_response(await self._chunk(body, "chat", params, body.prompt_token_ids))
+            return json_response(await self._chunk(body, "chat", params, body.prompt_token_ids, owner_of(request)))
         generated = _given(body.generate_response, "generate_response")
         chunks = ChunkFormat(id=generated.request_id, model=self._model(body), created=int(time.time()), whole=True)
         bodies = await self._whole(generated, params, body.prompt_token_ids or generated.prompt_token_ids, chunks)
@@ -162,7 +175,7 @@ class DerenderTier:
             raise ApiError.invalid(f"prompt_token_ids is {shape}: {error}", "prompt_token_ids") from None
         params = _params(plan_completion, body.completion_request, self.api.served, TEXT_ONLY, body.stream)
         if body.stream:
-            return json_response(await self._chunk(body, "completions", params, prompts))
+            return json_response(await self._chunk(body, "completions", params, prompts, owner_of(request)))
         responses = _given(body.generate_responses, "generate_responses")
         if not responses:
             raise ApiError.invalid("generate_responses must not be empty", "generate_responses")
@@ -197,17 +210,20 @@ class DerenderTier:
         names = [f"derender-{self.serial}-{i}" for i in range(len(generated.choices))]
         pool = self.api.pool
         step = {name: self._ids(choice, params) for name, choice in zip(names, generated.choices)}
+        await self._room(len(names), 0)
+        self.passing += len(names)
         try:
             for i, name in enumerate(names):
                 await pool.open_stream(name, params, prompt_ids=prompt_ids, buffer=False,
                                        chunks=msgspec.structs.replace(chunks, index=first + i))
             updates = await pool.step(step, finish=names)
         finally:
+            self.passing -= len(names)
             await asyncio.shield(pool.close_stream(*names))
         return [(_failed(updates[name]).body, updates[name].usage) for name in names]
 
     # ------------------------------------------------------------ streamed, one call per chunk
-    async def _chunk(self, body: DerenderRequest, api: str, params: StreamParams, prompt_ids) -> dict:
+    async def _chunk(self, body: DerenderRequest, api: str, params: StreamParams, prompt_ids, owner: bytes) -> dict:
         chunk = _given(body.generate_chunk, "generate_chunk")
         if len(chunk.choices) > 1:
             raise ApiError.invalid(f"a streamed chunk has at most one choice (got {len(chunk.choices)})",
@@ -219,16 +235,20 @@ class DerenderTier:
         if not chunk.choices:                     # the usage-only chunk that ends a stream
             return {"chunk": out, "stream_state": state}
         choice = chunk.choices[0]
-        kept = await self._kept((api, chunk.request_id, choice.index), body.stream_state is None, params,
-                                prompt_ids or chunk.prompt_token_ids or [])
+        key = (owner, api, chunk.request_id, choice.index)
         ids = self._ids(choice, params)
-        kept.charge += ID_COST * len(choice.token_ids or ())
-        self.state_bytes += ID_COST * len(choice.token_ids or ())
+        kept = await self._kept(key, body.stream_state is None, params, prompt_ids or chunk.prompt_token_ids or [])
+        await self._grow(key, kept, ID_COST * len(choice.token_ids or ()))
         finish = [kept.name] if choice.finish_reason is not None else []
-        update = (await self.api.pool.step({kept.name: ids}, finish))[kept.name]
+        try:
+            update = (await self.api.pool.step({kept.name: ids}, finish))[kept.name]
+        except UnknownStream:                     # closed by another call while this one waited
+            if self.kept.get(key) is kept:
+                self._forget(key)
+            raise self._unknown(key) from None
         out["created"] = kept.created
         if finish:                                # (a stream the text side ended answers empty updates until then)
-            self._forget((api, chunk.request_id, choice.index))
+            self._forget(key)
         collected = Collected()
         collected.add(_failed(update))
         entries = collected.entries if params.logprobs is not None else None
@@ -252,36 +272,99 @@ class DerenderTier:
         if kept is not None and first:           # stream_state null: the sequence starts (again)
             await self._close(key)
             kept = None
-        if kept is None:
-            if not first:
-                raise ApiError.invalid(
-                    f"no derender stream is open for request {key[1]!r} choice {key[2]}: it ended, was idle over "
-                    f"{self.idle_s:g} s, or was closed to keep the streams under {self.max_state_bytes} bytes; "
-                    f"send its chunks again from the first, with stream_state null", "stream_state")
-            self._check(prompt_ids, "prompt_token_ids")
-            self.serial += 1
-            kept = Kept(f"derender-{self.serial}", prompt_ids)
-            await self.api.pool.open_stream(kept.name, params, prompt_ids=prompt_ids, buffer=False)
-            self.kept[key] = kept
-            self.state_bytes += kept.charge
-        kept.used = time.monotonic()
-        self.kept.move_to_end(key)
-        await self._sweep()
+        if kept is not None:
+            self._touch(key, kept)
+            return kept
+        if not first:
+            raise self._unknown(key)
+        self._check(prompt_ids, "prompt_token_ids")
+        self.serial += 1
+        kept = Kept(f"derender-{self.serial}", key[0], prompt_ids)
+        pool = self.api.pool
+        await self._room(1, kept.charge)
+        self._remember(key, kept)                 # counted before the open's await: concurrent opens see it
+        try:
+            await pool.open_stream(kept.name, params, prompt_ids=prompt_ids, buffer=False)
+        except BaseException:
+            if self.kept.get(key) is kept:
+                self._forget(key)
+            await asyncio.shield(pool.close_stream(kept.name))
+            raise
         return kept
 
-    async def _sweep(self) -> None:
-        """Close the streams idle too long, then the least recently used while over the byte bound."""
-        kept, deadline = self.kept, time.monotonic() - self.idle_s
-        while len(kept) > 1:                      # the last is the stream this call serves
+    async def _grow(self, key, kept: Kept, size: int) -> None:
+        """Charge a sequence its new ids; others give way if that puts the streams over their bytes. One that
+        gave way itself while its open was under way is unknown."""
+        if self.kept.get(key) is not kept:
+            await asyncio.shield(self.api.pool.close_stream(kept.name))
+            raise self._unknown(key)
+        self._forget(key)
+        kept.charge += size
+        closing = self._make_room(1, kept.charge)
+        self._remember(key, kept)
+        if closing:
+            await asyncio.shield(self.api.pool.close_stream(*closing))
+
+    def _capacity(self) -> int:
+        """The streams derender may hold: its own budget, and never more than half the pool's."""
+        return max(1, min(self.max_streams, self.api.pool.max_streams // 2))
+
+    def _make_room(self, count: int, size: int) -> list[str]:
+        """Forget the streams idle too long, then, while `count` more streams of `size` bytes would be over a
+        budget, the least recently used stream of the owner holding the most bytes: the names to close."""
+        closing, deadline = [], time.monotonic() - self.idle_s
+        kept = self.kept
+        while kept:
             key, oldest = next(iter(kept.items()))
-            if oldest.used >= deadline and self.state_bytes <= self.max_state_bytes:
+            if oldest.used >= deadline:
                 break
-            await self._close(key)
+            closing.append(self._forget(key).name)
+        capacity = self._capacity()
+        while kept and (len(kept) + self.passing + count > capacity
+                        or self.state_bytes + size > self.max_state_bytes):
+            owner = max(self.owner_bytes, key=self.owner_bytes.__getitem__)
+            closing.append(self._forget(next(iter(self.by_owner[owner]))).name)
+        return closing
+
+    async def _room(self, count: int, size: int) -> None:
+        """Close what gives way until `count` more streams of `size` bytes fit (the caller counts them before
+        its next await); OVERLOADED when whole calls hold the room."""
+        while closing := self._make_room(count, size):
+            await asyncio.shield(self.api.pool.close_stream(*closing))
+        if len(self.kept) + self.passing + count > self._capacity():
+            raise ApiError(ErrorCode.OVERLOADED, f"{count} more derender streams do not fit beside the "
+                                                 f"{self.passing} of whole calls under way: the limit is "
+                                                 f"{self._capacity()} (--derender-max-streams, at most half the "
+                                                 f"pool's streams)")
+
+    def _unknown(self, key) -> ApiError:
+        return ApiError.invalid(
+            f"unknown derender stream: none of yours is open for request {key[2]!r} choice {key[3]}: it was never "
+            f"opened by you, ended, was idle over {self.idle_s:g} s, or was closed to keep derender under "
+            f"{self._capacity()} streams and {self.max_state_bytes} bytes; send its chunks again from the first, "
+            f"with stream_state null", "stream_state")
+
+    def _remember(self, key, kept: Kept) -> None:
+        self.kept[key] = kept
+        self.by_owner.setdefault(kept.owner, OrderedDict())[key] = None
+        self.owner_bytes[kept.owner] = self.owner_bytes.get(kept.owner, 0) + kept.charge
+        self.state_bytes += kept.charge
+
+    def _touch(self, key, kept: Kept) -> None:
+        kept.used = time.monotonic()
+        self.kept.move_to_end(key)
+        self.by_owner[kept.owner].move_to_end(key)
 
     def _forget(self, key) -> Kept | None:
         kept = self.kept.pop(key, None)
         if kept is not None:
             self.state_bytes -= kept.charge
+            owned = self.by_owner[kept.owner]
+            del owned[key]
+            if owned:
+                self.owner_bytes[kept.owner] -= kept.charge
+            else:
+                del self.by_owner[kept.owner], self.owner_bytes[kept.owner]
         return kept
 
     async def _close(self, key) -> None:
@@ -306,8 +389,16 @@ class DerenderTier:
         if content is None or len(content) != len(ids):
             raise ApiError.invalid("the request asks for logprobs: every token id needs its logprobs entry",
                                    "logprobs")
-        return ids, [(entry.logprob, [(top.token_id, top.logprob) for top in entry.top_logprobs])
-                     for entry in content]
+        tops = [[(top.token_id, top.logprob) for top in entry.top_logprobs] for entry in content]
+        check_vocabulary([top for entry in tops for top, _ in entry], self.api.pool.info.vocab_size, "logprobs")
+        return ids, [(entry.logprob, top) for entry, top in zip(content, tops)]
+
+
+def owner_of(request: web.Request) -> bytes:
+    """Whose a streamed sequence is: the client's address and the Authorization header it sent (hashed, so
+    no credential is kept)."""
+    who = f"{request.remote}\0{request.headers.get('Authorization', '')}"
+    return hashlib.blake2b(who.encode("utf-8", "surrogateescape"), digest_size=16).digest()
 
 
 def _failed(update):

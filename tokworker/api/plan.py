@@ -2,7 +2,8 @@
 prompts a completion gives), the StreamParams of its streams, the chunk format, and the engine's sampling.
 
     plan = plan_chat(ChatCompletionRequest(...), served)   # ApiError names the field it refuses
-    plan.render       # pool.render's keyword arguments (Completions: plan.prompts)
+    plan.render       # pool.render's keyword arguments (Completions: plan.prompts); the request's
+                      # chat_template_kwargs among them, never one of pool.render's own (RESERVED_KWARGS)
     plan.params       # StreamParams for every choice (max_tokens resolved against the prompt later)
     plan.sampling     # the engine's SamplingParams (likewise)
 """
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import msgspec
 
-from tokworker.api.errors import ApiError
-from tokworker.api.requests import (AnthropicText, AnthropicThinking, AnthropicToolResult, AnthropicToolUse,
-                                    ChatCompletionRequest, CompletionRequest, JsonObjectFormat,
+from tokworker.api.errors import ApiError, check_vocabulary, from_validation
+from tokworker.api.requests import (RESPONSES_ITEMS, AnthropicText, AnthropicThinking, AnthropicToolResult,
+                                    AnthropicToolUse, ChatCompletionRequest, CompletionRequest, JsonObjectFormat,
                                     JsonSchemaResponseFormat, Message, MessagesRequest, NamedFunction,
-                                    NamedToolChoice,
-                                    ResponsesRequest, TextPart)
+                                    NamedToolChoice, ResponsesFunctionCallItem, ResponsesFunctionOutputItem,
+                                    ResponsesMessageItem, ResponsesRequest, TextPart)
 from tokworker.constrain.tool_choice import FORMATS as FORCED_CALL_FORMATS
 from tokworker.engines.base import Guide, SamplingParams
 from tokworker.protocol.deltas import StreamParams
@@ -24,11 +25,22 @@ from tokworker.protocol.deltas import StreamParams
 
 class Served(msgspec.Struct, frozen=True):
     """What the server knows of its model when it maps a request: the name it answers to, the tool-call
-    parser the workers apply (for forced calls: its call syntax), and the context length."""
+    parser the workers apply (for forced calls: its call syntax), the context length and the vocabulary's size
+    (the ids a request may name)."""
 
     name: str
     tool_parser: str | None
     max_model_len: int
+    vocab_size: int
+
+
+# Names chat_template_kwargs may not set: the render's own arguments (a request field sets those named with
+# one) and what the worker decides for itself (the template's trust, its limits, the clock, the call's timeout).
+RESERVED_KWARGS = {name: f"the request's `{name}` sets it" for name in (
+    "messages", "tools", "documents", "add_generation_prompt", "continue_final_message", "chat_template")}
+RESERVED_KWARGS.update((name, "the server sets it") for name in (
+    "tokenizer", "tokenize", "timeout", "return_text", "template_kwargs", "allow_untrusted_template",
+    "sanitize_control_tokens", "openai_messages", "limits", "now"))
 
 
 class Plan(msgspec.Struct, kw_only=True):
@@ -51,6 +63,27 @@ class Plan(msgspec.Struct, kw_only=True):
 def plain(value) -> dict:
     """A request Struct as the dict a template reads (the Structs that reach templates omit unset fields)."""
     return msgspec.to_builtins(value)
+
+
+def request_template_kwargs(kwargs: dict | None, field: str = "chat_template_kwargs") -> dict:
+    """A request's chat_template_kwargs as the render's extra variables; a reserved name is refused by name.
+
+    >>> request_template_kwargs({"enable_thinking": False})
+    {'enable_thinking': False}
+    >>> request_template_kwargs({"timeout": "1"})
+    Traceback (most recent call last):
+    ...
+    tokworker.api.errors.ApiError: invalid: chat_template_kwargs may not set `timeout`: the server sets it
+    """
+    for name in kwargs or ():
+        if name in RESERVED_KWARGS:
+            raise ApiError.invalid(f"{field} may not set `{name}`: {RESERVED_KWARGS[name]}", f"{field}.{name}")
+    return dict(kwargs or {})
+
+
+def _check_bias(request, served: Served) -> None:
+    if request.logit_bias:
+        check_vocabulary(request.logit_bias, served.vocab_size, "logit_bias")
 
 
 def _tag(value: msgspec.Struct) -> str:
@@ -170,11 +203,12 @@ def plan_chat(request: ChatCompletionRequest, served: Served) -> Plan:
                                     "tool_choice", "response_format")
     parse_tools = tools if tools and request.tool_choice != "none" else None
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
-    kwargs = dict(request.chat_template_kwargs or {})
+    _check_bias(request, served)
+    kwargs = request_template_kwargs(request.chat_template_kwargs)
     if request.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", request.reasoning_effort)
-    if request.documents is not None:
-        kwargs.setdefault("documents", request.documents)
+    if request.documents is not None:                   # vLLM's: the template's `documents`
+        kwargs["documents"] = request.documents
     render = dict(messages=chat_messages(request.messages), tools=tools,
                   add_generation_prompt=request.add_generation_prompt,
                   continue_final_message=request.continue_final_message, chat_template=request.chat_template,
@@ -199,6 +233,7 @@ def plan_completion(request: CompletionRequest, served: Served) -> Plan:
     if request.return_token_ids and request.stream:
         raise ApiError.invalid("return_token_ids is supported on whole (not streamed) responses", "return_token_ids")
     include_usage, continuous = _stream_options(request)
+    _check_bias(request, served)
     prompt = request.prompt
     if isinstance(prompt, str):
         prompts = [prompt]
@@ -232,52 +267,56 @@ def _responses_input(request: ResponsesRequest) -> list[dict]:
     if isinstance(request.input, str):
         return messages + [{"role": "user", "content": request.input}]
     reasoning = None
-    for i, item in enumerate(request.input):
-        kind = item.get("type", "message")
-        try:
-            if kind == "message":
-                role, content = item["role"], item["content"]
-                if role not in ("user", "system", "developer", "assistant"):
-                    raise ApiError.invalid(f"unknown role {role!r}", f"input[{i}].role")
-                if isinstance(content, list):
-                    content = "".join(_input_text(part, i, j) for j, part in enumerate(content))
-                elif not isinstance(content, str):
-                    raise ApiError.invalid("content is a string or a list of text parts", f"input[{i}].content")
-                message = {"role": role, "content": content}
-                if role == "assistant" and reasoning is not None:
-                    message["reasoning_content"], reasoning = reasoning, None
-                messages.append(message)
-            elif kind == "function_call":
-                call = {"id": str(item["call_id"]), "type": "function",
-                        "function": {"name": str(item["name"]), "arguments": item.get("arguments", "{}")}}
-                last = messages[-1] if messages else None
-                if last is None or last["role"] != "assistant" or "content" in last and last["content"]:
-                    last = {"role": "assistant", "content": None}
-                    if reasoning is not None:
-                        last["reasoning_content"], reasoning = reasoning, None
-                    messages.append(last)
-                last.setdefault("tool_calls", []).append(call)
-            elif kind == "function_call_output":
-                output = item["output"]
-                messages.append({"role": "tool", "tool_call_id": str(item["call_id"]),
-                                 "content": output if isinstance(output, str) else msgspec.json.encode(output).decode()})
-            elif kind == "reasoning":
-                parts = item.get("content") or item.get("summary") or []
-                reasoning = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
-            else:
-                raise ApiError.invalid(f"input items of type {kind!r} are not supported", f"input[{i}].type")
-        except KeyError as missing:
-            raise ApiError.invalid(f"input item of type {kind!r} is missing {missing.args[0]!r}", f"input[{i}]")
+    for i, given in enumerate(request.input):
+        item = _input_item(given, i)
+        if isinstance(item, ResponsesMessageItem):
+            content = item.content
+            if not isinstance(content, str):
+                content = "".join(_input_text(part, i, j) for j, part in enumerate(content))
+            message = {"role": item.role, "content": content}
+            if item.role == "assistant" and reasoning is not None:
+                message["reasoning_content"], reasoning = reasoning, None
+            messages.append(message)
+        elif isinstance(item, ResponsesFunctionCallItem):
+            call = {"id": item.call_id, "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments}}
+            last = messages[-1] if messages else None
+            if last is None or last["role"] != "assistant" or "content" in last and last["content"]:
+                last = {"role": "assistant", "content": None}
+                if reasoning is not None:
+                    last["reasoning_content"], reasoning = reasoning, None
+                messages.append(last)
+            last.setdefault("tool_calls", []).append(call)
+        elif isinstance(item, ResponsesFunctionOutputItem):
+            output = item.output
+            messages.append({"role": "tool", "tool_call_id": item.call_id,
+                             "content": output if isinstance(output, str) else msgspec.json.encode(output).decode()})
+        else:
+            reasoning = "".join(part.text for part in item.content or item.summary)
     return messages
 
 
+def _input_item(item: dict, i: int):
+    """One input item converted to its Struct (requests.RESPONSES_ITEMS), its errors named from `input[i]`."""
+    kind = item.get("type", "message")
+    struct = RESPONSES_ITEMS.get(kind) if isinstance(kind, str) else None
+    if struct is None:
+        raise ApiError.invalid(f"input items of type {kind!r} are not supported", f"input[{i}].type")
+    try:
+        return msgspec.convert(item, struct)
+    except msgspec.ValidationError as error:
+        text, at = str(error), f"$.input[{i}]"
+        text = text.replace("`$", f"`{at}", 1) if " - at `" in text else f"{text} - at `{at}`"
+        raise from_validation(msgspec.ValidationError(text)) from None
+
+
 def _input_text(part, i: int, j: int) -> str:
-    if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text") \
-            and isinstance(part.get("text"), str):
-        return part["text"]
-    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-    raise ApiError.invalid(f"content parts of type {kind!r} are not supported: this server serves text",
-                           f"input[{i}].content[{j}]")
+    if part.type not in ("input_text", "output_text", "text"):
+        raise ApiError.invalid(f"content parts of type {part.type!r} are not supported: this server serves text",
+                               f"input[{i}].content[{j}].type")
+    if part.text is None:
+        raise ApiError.invalid(f"a content part of type {part.type!r} needs its text", f"input[{i}].content[{j}].text")
+    return part.text
 
 
 def plan_responses(request: ResponsesRequest, served: Served) -> Plan:

@@ -25,7 +25,7 @@ from aiohttp import web
 from tokworker.api.errors import ApiError, vllm_body
 from tokworker.api.generation import JSON_HEADERS
 from tokworker.api.plan import (Plan, plain, plan_chat, plan_completion, plan_messages, plan_responses)
-from tokworker.api.requests import (Body, ChatCompletionRequest, CompletionRequest, MessagesRequest,
+from tokworker.api.requests import (Body, ChatCompletionRequest, CompletionRequest, Long, MessagesRequest,
                                     ResponsesRequest)
 from tokworker.engines.base import Guide
 from tokworker.frontend.errors import PoolError
@@ -46,17 +46,23 @@ class RenderExtras(Body, kw_only=True):
     ec_transfer_params: dict | None = None
     include_reasoning: bool = True
     stream_options: dict | None = None
-    priority: int = 0
+    priority: Long = 0
 
 
 def vllm_errors(handler):
-    """A route answering failures with vLLM's error body (the front door's middleware still counts them)."""
+    """A route answering failures with vLLM's error body, logged as the front door logs its own (the
+    middleware still counts them); a failure no code names is a bug: its traceback is logged, the client
+    gets a 500."""
     async def guarded(self, request: web.Request) -> web.StreamResponse:
         try:
             return await handler(self, request)
         except (ApiError, PoolError, msgspec.ValidationError, msgspec.DecodeError) as failure:
             error = ApiError.of(failure)
-            return web.Response(status=error.status, body=vllm_body(error), headers=JSON_HEADERS)
+            self.api.errors.refused(request, error.status, error.code, error.message, error.param)
+        except Exception as failure:
+            self.api.errors.failed(request, failure)
+            error = ApiError.of(failure)
+        return web.Response(status=error.status, body=vllm_body(error), headers=JSON_HEADERS)
     return guarded
 
 

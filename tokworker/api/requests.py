@@ -4,7 +4,8 @@ Chat Completions, Completions and Responses, Anthropic's Messages, and vLLM's /t
 Field names and defaults are OpenAI's (Anthropic's for Messages) plus vLLM's extra sampling and template
 fields. Types are checked as decoded (a string is never read as a number) and every range is declared on
 the field, so a bad value's error names its path (`Expected `int` >= 1 - at `$.max_tokens``). Fields this
-server does not know are ignored, as vLLM ignores them.
+server does not know are ignored, as vLLM ignores them. A body nested deeper than MAX_DEPTH is refused
+before it is decoded (`nesting_over`): decoding it would recurse once per level.
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
 
+MAX_DEPTH = 128                             # arrays and objects inside each other, the body itself included
+_STRUCTURE = b"[]{}\""
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(_STRUCTURE)))
+
+LONG = 2**63 - 1                             # integers an engine or the wire takes (vLLM bounds seed so)
 Count = Annotated[int, Meta(ge=1)]
-NonNegative = Annotated[int, Meta(ge=0)]
+NonNegative = Annotated[int, Meta(ge=0, le=LONG)]
+Long = Annotated[int, Meta(ge=-LONG - 1, le=LONG)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
 Temperature = Annotated[float, Meta(ge=0, le=2)]
 TopP = Annotated[float, Meta(gt=0, le=1)]
@@ -22,6 +29,37 @@ Penalty = Annotated[float, Meta(ge=-2, le=2)]
 Choices = Annotated[int, Meta(ge=1, le=128)]
 Name = Annotated[str, Meta(min_length=1)]
 Bias = dict[int, Annotated[float, Meta(ge=-100, le=100)]]
+
+
+def nesting_over(raw: bytes, limit: int = MAX_DEPTH) -> bool:
+    r"""Whether the JSON text `raw` nests arrays and objects more than `limit` deep, from its bytes (brackets
+    inside strings do not count). Cheap: a body with at most `limit` brackets is not scanned; otherwise only
+    its brackets and quotes are, after its escapes are removed, and the scan stops at the first level too deep.
+
+    >>> nesting_over(b'{"a": [[1], {"b": "[[[["}]}', limit=3), nesting_over(b'{"a": [[[1]]]}', limit=3)
+    (False, True)
+    >>> nesting_over(br'["\\", "\"[[[", [[]]]', limit=3), nesting_over(br'["\\\"]", [[[]]]]', limit=3)
+    (False, True)
+    """
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    if b"\\" in raw:     # a backslash pair is one escaped backslash, then a backslash-quote is a quote in a string
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # two quotes side by side (a string without brackets, or one's end and the next one's start) change nothing
+    marks = raw.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+    depth, quoted = 0, False
+    for mark in marks:
+        if mark == 34:                       # "
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif mark == 91 or mark == 123:      # [ {
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 class Body(Struct, kw_only=True):
@@ -133,10 +171,10 @@ class Sampling(Body, kw_only=True):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     logit_bias: Bias | None = None
-    seed: int | None = None
+    seed: Long | None = None
     user: str | None = None
     # vLLM's extra fields
-    top_k: Annotated[int, Meta(ge=-1)] | None = None
+    top_k: Annotated[int, Meta(ge=-1, le=LONG)] | None = None
     min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
     repetition_penalty: Annotated[float, Meta(gt=0)] | None = None
     stop_token_ids: list[NonNegative] | None = None
@@ -147,7 +185,7 @@ class Sampling(Body, kw_only=True):
     include_stop_str_in_output: bool = False
     return_token_ids: bool = False
     request_id: str | None = None
-    priority: int = 0
+    priority: Long = 0
 
 
 class ChatCompletionRequest(Sampling, kw_only=True):
@@ -213,9 +251,51 @@ class Reasoning(Body, kw_only=True):
     summary: str | None = None
 
 
+class ResponsesContentPart(Body, kw_only=True):
+    """A message's content part: text (input_text, output_text) is served; plan.py names any other type."""
+
+    type: str
+    text: str | None = None
+
+
+class ResponsesMessageItem(Body, kw_only=True):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[ResponsesContentPart]
+
+
+class ResponsesFunctionCallItem(Body, kw_only=True):
+    type: Literal["function_call"]
+    call_id: str
+    name: Name
+    arguments: str | dict = "{}"
+
+
+class ResponsesFunctionOutputItem(Body, kw_only=True):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list | dict
+
+
+class ReasoningText(Body, kw_only=True):
+    type: Literal["summary_text", "reasoning_text"] = "summary_text"
+    text: str
+
+
+class ResponsesReasoningItem(Body, kw_only=True):
+    type: Literal["reasoning"]
+    summary: list[ReasoningText] = []
+    content: list[ReasoningText] | None = None
+
+
+# Responses input items by their "type" (a message may leave it out): each item is converted to its Struct
+RESPONSES_ITEMS = {"message": ResponsesMessageItem, "function_call": ResponsesFunctionCallItem,
+                   "function_call_output": ResponsesFunctionOutputItem, "reasoning": ResponsesReasoningItem}
+
+
 class ResponsesRequest(Body, kw_only=True):
     model: str | None = None
-    input: str | Annotated[list[dict], Meta(min_length=1)]
+    input: str | Annotated[list[dict], Meta(min_length=1)]      # items: RESPONSES_ITEMS
     instructions: str | None = None
     max_output_tokens: Count | None = None
     temperature: Temperature | None = None
@@ -231,7 +311,7 @@ class ResponsesRequest(Body, kw_only=True):
     store: bool = False
     previous_response_id: str | None = None
     user: str | None = None
-    seed: int | None = None
+    seed: Long | None = None
 
 
 # ---------------------------------------------------------------- Anthropic Messages
@@ -300,7 +380,7 @@ class MessagesRequest(Body, kw_only=True):
     stream: bool = False
     temperature: Annotated[float, Meta(ge=0, le=1)] | None = None
     top_p: TopP | None = None
-    top_k: Annotated[int, Meta(ge=0)] | None = None
+    top_k: Annotated[int, Meta(ge=0, le=LONG)] | None = None
     tools: list[AnthropicTool] | None = None
     tool_choice: AnthropicToolChoice | None = None
     thinking: AnthropicThinkingConfig | None = None

@@ -6,9 +6,10 @@
 
 Routes: POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages (streamed and whole; the
 work of each is generation.py's), /tokenize, /detokenize (vLLM's shapes); GET /v1/models, /health,
-/metrics (Prometheus). A request body is read once, bounded by `max_request_bytes`, and decoded strictly
-into its Struct. Errors are OpenAI's body (Anthropic's on /v1/messages) with the status their code implies;
-the access log has one line per request.
+/metrics (Prometheus). A request body is read once, bounded by `max_request_bytes`, refused when it is declared
+another format than JSON or nests deeper than requests.MAX_DEPTH, and decoded strictly into its Struct. Errors
+are OpenAI's body (Anthropic's on /v1/messages) with the status their code implies, and one rate-limited log
+line each (errorlog.py: a traceback only for a bug); the access log has one line per request.
 """
 
 from __future__ import annotations
@@ -20,20 +21,23 @@ import time
 import msgspec
 from aiohttp import web, web_log
 
+from tokworker.api.errorlog import ErrorLog
 from tokworker.api.errors import NOT_FOUND, ApiError, check_vocabulary
 from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
-                                plan_responses)
+                                plan_responses, request_template_kwargs)
 from tokworker.api.render import RenderTier, json_response
 from tokworker.api.derender import DerenderTier
-from tokworker.api.requests import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, MessagesRequest,
-                                    ResponsesRequest, TokenizeRequest)
+from tokworker.api.requests import (MAX_DEPTH, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
+                                    MessagesRequest, ResponsesRequest, TokenizeRequest, nesting_over)
 from tokworker.api.serving import Serving
 from tokworker.frontend.errors import PoolError
 from tokworker.protocol.messages import ErrorCode
+from tokworker.wire import home
 
 log = logging.getLogger("tokworker.api")
+JSON_TYPES = ("application/json", "application/octet-stream")    # or none, or a +json type
 
 
 class ApiOptions(msgspec.Struct, kw_only=True):
@@ -48,6 +52,7 @@ class ApiOptions(msgspec.Struct, kw_only=True):
     direct_streaming: bool = False           # local workers write single-choice streamed bodies themselves
     drain_timeout: float = 30.0
     derender_state_bytes: int = 64 * 1024 * 1024  # streamed derender sequences kept in the workers (derender.py)
+    derender_max_streams: int = 1024              # and how many (at most half the pool's streams)
     derender_idle_s: float = 300.0                # a kept sequence idle this long is closed
 
 
@@ -61,6 +66,7 @@ class Api:
         self.names = list(self.options.served_model_name) or [model_root or "default"]
         self.model_root = model_root
         self.metrics = Metrics()
+        self.errors = ErrorLog(log)
         self.serving = Serving(pool, engine, self.metrics, self.options.max_buffer_bytes)
         self.served: Served | None = None
         self.draining = False
@@ -72,7 +78,7 @@ class Api:
     async def start(self) -> None:
         await self.engine.start(self.pool)
         max_len = self.options.max_model_len or self.engine.max_model_len or 32768
-        self.served = Served(self.names[0], self.pool.info.tool_parser, max_len)
+        self.served = Served(self.names[0], self.pool.info.tool_parser, max_len, self.pool.info.vocab_size)
         self.generations = Generations(self)
         self._loop_task = asyncio.create_task(self.serving.run(), name="tokworker-step-loop")
         self._loop_task.add_done_callback(_report_crash)
@@ -124,6 +130,9 @@ class Api:
         return await self.generations.handle(request, MessagesRequest, plan_messages)
 
     async def read(self, request: web.Request) -> bytes:
+        declared = request.content_type
+        if "Content-Type" in request.headers and declared not in JSON_TYPES and not declared.endswith("+json"):
+            raise ApiError.invalid(f"the body is declared {declared!r} (Content-Type): send JSON, as application/json")
         try:
             return await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -131,6 +140,8 @@ class Api:
                                                 f"(--max-request-bytes)") from None
 
     def decode(self, raw: bytes, kind: type):
+        if nesting_over(raw, MAX_DEPTH):
+            raise ApiError.invalid(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels")
         try:
             body = msgspec.json.decode(raw, type=kind)
         except (msgspec.ValidationError, msgspec.DecodeError) as error:
@@ -152,7 +163,7 @@ class Api:
                                           add_generation_prompt=body.add_generation_prompt,
                                           continue_final_message=body.continue_final_message,
                                           chat_template=body.chat_template,
-                                          **(body.chat_template_kwargs or {}))).ids
+                                          **request_template_kwargs(body.chat_template_kwargs))).ids
         else:
             add_special = True if body.add_special_tokens is None else body.add_special_tokens
             ids = await self.pool.encode(body.prompt, add_special_tokens=add_special)
@@ -203,15 +214,20 @@ class Api:
             self.metrics.request(route, 499)
             raise
         except Exception as failure:
-            log.exception("%s %s failed", request.method, request.path)
-            response = self._error_response(request, ApiError.of(failure))
+            self.errors.failed(request, failure)
+            response = self._error_response(request, ApiError.of(failure), logged=True)
         self.metrics.request(route, response.status)
         return response
 
-    def _error_response(self, request: web.Request, error: ApiError, status: int | None = None) -> web.Response:
+    def _error_response(self, request: web.Request, error: ApiError, status: int | None = None,
+                        logged: bool = False) -> web.Response:
         """The error in the shape of the route's API, wherever the app is mounted."""
+        status = status or error.status
+        if not logged:
+            self.errors.refused(request, status, error.code, error.message, error.param)
         handler = getattr(request.match_info.handler, "__func__", None)
-        return web.Response(status=status or error.status, body=error.body(ROUTE_API.get(handler, "chat")),
+        api = ROUTE_API.get(handler, "chat")
+        return web.Response(status=status, body=home(api).error_body(status, error.code, error.message, error.param),
                             headers=JSON_HEADERS)
 
 

@@ -183,7 +183,8 @@ def error_json(status: int, message: str) -> bytes:
     >>> error_json(400, "max_tokens must be at least 1")
     b'{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens must be at least 1"}}'
     """
-    return json({"type": "error", "error": {"type": ERROR_TYPE.get(status, "api_error"), "message": message}})
+    kind = ERROR_TYPE.get(status) or ("invalid_request_error" if status < 500 else "api_error")
+    return json({"type": "error", "error": {"type": kind, "message": message}})
 
 
 class MessagesHome:

@@ -125,7 +125,7 @@ class Collected:
                 for item in self.items if item[0] == CALL]
 
 
-# OpenAI's error body: `type` follows the HTTP status; a code of the server's own making, `server_error`.
+# OpenAI's error body: `type` follows the HTTP status (another 4xx: invalid_request_error, a 5xx: server_error).
 OPENAI_TYPE = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
                501: "invalid_request_error", 503: "service_unavailable_error", 504: "timeout_error"}
@@ -137,5 +137,5 @@ def openai_error(status: int, code: str, message: str, param: str | None) -> byt
     >>> openai_error(400, "invalid", "max_tokens must be at least 1", "max_tokens")
     b'{"error":{"message":"max_tokens must be at least 1","type":"invalid_request_error","param":"max_tokens","code":"invalid"}}'
     """
-    return json({"error": {"message": message, "type": OPENAI_TYPE.get(status, "server_error"), "param": param,
-                           "code": code}})
+    kind = OPENAI_TYPE.get(status) or ("invalid_request_error" if status < 500 else "server_error")
+    return json({"error": {"message": message, "type": kind, "param": param, "code": code}})

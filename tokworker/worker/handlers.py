@@ -18,17 +18,18 @@ class Handlers:
     def render(self, msg: Render) -> RenderReply:
         self._check_nesting(msg.messages, "messages")
         self._check_nesting(msg.tools, "tools")
+        self._check_nesting(msg.documents, "documents")
         self._check_nesting(msg.template_kwargs, "template_kwargs")
         from tokworker.templates.apply import render_chat_prompt
 
-        reserved = {"tools", "tokenize", "chat_template", "add_generation_prompt", "continue_final_message",
-                    "allow_untrusted_template", "sanitize_control_tokens", "limits", "now", "documents",
-                    "openai_messages"}
+        reserved = {"messages", "tools", "tokenizer", "tokenize", "chat_template", "add_generation_prompt",
+                    "continue_final_message", "allow_untrusted_template", "sanitize_control_tokens", "limits", "now",
+                    "documents", "openai_messages"}
         clash = reserved.intersection(msg.template_kwargs)
         if clash:
             raise CodedError(ErrorCode.INVALID, f"template_kwargs may not set {sorted(clash)}")
-        options = dict(msg.template_kwargs, tools=msg.tools, chat_template=msg.chat_template,
-                       add_generation_prompt=msg.add_generation_prompt,
+        options = dict(msg.template_kwargs, tools=msg.tools, documents=msg.documents,
+                       chat_template=msg.chat_template, add_generation_prompt=msg.add_generation_prompt,
                        continue_final_message=msg.continue_final_message,
                        allow_untrusted_template=self.options.allow_request_templates,
                        openai_messages=True)      # requests carry OpenAI-shaped messages: normalized as vLLM does
