@@ -13,6 +13,7 @@ import signal
 from aiohttp import web
 
 from tokworker.api.server import AccessLogger, Api, ApiOptions
+from tokworker.api.workers_at import WorkersAt
 
 log = logging.getLogger("tokworker.api")
 ENGINES = ("replay", "llama.cpp", "vllm", "sglang")
@@ -39,22 +40,27 @@ def engine_for(name: str, url: str | None = None, *, replay_step_interval: float
     return SglangEngine(url)
 
 
-async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "127.0.0.1", port: int = 8000,
-                     ready=None, model_root: str = "", signals: bool = True) -> None:
+async def serve_http(spawn: dict | WorkersAt, options: ApiOptions, engine, *, host: str = "127.0.0.1",
+                     port: int = 8000, ready=None, model_root: str = "", signals: bool = True) -> None:
     """Run until SIGTERM (drain: no new requests, those in flight finish within options.drain_timeout)
-    or SIGINT (with `signals`), or until cancelled. `spawn`: TokenizerPool.spawn's keyword arguments.
+    or SIGINT (with `signals`), or until cancelled. `spawn`: TokenizerPool.spawn's keyword arguments, or the
+    running daemons to connect to (WorkersAt).
     `ready(port)` is called once serving."""
     from tokworker.frontend import TokenizerPool
     from tokworker.worker.preflight import check_spawn
 
-    check_spawn(spawn)                    # what would fail every request fails here, in one line
+    if isinstance(spawn, WorkersAt):      # running daemons (--workers-at): they checked their model at start
+        opening = spawn.connect()
+    else:
+        check_spawn(spawn)                # what would fail every request fails here, in one line
+        opening = TokenizerPool.spawn(**spawn)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     drain = asyncio.Event()
     if signals:
         loop.add_signal_handler(signal.SIGTERM, drain.set)
         loop.add_signal_handler(signal.SIGINT, stop.set)
-    async with await TokenizerPool.spawn(**spawn) as pool:
+    async with await opening as pool:
         api = Api(pool, engine, options, model_root=model_root)
         await api.start()
         runner = web.AppRunner(api.app(), handler_cancellation=True, access_log_class=AccessLogger,
@@ -82,3 +88,4 @@ async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "1
                 waiter.cancel()
             await runner.cleanup()
             await api.close()
+
