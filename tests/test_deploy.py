@@ -132,3 +132,19 @@ def test_the_manifests_parse_and_the_front_doors_name_the_daemons_pods(keys):
     assert {"server.key_secret", f"authorized_clients/{client}.key"} <= daemon_keys
     for pod in (daemons, front_doors):                               # room for the 30 s drain after SIGTERM
         assert pod["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 30
+
+
+def test_the_readme_commands_of_past_one_machine_parse(keys):
+    """README's "Past one machine" shows its commands as text (they need other hosts); each is still a
+    command line tokworker accepts, the front door's checked as at start."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Past one machine"):readme.index("\n## ", readme.index("## Past one machine"))]
+    commands = [shlex.split(line, comments=True) for block in re.findall(r"^```text\n(.*?)^```", section,
+                                                                           flags=re.S | re.M)
+                for line in block.replace("\\\n", " ").splitlines() if line.startswith("tokworker ")]
+    assert [argv[1] for argv in commands] == ["keys", "serve", "api"]
+    for argv in commands[1:]:
+        argv = [str(keys) if arg == "keys/" else arg for arg in argv[1:]]
+        checked = _checked_command(argv, keys)
+        if argv[0] == "api":
+            assert checked.endpoints == ("tcp://10.0.0.11:7000", "tcp://10.0.0.12:7000")
