@@ -107,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--enable-auto-tool-choice", action="store_true",
                      help="accepted for vLLM's command lines: tool calls are parsed whenever a request has tools")
     _add_worker_settings(api)
+    from tokworker.api.workers_at import add_workers_at_flags
+    add_workers_at_flags(api)             # last: it refuses the flags above that only a pool of its own reads
 
     demo = commands.add_parser("demo", help="the front door on the replay engine, read with the openai SDK")
     demo.add_argument("--model-dir", help="another tokenizer folder (default: the bundled one)")
@@ -151,6 +153,7 @@ def _api(args: argparse.Namespace) -> int:
     import uvloop
 
     from tokworker.api.run import engine_for, serve_http
+    from tokworker.api.workers_at import workers_at_from
     from tokworker.api.server import ApiOptions
     from tokworker.worker.options import DEFAULT_MODEL_DIR, settings
 
@@ -158,6 +161,7 @@ def _api(args: argparse.Namespace) -> int:
     try:
         engine = engine_for(args.engine, args.engine_url, replay_step_interval=args.replay_step_interval,
                             max_model_len=args.max_model_len)
+        workers_at = workers_at_from(args)
     except ValueError as exc:
         print(f"tokworker api: {exc}", file=sys.stderr)
         return 2
@@ -169,8 +173,8 @@ def _api(args: argparse.Namespace) -> int:
                          direct_streaming=args.direct_streaming, drain_timeout=args.drain_timeout_s,
                          derender_state_bytes=args.derender_state_bytes, derender_idle_s=args.derender_idle_s,
                          derender_max_streams=args.derender_max_streams)
-    uvloop.run(serve_http(spawn, options, engine, host=args.host, port=args.port,
-                          model_root=args.model_dir or str(DEFAULT_MODEL_DIR)))
+    uvloop.run(serve_http(workers_at or spawn, options, engine, host=args.host, port=args.port,
+                          model_root=args.model_dir or ("" if workers_at else str(DEFAULT_MODEL_DIR))))
     return 0
 
 

@@ -12,4 +12,5 @@ Anthropic's Messages API over a TokenizerPool and an Engine (tokworker.engines).
     derender.py   vLLM's derender routes: an engine's generated ids -> responses and chunks
     server.py     the aiohttp app: routes, small routes, errors, access log (Api.app() is mountable)
     run.py        `tokworker api`
+    workers_at.py `tokworker api --workers-at`: the front door on running daemons in place of its own pool
 """

@@ -14,6 +14,7 @@ import signal
 from aiohttp import web
 
 from tokworker.api.server import AccessLogger, Api, ApiOptions
+from tokworker.api.workers_at import WorkersAt
 
 log = logging.getLogger("tokworker.api")
 ENGINES = ("replay", "llama.cpp", "vllm", "sglang")
@@ -40,16 +41,21 @@ def engine_for(name: str, url: str | None = None, *, replay_step_interval: float
     return SglangEngine(url)
 
 
-async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "127.0.0.1", port: int = 8000,
-                     ready=None, model_root: str = "", signals: bool = True) -> None:
+async def serve_http(spawn: dict | WorkersAt, options: ApiOptions, engine, *, host: str = "127.0.0.1",
+                     port: int = 8000, ready=None, model_root: str = "", signals: bool = True) -> None:
     """Run until SIGTERM or SIGINT (with `signals`: drain: no new requests, those in flight run at most
     options.drain_timeout, then end with finish_reason "abort"; a second signal stops at once), or until
-    cancelled. `spawn`: TokenizerPool.spawn's keyword arguments.
+    cancelled. `spawn`: TokenizerPool.spawn's keyword arguments, or the running daemons to connect to
+    (WorkersAt).
     `ready(port)` is called once serving."""
     from tokworker.frontend import TokenizerPool
     from tokworker.worker.preflight import check_spawn
 
-    check_spawn(spawn)                    # what would fail every request fails here, in one line
+    if isinstance(spawn, WorkersAt):      # running daemons (--workers-at): they checked their model at start
+        opening = spawn.connect()
+    else:
+        check_spawn(spawn)                # what would fail every request fails here, in one line
+        opening = TokenizerPool.spawn(**spawn)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     drain = asyncio.Event()
@@ -59,7 +65,7 @@ async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "1
             (stop if drain.is_set() else drain).set()
         loop.add_signal_handler(signal.SIGTERM, on_signal)
         loop.add_signal_handler(signal.SIGINT, on_signal)
-    async with await TokenizerPool.spawn(**spawn) as pool:
+    async with await opening as pool:
         api = Api(pool, engine, options, model_root=model_root)
         await api.start()
         # the drain has ended every response by cleanup: what still runs then (a second signal) is cut
@@ -90,3 +96,4 @@ async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "1
                 waiter.cancel()
             await runner.cleanup()
             await api.close()
+
