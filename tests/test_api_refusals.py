@@ -479,3 +479,15 @@ def test_unfinished_derender_sequences_leave_the_generation_routes_their_streams
     assert first_chunk(url, f"never-ends-{calls - 1}", f"Bearer client-{(calls - 1) % 4}",
                        state={"role_sent": True}).status_code == 200
     assert first_chunk(url, "never-ends-0", "Bearer client-0", state={"role_sent": True}).status_code == 400
+
+
+def test_an_unknown_field_is_ignored_as_vllm_ignores_it_and_logged_once(server):
+    url, log = server
+    for _ in range(3):
+        response = requests.post(url + CHAT, json={**VALID[CHAT], "top_kk": 3, "max_tokens": 2}, timeout=60)
+        assert response.status_code == 200
+    deadline = time.monotonic() + 5
+    while "'top_kk'" not in log.read_text(errors="replace") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [line for line in log.read_text(errors="replace").splitlines() if "'top_kk'" in line]
+    assert len(lines) == 1 and "ChatCompletionRequest" in lines[0] and "ignored" in lines[0]

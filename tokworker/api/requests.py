@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import msgspec
 from msgspec import Meta, Struct
 
 MAX_DEPTH = 128                             # arrays and objects inside each other, the body itself included
@@ -60,6 +61,23 @@ def nesting_over(raw: bytes, limit: int = MAX_DEPTH) -> bool:
         else:
             depth -= 1
     return False
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])   # the body's keys, its values left unread
+
+
+def unknown_fields(raw: bytes, kind: type) -> list[str]:
+    """The top-level fields of a JSON body that `kind` does not know (decoding ignores them, as vLLM does).
+
+    >>> unknown_fields(b'{"model": "m", "messages": [], "top_kk": 3}', ChatCompletionRequest)
+    ['top_kk']
+    """
+    try:
+        keys = _TOP.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return []
+    known = kind.__struct_encode_fields__
+    return [key for key in keys if key not in known]
 
 
 class Body(Struct, kw_only=True):

@@ -30,13 +30,15 @@ from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_co
 from tokworker.api.render import RenderTier, json_response
 from tokworker.api.derender import DerenderTier
 from tokworker.api.requests import (MAX_DEPTH, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
-                                    MessagesRequest, ResponsesRequest, TokenizeRequest, nesting_over)
+                                    MessagesRequest, ResponsesRequest, TokenizeRequest, nesting_over,
+                                    unknown_fields)
 from tokworker.api.serving import Serving
 from tokworker.frontend.errors import PoolError
 from tokworker.protocol.messages import ErrorCode
 from tokworker.wire import home
 
 log = logging.getLogger("tokworker.api")
+IGNORED_LOGGED = 1024                   # distinct unknown fields logged (each once), then no more
 JSON_TYPES = ("application/json", "application/octet-stream")    # or none, or a +json type
 
 
@@ -74,6 +76,7 @@ class Api:
         self._loop_task: asyncio.Task | None = None
         self.generations: Generations | None = None
         self.metrics.gauges = self._gauges
+        self._ignored_fields: set[tuple[str, str]] = set()
 
     async def start(self) -> None:
         await self.engine.start(self.pool)
@@ -146,11 +149,21 @@ class Api:
             body = msgspec.json.decode(raw, type=kind)
         except (msgspec.ValidationError, msgspec.DecodeError) as error:
             raise ApiError.of(error) from None
+        for field in unknown_fields(raw, kind):
+            self._ignored(kind, field)
         model = getattr(body, "model", None)
         if model is not None and model not in self.names:
             raise ApiError(NOT_FOUND, f"the model `{model}` does not exist (this server serves "
                                       f"{', '.join(self.names)})", "model")
         return body
+
+    def _ignored(self, kind: type, field: str) -> None:
+        """A field the body's Struct does not know is ignored, as vLLM ignores it, and logged once."""
+        key = (kind.__name__, field[:100])
+        if key in self._ignored_fields or len(self._ignored_fields) >= IGNORED_LOGGED:
+            return
+        self._ignored_fields.add(key)
+        log.warning("a %s carried the field %r, which this server does not know: ignored (logged once)", *key)
 
     # ------------------------------------------------------------ the other routes
     async def tokenize(self, request: web.Request) -> web.Response:
