@@ -119,6 +119,39 @@ def test_response_format_json_schema_validates(client):
     jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
 
 
+def test_llama_servers_own_constraint_fields_are_honoured(client, front):
+    """grammar, a top-level json_schema and response_format json_object with a schema: llama-server's own
+    fields reach it and hold the output; two of them at once are refused, naming the second."""
+    yes_no = 'root ::= "yes" | "no"'
+    for api in ("chat", "completions"):
+        if api == "chat":
+            reply = client.chat.completions.create(model=MODEL, messages=ask("Is Paris in France?"), temperature=0,
+                                                   max_tokens=5, extra_body={"grammar": yes_no})
+            text = reply.choices[0].message.content
+        else:
+            text = client.completions.create(model=MODEL, prompt="Is Paris in France? Answer:", temperature=0,
+                                             max_tokens=5, extra_body={"grammar": yes_no}).choices[0].text
+        assert text in ("yes", "no"), text
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+    for extra in ({"json_schema": schema}, {"response_format": {"type": "json_object", "schema": schema}}):
+        reply = client.chat.completions.create(model=MODEL, messages=ask("What is 12 times 7? Answer as JSON."),
+                                               temperature=0, max_tokens=40, extra_body=extra)
+        jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
+    with pytest.raises(openai.BadRequestError) as both:
+        client.chat.completions.create(model=MODEL, messages=ask("Hi"), max_tokens=5,
+                                       extra_body={"grammar": yes_no, "json_schema": schema})
+    assert both.value.param == "grammar"
+
+
+def test_a_grammar_is_refused_by_name_where_the_engine_cannot_honour_it():
+    with running(options=ApiOptions(served_model_name=[MODEL])) as replay:
+        response = requests.post(replay.url + "/v1/chat/completions", json={
+            "model": MODEL, "messages": ask("Hi"), "max_tokens": 5, "grammar": 'root ::= "yes"'})
+        assert response.status_code == 400 and response.json()["error"]["param"] == "grammar"
+        assert "llama.cpp" in response.json()["error"]["message"]
+        replay.settled()
+
+
 def test_logprobs_n_stop_max_tokens_and_usage(client):
     reply = client.chat.completions.create(model=MODEL, messages=ask(QUESTIONS[1]), temperature=0, max_tokens=6,
                                            logprobs=True, top_logprobs=3, n=2)

@@ -125,6 +125,10 @@ class Generations:
         plan = exchange.plan
         began, rendered, opened = marks
         try:
+            guide = plan.sampling.guide
+            if guide is not None and guide.grammar is not None and not self.engine.grammars:
+                raise ApiError.invalid(f"a GBNF grammar needs an engine that takes one (llama.cpp); this server's "
+                                       f"engine is {self.engine.name}", plan.guide_param)
             await asyncio.gather(*(self.engine.add(c.name, prompts[c.index // plan.n], sampling[c.index // plan.n])
                                    for c in exchange.choices))
         except Exception as error:

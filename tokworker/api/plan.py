@@ -131,12 +131,22 @@ def _tool_guide(tools: list[dict] | None, choice, served: Served, param: str) ->
     return Guide(tools=tools, tool_name=name, tool_format=_forced_format(served, param))
 
 
-def _schema_guide(response_format) -> Guide | None:
+def _schema_guide(request) -> tuple[Guide | None, str]:
+    """The output's constraint from response_format or llama-server's own fields (`json_schema`, `grammar`),
+    and the field that asked for it; at most one of them."""
+    response_format = request.response_format
+    asked = []
     if isinstance(response_format, JsonSchemaResponseFormat):
-        return Guide(json_schema=response_format.json_schema.schema or {})
-    if isinstance(response_format, JsonObjectFormat):
-        return Guide(json_schema={"type": "object"})
-    return None
+        asked.append((Guide(json_schema=response_format.json_schema.schema or {}), "response_format"))
+    elif isinstance(response_format, JsonObjectFormat):
+        asked.append((Guide(json_schema=response_format.schema or {"type": "object"}), "response_format"))
+    if request.json_schema is not None:
+        asked.append((Guide(json_schema=request.json_schema), "json_schema"))
+    if request.grammar is not None:
+        asked.append((Guide(grammar=request.grammar), "grammar"))
+    if len(asked) > 1:
+        raise ApiError.invalid(f"{' and '.join(p for _, p in asked)} cannot both constrain one output", asked[1][1])
+    return asked[0] if asked else (None, "response_format")
 
 
 def _one_guide(tool_guide: Guide | None, schema_guide: Guide | None, tool_param: str, schema_param: str):
@@ -198,9 +208,9 @@ def plan_chat(request: ChatCompletionRequest, served: Served) -> Plan:
                                "continue_final_message")
     include_usage, continuous = _stream_options(request)
     tools = [plain(t) for t in request.tools] if request.tools else None
+    schema_guide, schema_param = _schema_guide(request)
     guide, guide_param = _one_guide(_tool_guide(tools, request.tool_choice, served, "tool_choice"),
-                                    _schema_guide(request.response_format),
-                                    "tool_choice", "response_format")
+                                    schema_guide, "tool_choice", schema_param)
     parse_tools = tools if tools and request.tool_choice != "none" else None
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
     _check_bias(request, served)
@@ -246,8 +256,8 @@ def plan_completion(request: CompletionRequest, served: Served) -> Plan:
                                "prompt")
     if any(isinstance(p, list) and not p for p in prompts) or any(p == "" for p in prompts):
         raise ApiError.invalid("a prompt is empty", "prompt")
-    guide, guide_param = _one_guide(None, _schema_guide(request.response_format),
-                                    "tool_choice", "response_format")
+    schema_guide, schema_param = _schema_guide(request)
+    guide, guide_param = _one_guide(None, schema_guide, "tool_choice", schema_param)
     return Plan(api="completions", model=served.name, stream=request.stream, n=request.n, prompts=prompts,
                 add_special_tokens=request.add_special_tokens, echo=request.echo,
                 params=_text_params(request, logprobs=request.logprobs,

@@ -81,6 +81,8 @@ def structured_outputs(guide: Guide | None) -> dict | None:
         return None
     if guide.json_schema is not None:
         return {"json": guide.json_schema}
+    if guide.grammar is not None:
+        return {"grammar": guide.grammar}
     if guide.pattern is not None:
         return {"regex": guide.pattern}
     functions = [t["function"] for t in guide.tools or () if guide.tool_name in (None, t["function"]["name"])]

@@ -161,7 +161,7 @@ class TextFormat(Body, tag="text", tag_field="type", kw_only=True):
 
 
 class JsonObjectFormat(Body, tag="json_object", tag_field="type", kw_only=True):
-    pass
+    schema: dict | None = None            # llama-server's extension: the object's schema
 
 
 class JsonSchemaResponseFormat(Body, tag="json_schema", tag_field="type", kw_only=True):
@@ -204,6 +204,10 @@ class Sampling(Body, kw_only=True):
     return_token_ids: bool = False
     request_id: str | None = None
     priority: Long = 0
+    # llama-server's own constraint fields: honoured by an engine that takes them (llama.cpp), refused by
+    # name by the others, never ignored
+    grammar: str | None = None
+    json_schema: dict | None = None
 
 
 class ChatCompletionRequest(Sampling, kw_only=True):

@@ -29,14 +29,16 @@ class EngineError(CodedError):
 class Guide(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """What the output must match, in the form the request gave it: one JSON value of `json_schema`
     (response_format), a call of `tools` in the model's `tool_format` (tool_choice "required", or the tool
-    `tool_name`), or a regex `pattern`. An engine that takes a schema gets it as such; an in-process engine
-    gets token masks the pool compiles from it (pool.compile takes the same fields)."""
+    `tool_name`), a regex `pattern`, or a GBNF `grammar` (llama.cpp's own field: only an engine whose
+    `grammars` is True takes it). An engine that takes a schema gets it as such; an in-process engine
+    gets token masks the pool compiles from it (pool.compile takes the same fields but the grammar)."""
 
     json_schema: dict | None = None
     tools: list[dict] | None = None
     tool_name: str | None = None
     tool_format: str | None = None
     pattern: str | None = None
+    grammar: str | None = None
 
 
 class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
@@ -91,6 +93,7 @@ class Engine:
 
     name = "engine"
     max_model_len: int | None = None
+    grammars = False            # takes a Guide's GBNF grammar (the server refuses one, naming it, otherwise)
 
     def __init__(self):
         self._pending: dict[str, EngineOutput] = {}

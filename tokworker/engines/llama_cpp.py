@@ -53,6 +53,7 @@ _decode_event = msgspec.json.Decoder(_Event).decode
 class LlamaCppEngine(HttpEngine):
     name = "llama.cpp"
     route = "/completion"
+    grammars = True
 
     def __init__(self, url: str, *, cache_prompt: bool = True, **connection):
         super().__init__(url, **connection)
@@ -77,7 +78,9 @@ class LlamaCppEngine(HttpEngine):
             body["logit_bias"] = [[token, bias] for token, bias in sampling.logit_bias.items()]
         guide = sampling.guide
         if guide is not None:
-            if guide.json_schema is not None:
+            if guide.grammar is not None:
+                body["grammar"] = guide.grammar
+            elif guide.json_schema is not None:
                 body["json_schema"] = guide.json_schema
             else:
                 try:
