@@ -68,3 +68,31 @@ def test_llama_tokenize_batches_split_exactly(smollm2_server):
     assert batched == [smollm2_server.tokenize(text) for text in texts]
     with pytest.raises(ValueError, match="separator"):
         llama_tokenize(smollm2(), ["a<empty_output>b"], "<empty_output>", binary=binary("llama-tokenize"))
+
+
+def test_serve_stops_llama_server_on_sigterm():
+    """`python -m tools.llama_server serve` under SIGTERM (a service manager's stop): llama-server goes too,
+    so a rerun finds the port free instead of a server left behind."""
+    import signal
+    import subprocess
+    import sys
+
+    from tools.llama_server import free_port
+
+    smollm2()
+    binary("llama-server")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tools.llama_server", "serve", "--port", str(port)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert "llama-server on" in proc.stdout.readline()
+        assert _listening(port)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        deadline = time.monotonic() + 10
+        while _listening(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _listening(port)
+    finally:
+        proc.kill()
+        proc.wait()

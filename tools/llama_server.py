@@ -27,6 +27,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -174,8 +175,12 @@ class LlamaServer:
                 [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(self.port), *self.args],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             threading.Thread(target=self._keep_output, args=(self.process.stdout,), daemon=True).start()
-            if self._wait_ready():
-                return self
+            try:
+                if self._wait_ready():
+                    return self
+            except BaseException:                  # interrupted while it starts (Ctrl-C, SIGTERM): it stops too
+                self.stop()
+                raise
             self.stop()
             if self.fixed_port or not any("bind" in line or "address" in line.lower() for line in self.output):
                 break
@@ -275,8 +280,10 @@ def main(argv: list[str]) -> int:
             at = args.index("--port")
             port = int(args[at + 1])
             del args[at:at + 2]
+        # SIGTERM stops llama-server too (by default it would end this process and leave its child running)
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
         with LlamaServer(model, *args, port=port) as server:
-            print(f"llama-server on {server.url} (Ctrl-C stops it)", flush=True)
+            print(f"llama-server on {server.url} (Ctrl-C or SIGTERM stops it)", flush=True)
             try:
                 server.process.wait()
             except KeyboardInterrupt:
