@@ -19,20 +19,22 @@ import msgspec
 from tokworker.protocol.messages import CodedError, ErrorCode
 
 NOT_FOUND = "not_found"             # an unknown model or route (HTTP only)
+UNAUTHORIZED = "invalid_api_key"    # no API key, or not one of --api-key's (HTTP only; OpenAI's code)
 
 STATUS = {
     ErrorCode.MALFORMED: 400, ErrorCode.UNKNOWN_TYPE: 400, ErrorCode.INVALID: 400, ErrorCode.TEMPLATE: 400,
     ErrorCode.STREAM_EXISTS: 400, ErrorCode.UNSUPPORTED_VERSION: 400, ErrorCode.FORBIDDEN: 403,
     NOT_FOUND: 404, ErrorCode.TOO_LARGE: 413, ErrorCode.OVERLOADED: 429, ErrorCode.UNAVAILABLE: 501,
-    ErrorCode.SHUTTING_DOWN: 503, ErrorCode.WORKER_LOST: 503, ErrorCode.TIMEOUT: 504,
+    ErrorCode.SHUTTING_DOWN: 503, ErrorCode.WORKER_LOST: 503, ErrorCode.TIMEOUT: 504, UNAUTHORIZED: 401,
+    ErrorCode.ENGINE_ERROR: 502, ErrorCode.ENGINE_UNAVAILABLE: 503, ErrorCode.ENGINE_TIMEOUT: 504,
 }
-OPENAI_TYPE = {400: "invalid_request_error", 403: "permission_error", 404: "invalid_request_error",
-               413: "invalid_request_error", 429: "rate_limit_error", 501: "invalid_request_error",
-               503: "service_unavailable_error", 504: "timeout_error"}
-ANTHROPIC_TYPE = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error",
-                  413: "request_too_large", 429: "rate_limit_error", 501: "invalid_request_error",
-                  503: "overloaded_error", 504: "timeout_error"}
-VLLM_TYPE = {400: "BadRequestError", 403: "PermissionDeniedError", 404: "NotFoundError",
+OPENAI_TYPE = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
+               404: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+               501: "invalid_request_error"}             # 5xx: "server_error", as OpenAI's own 500/502/503
+ANTHROPIC_TYPE = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                  404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                  501: "invalid_request_error", 503: "overloaded_error", 504: "timeout_error"}
+VLLM_TYPE = {400: "BadRequestError", 401: "Unauthorized", 403: "PermissionDeniedError", 404: "NotFoundError",
              501: "NotImplementedError", 500: "InternalServerError"}
 _PATH = re.compile(r" - at (?:`key` in )?`\$\.?([^`]*)`$")
 _MISSING = re.compile(r"missing required field `([^`]*)`")

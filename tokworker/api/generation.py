@@ -57,7 +57,7 @@ class Generations:
                                                  f"server's limit (--max-queued-bytes)")
         self.queued_bytes += len(raw)
         try:
-            await self._prompts_gate.acquire()
+            await self.metrics.queued(self._prompts_gate.acquire())
         finally:
             self.queued_bytes -= len(raw)
         try:
@@ -116,7 +116,8 @@ class Generations:
         opened = time.perf_counter()
         self.serving.admit(exchange)
         try:
-            await asyncio.gather(*(self.engine.add(c.name, prompts[c.index // plan.n], sampling[c.index // plan.n])
+            await asyncio.gather(*(self.engine.add(c.name, prompts[c.index // plan.n],
+                                                   sampling[c.index // plan.n].for_choice(c.index % plan.n))
                                    for c in exchange.choices))
         except Exception as error:
             self.serving.fail(exchange, _guide_error(error, plan))

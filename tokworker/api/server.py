@@ -5,10 +5,12 @@
     app = api.app()                      # an aiohttp Application: run it, or mount it (app.add_subapp)
 
 Routes: POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages (streamed and whole; the
-work of each is generation.py's), /tokenize, /detokenize (vLLM's shapes); GET /v1/models, /health,
-/metrics (Prometheus). A request body is read once, bounded by `max_request_bytes`, and decoded strictly
-into its Struct. Errors are OpenAI's body (Anthropic's on /v1/messages) with the status their code implies;
-the access log has one line per request.
+work of each is generation.py's), /v1/messages/count_tokens, /tokenize, /detokenize (vLLM's shapes); GET
+/v1/models, /health (503 while draining, without a ready worker, or while the engine is down: health.py),
+/metrics (Prometheus). API keys and CORS are access.py's. A request body is read once, bounded by
+`max_request_bytes`, and decoded strictly into its Struct. Errors are OpenAI's body (Anthropic's on
+/v1/messages, vLLM's on its render tier's routes) with the status their code implies, and Retry-After on a
+503; the access log has one line per request.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import time
 import msgspec
 from aiohttp import web, web_log
 
-from tokworker.api.errors import NOT_FOUND, ApiError, anthropic_body, check_vocabulary, openai_body
+from tokworker.api.access import Access
+from tokworker.api.count_tokens import CountTokens
+from tokworker.api.errors import NOT_FOUND, ApiError, anthropic_body, check_vocabulary, openai_body, vllm_body
 from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
+from tokworker.api.health import EngineHealth
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
                                 plan_responses)
@@ -34,6 +39,8 @@ from tokworker.frontend.errors import PoolError
 from tokworker.protocol.messages import ErrorCode
 
 log = logging.getLogger("tokworker.api")
+ANTHROPIC_ROUTES = frozenset(("/v1/messages", "/v1/messages/count_tokens"))
+RETRY_AFTER_S = "1"                      # a 503's Retry-After: the engine's health is polled about this often
 
 
 class ApiOptions(msgspec.Struct, kw_only=True):
@@ -49,6 +56,13 @@ class ApiOptions(msgspec.Struct, kw_only=True):
     drain_timeout: float = 30.0
     derender_state_bytes: int = 64 * 1024 * 1024  # streamed derender sequences kept in the workers (derender.py)
     derender_idle_s: float = 300.0                # a kept sequence idle this long is closed
+    api_key: list[str] = []                  # none: open; else every route but /health needs one (access.py)
+    metrics_open: bool = False               # /metrics without a key
+    allowed_origins: list[str] = msgspec.field(default_factory=lambda: ["*"])   # CORS, as vllm serve's (access.py)
+    allowed_methods: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    health_interval: float = 1.0             # seconds between two polls of the engine's health (health.py)
 
 
 class Api:
@@ -60,7 +74,7 @@ class Api:
         self.options = options or ApiOptions()
         self.names = list(self.options.served_model_name) or [model_root or "default"]
         self.model_root = model_root
-        self.metrics = Metrics()
+        self.metrics = Metrics(self.names[0])
         self.serving = Serving(pool, engine, self.metrics, self.options.max_buffer_bytes)
         self.served: Served | None = None
         self.draining = False
@@ -68,6 +82,12 @@ class Api:
         self._loop_task: asyncio.Task | None = None
         self.generations: Generations | None = None
         self.metrics.gauges = self._gauges
+        self.metrics.running = engine.running
+        self.watch = EngineHealth(engine, self.options.health_interval)
+        options = self.options
+        self.access = Access(options.api_key, metrics_open=options.metrics_open,
+                             allowed_origins=options.allowed_origins, allowed_methods=options.allowed_methods,
+                             allowed_headers=options.allowed_headers, allow_credentials=options.allow_credentials)
 
     async def start(self) -> None:
         await self.engine.start(self.pool)
@@ -76,8 +96,10 @@ class Api:
         self.generations = Generations(self)
         self._loop_task = asyncio.create_task(self.serving.run(), name="tokworker-step-loop")
         self._loop_task.add_done_callback(_report_crash)
+        self.watch.start()
 
     async def close(self) -> None:
+        await self.watch.close()
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
@@ -91,7 +113,10 @@ class Api:
             await asyncio.sleep(0.05)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.options.max_request_bytes, middlewares=[self._errors])
+        access = self.access
+        app = web.Application(client_max_size=self.options.max_request_bytes,
+                              middlewares=[access.preflight, self._errors, access.authenticate, self.watch.gate])
+        app.on_response_prepare.append(access.cors_headers)
         post = [("/v1/chat/completions", self.chat), ("/v1/completions", self.completions),
                 ("/v1/responses", self.responses), ("/v1/messages", self.messages),
                 ("/tokenize", self.tokenize), ("/detokenize", self.detokenize)]
@@ -100,7 +125,7 @@ class Api:
             app.router.add_post(path, handler)
         for path, handler in get:
             app.router.add_get(path, handler)
-        app.router.add_routes(RenderTier(self).routes() + DerenderTier(self).routes())
+        app.router.add_routes(RenderTier(self).routes() + DerenderTier(self).routes() + CountTokens(self).routes())
         return app
 
     # ------------------------------------------------------------ generation routes
@@ -167,7 +192,7 @@ class Api:
             for name in self.names]})
 
     async def health(self, request: web.Request) -> web.Response:
-        ready = not self.draining and any(link.ready for link in self.pool.links)
+        ready = not self.draining and self.watch.ok and any(link.ready for link in self.pool.links)
         return web.Response(status=200 if ready else 503)
 
     async def prometheus(self, request: web.Request) -> web.Response:
@@ -202,8 +227,12 @@ class Api:
         return response
 
     def _error_response(self, request: web.Request, error: ApiError, status: int | None = None) -> web.Response:
-        body = anthropic_body(error) if request.path == "/v1/messages" else openai_body(error)
-        return web.Response(status=status or error.status, body=body, headers=JSON_HEADERS)
+        path = request.path
+        body = anthropic_body(error) if path in ANTHROPIC_ROUTES else \
+            vllm_body(error) if path.endswith(("/render", "/derender")) else openai_body(error)
+        status = status or error.status
+        headers = {**JSON_HEADERS, "Retry-After": RETRY_AFTER_S} if status == 503 else JSON_HEADERS
+        return web.Response(status=status, body=body, headers=headers)
 
 
 class AccessLogger(web_log.AbstractAccessLogger):

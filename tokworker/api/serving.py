@@ -154,6 +154,7 @@ class Serving:
 
     def _deliver(self, choice: Choice, update) -> None:
         exchange = choice.exchange
+        self.metrics.delivered(choice.name, update.finish_reason)
         if exchange.first_at is None and (update.sse or update.deltas):
             exchange.first_at = time.monotonic()
             self.metrics.first_token.observe(exchange.first_at - exchange.started_at)
@@ -197,6 +198,7 @@ class Serving:
             exchange.done.set_result(None)
         end = time.monotonic()
         self.metrics.latency.observe(end - exchange.started_at)
+        self.metrics.closed(exchange)
         self.metrics.generation_tokens += exchange.tokens
         if exchange.first_at is not None and exchange.tokens > 1:
             self.metrics.per_token.observe((end - exchange.first_at) / (exchange.tokens - 1))
