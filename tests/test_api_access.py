@@ -1,7 +1,7 @@
 """API keys and CORS as `vllm serve` has them, on a real `tokworker api` process (the replay engine, the bundled
 tokenizer) driven by the real `openai` and `anthropic` SDKs and by plain HTTP: every API answers 401 in its
 own error body without one of the --api-key keys and 200 with one (OpenAI's SDK sends it as a Bearer token,
-Anthropic's as x-api-key), /health stays open, /metrics is behind the key; a CORS preflight from an allowed
+Anthropic's as x-api-key), /v1/messages/count_tokens counts what /v1/messages would, /health stays open, /metrics is behind the key; a CORS preflight from an allowed
 origin is answered without a key, one from another origin is refused, and responses (streamed ones too)
 carry the allowed origin. Covers tokworker.api.access."""
 
@@ -70,6 +70,14 @@ def test_anthropic_messages_answer_401_in_anthropics_shape_and_200_with_x_api_ke
     message = right.messages.create(model="m", max_tokens=3, messages=ASK)
     assert message.usage.output_tokens == 3
     assert right.messages.count_tokens(model="m", messages=ASK).input_tokens == message.usage.input_tokens
+    # count_tokens renders as /v1/messages does: the system turn and the tools count
+    rich = dict(model="m", system="You are terse.", messages=[*ASK, {"role": "assistant", "content": "Hello."},
+                                                              {"role": "user", "content": "Weather in Bern?"}],
+                tools=[{"name": "get_weather", "description": "The weather in a city.", "input_schema": {
+                    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}])
+    counted = right.messages.count_tokens(**rich).input_tokens
+    assert counted == right.messages.create(max_tokens=2, **rich).usage.input_tokens
+    assert counted > message.usage.input_tokens + 20
     # Anthropic's route takes a Bearer key too, and OpenAI's an x-api-key
     bearer = requests.post(url + "/v1/messages", headers={"Authorization": f"Bearer {KEYS[1]}"},
                            json={"model": "m", "max_tokens": 2, "messages": ASK}, timeout=30)
