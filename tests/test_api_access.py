@@ -1,9 +1,10 @@
 """API keys and CORS as `vllm serve` has them, on a real `tokworker api` process (the replay engine, the bundled
 tokenizer) driven by the real `openai` and `anthropic` SDKs and by plain HTTP: every API answers 401 in its
 own error body without one of the --api-key keys and 200 with one (OpenAI's SDK sends it as a Bearer token,
-Anthropic's as x-api-key), /v1/messages/count_tokens counts what /v1/messages would, /health stays open, /metrics is behind the key; a CORS preflight from an allowed
-origin is answered without a key, one from another origin is refused, and responses (streamed ones too)
-carry the allowed origin. Covers tokworker.api.access."""
+Anthropic's as x-api-key), /v1/messages/count_tokens counts what /v1/messages would, /health stays open,
+/metrics is behind the key; a CORS preflight from an allowed origin is answered without a key, one from
+another origin is refused, and responses (streamed ones too) carry the allowed origin. Covers
+tokworker.api.access and tokworker.api.count_tokens."""
 
 from __future__ import annotations
 
