@@ -16,7 +16,9 @@ import openai
 import pytest
 import requests
 
+from api_server import running
 from engine_servers import process
+from tokworker.api.server import ApiOptions
 from tools.llama_server import free_port
 
 pytestmark = pytest.mark.slow  # a `tokworker api` process and its pool
@@ -140,3 +142,26 @@ def test_responses_to_an_allowed_origin_carry_it_streamed_and_refused_ones_too(u
     assert refused.status_code == 401 and refused.headers["Access-Control-Allow-Origin"] == ORIGIN
     other = requests.get(url + "/v1/models", headers={**headers, "Origin": "https://elsewhere.example"}, timeout=10)
     assert other.status_code == 200 and "Access-Control-Allow-Origin" not in other.headers
+
+
+def test_listed_methods_and_headers_with_credentials():
+    """Any origin with credentials: the origin is mirrored (never "*") with Allow-Credentials; a method or a
+    header outside the lists is refused by name; the allowed headers are listed with CORS' safelisted ones."""
+    options = ApiOptions(served_model_name=["m"], allow_credentials=True, allowed_methods=["GET", "POST"],
+                         allowed_headers=["Authorization"])
+    with running(options=options, workers=1) as server:
+        asked = {"Origin": "https://any.example", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "Authorization, Content-Type"}
+        preflight = requests.options(server.url + "/v1/chat/completions", headers=asked, timeout=10)
+        assert preflight.status_code == 200
+        assert preflight.headers["Access-Control-Allow-Origin"] == "https://any.example"
+        assert preflight.headers["Access-Control-Allow-Credentials"] == "true"
+        assert preflight.headers["Access-Control-Allow-Methods"] == "GET, POST"
+        assert preflight.headers["Access-Control-Allow-Headers"] == \
+            "Accept, Accept-Language, Authorization, Content-Language, Content-Type"
+        refused = requests.options(server.url + "/v1/chat/completions", timeout=10, headers={
+            **asked, "Access-Control-Request-Method": "PUT", "Access-Control-Request-Headers": "X-Other"})
+        assert (refused.status_code, refused.text) == (400, "Disallowed CORS method, headers")
+        simple = requests.get(server.url + "/v1/models", headers={"Origin": "https://any.example"}, timeout=10)
+        assert simple.status_code == 200 and simple.headers["Access-Control-Allow-Origin"] == "https://any.example"
+        assert simple.headers["Access-Control-Allow-Credentials"] == "true" and "Origin" in simple.headers["Vary"]

@@ -32,7 +32,7 @@ from tokworker.api.errors import UNAUTHORIZED, ApiError
 
 KEY_VARIABLES = ("VLLM_API_KEY", "TOKWORKER_API_KEY")
 ALL_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")    # what "*" allows (Starlette's)
-SAFELISTED_HEADERS = frozenset(("accept", "accept-language", "content-language", "content-type"))
+SAFELISTED_HEADERS = frozenset(("Accept", "Accept-Language", "Content-Language", "Content-Type"))
 PREFLIGHT_MAX_AGE = "600"
 
 
@@ -76,7 +76,8 @@ class Access:
         self.origins = frozenset(allowed_origins)
         self.methods = ALL_METHODS if "*" in allowed_methods else tuple(m.upper() for m in allowed_methods)
         self.any_header = "*" in allowed_headers
-        self.headers = SAFELISTED_HEADERS | {h.lower() for h in allowed_headers}
+        self.listed = ", ".join(sorted(SAFELISTED_HEADERS | set(allowed_headers)))   # as Starlette lists them
+        self.headers = {h.lower() for h in SAFELISTED_HEADERS | set(allowed_headers)}
         self.credentials = allow_credentials
 
     def allows(self, key: str | None) -> bool:
@@ -115,7 +116,7 @@ class Access:
             headers["Access-Control-Allow-Headers"] = asked
         else:
             if not self.any_header:
-                headers["Access-Control-Allow-Headers"] = ", ".join(sorted(self.headers))
+                headers["Access-Control-Allow-Headers"] = self.listed
             if asked and any(h.strip().lower() not in self.headers for h in asked.split(",") if h.strip()):
                 refused.append("headers")
         if self.any_origin and not self.credentials:
