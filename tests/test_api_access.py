@@ -165,3 +165,17 @@ def test_listed_methods_and_headers_with_credentials():
         simple = requests.get(server.url + "/v1/models", headers={"Origin": "https://any.example"}, timeout=10)
         assert simple.status_code == 200 and simple.headers["Access-Control-Allow-Origin"] == "https://any.example"
         assert simple.headers["Access-Control-Allow-Credentials"] == "true" and "Origin" in simple.headers["Vary"]
+
+
+def test_usage_errors_exit_2_naming_the_flag(capsys, monkeypatch):
+    """An empty key (flag or environment) and a CORS list that is not JSON are usage errors, before anything
+    starts."""
+    from tokworker.cli import main
+
+    assert main(["api", "--api-key", ""]) == 2
+    assert "API key is empty" in capsys.readouterr().err
+    monkeypatch.setenv("VLLM_API_KEY", "")
+    assert main(["api"]) == 2
+    with pytest.raises(SystemExit) as exited:
+        main(["api", "--allowed-origins", "https://app.example"])
+    assert exited.value.code == 2 and "not a JSON list of strings" in capsys.readouterr().err
