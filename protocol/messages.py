@@ -49,6 +49,10 @@ class ErrorCode:
     MODEL_MISMATCH = "model_mismatch"      # workers of one pool serve different tokenizers
     CONSTRAINT_CHANGED = "constraint_changed"  # a recompiled constraint came back different
     CLOSED = "closed"                      # the pool was closed
+    # Raised by the HTTP front door about its engine (never sent by a worker):
+    ENGINE_ERROR = "engine_error"          # the engine answered wrongly (an error, an id outside the vocabulary)
+    ENGINE_UNAVAILABLE = "engine_unavailable"  # the engine does not answer, or is still loading: retry later
+    ENGINE_TIMEOUT = "engine_timeout"      # the engine took longer than allowed
 
 
 class CodedError(Exception):

@@ -35,11 +35,15 @@ def start(drain_timeout: float):
 def read_stream(url: str, body: dict, into: dict, started: threading.Event) -> None:
     """Read a streamed response to its end: its data lines and when it ended."""
     lines = []
-    with requests.post(url + body.pop("path", "/v1/chat/completions"), json=body, stream=True, timeout=60) as response:
-        for line in response.iter_lines():
-            if line:
-                lines.append(line.decode())
-                started.set()
+    try:
+        with requests.post(url + body.pop("path", "/v1/chat/completions"), json=body, stream=True,
+                           timeout=60) as response:
+            for line in response.iter_lines():
+                if line:
+                    lines.append(line.decode())
+                    started.set()
+    except requests.exceptions.ChunkedEncodingError:      # cut: a second signal stops the server at once
+        lines.append("(cut)")
     into["lines"], into["ended"] = lines, time.monotonic()
 
 
@@ -61,7 +65,7 @@ def test_a_drain_ends_every_stream_with_abort_and_done_then_exits(sig):
         proc.send_signal(sig)
         time.sleep(0.3)
         refused = requests.post(url + "/v1/chat/completions", json={**ENDLESS, "stream": False, "max_tokens": 4})
-        assert refused.status_code == 503 and refused.json()["error"]["type"] == "service_unavailable_error"
+        assert refused.status_code == 503 and refused.json()["error"]["type"] == "server_error"
         for thread in threads:
             thread.join(30)
         assert proc.wait(10) == 0

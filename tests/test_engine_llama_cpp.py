@@ -172,6 +172,19 @@ def test_logprobs_n_stop_max_tokens_and_usage(client):
     assert stopped.choices[0].finish_reason == "stop"
 
 
+def test_seeded_choices_differ_and_come_again(client):
+    """n=2 with a seed: each choice samples with its own seed (seed + index, as vLLM gives each child of a
+    seeded request), so the two choices differ, and the same request gives the same two again."""
+    def choices() -> list[str]:
+        reply = client.chat.completions.create(model=MODEL, messages=ask(QUESTIONS[1]), temperature=1.0,
+                                               max_tokens=24, n=2, seed=1234)
+        return [choice.message.content for choice in reply.choices]
+
+    first = choices()
+    assert first[0] != first[1]
+    assert choices() == first
+
+
 def _slots_busy(llama) -> int:
     with urllib.request.urlopen(llama.url + "/slots", timeout=5) as reply:
         return sum(slot.get("is_processing", False) for slot in json.loads(reply.read()))

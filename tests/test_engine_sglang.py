@@ -95,7 +95,8 @@ def test_the_adapter_maps_sglangs_answers(engine, script):
 
 def test_an_event_past_max_event_bytes_ends_the_request(request, engine, script):
     """Events are bounded in bytes: with logprobs, SGLang's default events (every id and logprob so far) pass
-    2 KiB within a few dozen ids and end the request with "too_large"; incremental ones stay small."""
+    2 KiB within a few dozen ids and end the request with "engine_error" (502: the engine's answer, not the
+    client's request, was too large); incremental ones stay small."""
     async def run():
         adapter = SglangEngine(engine, max_event_bytes=2048)
         await adapter.start(None)
@@ -108,7 +109,7 @@ def test_an_event_past_max_event_bytes_ends_the_request(request, engine, script)
     outputs = asyncio.run(run())
     ids = [i for out in outputs for i in out.ids]
     if request.node.callspec.params["engine"] == "cumulative":
-        assert outputs[-1].finish == "error" and outputs[-1].error.code == ErrorCode.TOO_LARGE
+        assert outputs[-1].finish == "error" and outputs[-1].error.code == ErrorCode.ENGINE_ERROR
         assert ids == script[:len(ids)] and 5 < len(ids) < 100
     else:
         assert outputs[-1].finish == "length" and ids == script[:100]

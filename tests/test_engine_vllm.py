@@ -83,7 +83,7 @@ def test_the_cli_names_the_vllm_engine():
 
 def test_the_adapter_maps_vllms_refusals_and_failures_to_engine_errors(engine, script):
     """Straight to the adapter: vLLM's 400 for an empty prompt is add()'s EngineError (invalid); a request the
-    engine fails after two ids ends with finish "error"; the context length is vLLM's."""
+    engine fails after two ids ends with finish "error" (the engine's error, 502); the context length is vLLM's."""
     async def run():
         adapter = VllmEngine(engine)
         await adapter.start(None)
@@ -94,7 +94,7 @@ def test_the_adapter_maps_vllms_refusals_and_failures_to_engine_errors(engine, s
             assert refused.value.code == ErrorCode.INVALID and "token_ids" in str(refused.value)
             await adapter.add("fails", [1, 2, 3], SamplingParams(max_tokens=10, seed=FAIL_SEED))
             outputs = await collect(adapter, "fails")
-            assert outputs[-1].finish == "error" and outputs[-1].error.code == ErrorCode.INTERNAL
+            assert outputs[-1].finish == "error" and outputs[-1].error.code == ErrorCode.ENGINE_ERROR
             assert [i for out in outputs for i in out.ids] == script[:1]     # the failing step's id never came
             await adapter.add("logprobs", [1, 2, 3], SamplingParams(max_tokens=2, logprobs=0))
             outputs = await collect(adapter, "logprobs")

@@ -179,7 +179,7 @@ def test_each_format_writes_its_own_error(api):
         assert event == b"event: error\ndata: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
         ErrorResponse.model_validate(body)          # the SDK's own type for it (it raises this event)
         return
-    assert body == {"error": {"message": "its worker died", "type": "service_unavailable_error", "param": None,
+    assert body == {"error": {"message": "its worker died", "type": "server_error", "param": None,
                               "code": "worker_lost"}}
     if api == "responses":
         (n1, error), (n2, failed) = [(n, d) for n, d in events(api, event)]

@@ -16,6 +16,18 @@ def _flag(field: str) -> str:
     return VLLM_NAMES.get(field) or "--" + field.removesuffix("_s").replace("_", "-")
 
 
+def _json_list(text: str) -> list[str]:
+    """vLLM's spelling of --allowed-origins and its siblings: a JSON list of strings ('["https://a.example"]')."""
+    import json
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise argparse.ArgumentTypeError(f"not a JSON list of strings: {text!r} (as vllm serve: '[\"*\"]')")
+    return value
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
     try:
@@ -103,6 +115,20 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds a streamed derender sequence may wait for its next chunk before it is closed")
     api.add_argument("--replay-step-interval", type=float, default=0.01,
                      help="seconds per step of the replay engine (default: 0.01)")
+    api.add_argument("--api-key", action="extend", nargs="+", metavar="KEY",
+                     help="require one of these keys (repeatable), as `Authorization: Bearer KEY` or `x-api-key: KEY`, "
+                          "on every route but /health; without it VLLM_API_KEY and TOKWORKER_API_KEY are read")
+    api.add_argument("--metrics-open", action="store_true", help="serve /metrics without an API key")
+    api.add_argument("--allowed-origins", type=_json_list, default=["*"], metavar="JSON",
+                     help='CORS: origins allowed, a JSON list (default: ["*"])')
+    api.add_argument("--allowed-methods", type=_json_list, default=["*"], metavar="JSON",
+                     help='CORS: methods allowed, a JSON list (default: ["*"])')
+    api.add_argument("--allowed-headers", type=_json_list, default=["*"], metavar="JSON",
+                     help='CORS: request headers allowed, a JSON list (default: ["*"])')
+    api.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials (cookies)")
+    api.add_argument("--health-interval", type=float, default=1.0, metavar="SECONDS",
+                     help="seconds between two checks of the engine's health; /health answers 503 while it fails "
+                          "(default: 1)")
     api.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     api.add_argument("--enable-auto-tool-choice", action="store_true",
                      help="accepted for vLLM's command lines: tool calls are parsed whenever a request has tools")
@@ -152,6 +178,7 @@ def _api(args: argparse.Namespace) -> int:
 
     import uvloop
 
+    from tokworker.api.access import api_keys
     from tokworker.api.run import engine_for, serve_http
     from tokworker.api.workers_at import workers_at_from
     from tokworker.api.server import ApiOptions
@@ -162,6 +189,7 @@ def _api(args: argparse.Namespace) -> int:
         engine = engine_for(args.engine, args.engine_url, replay_step_interval=args.replay_step_interval,
                             max_model_len=args.max_model_len)
         workers_at = workers_at_from(args)
+        keys = api_keys(args.api_key)
     except ValueError as exc:
         print(f"tokworker api: {exc}", file=sys.stderr)
         return 2
@@ -172,7 +200,10 @@ def _api(args: argparse.Namespace) -> int:
                          max_buffer_bytes=args.max_buffer_bytes, max_queued_bytes=args.max_queued_bytes,
                          direct_streaming=args.direct_streaming, drain_timeout=args.drain_timeout_s,
                          derender_state_bytes=args.derender_state_bytes, derender_idle_s=args.derender_idle_s,
-                         derender_max_streams=args.derender_max_streams)
+                         derender_max_streams=args.derender_max_streams, api_key=keys,
+                         metrics_open=args.metrics_open, allowed_origins=args.allowed_origins,
+                         allowed_methods=args.allowed_methods, allowed_headers=args.allowed_headers,
+                         allow_credentials=args.allow_credentials, health_interval=args.health_interval)
     uvloop.run(serve_http(workers_at or spawn, options, engine, host=args.host, port=args.port,
                           model_root=args.model_dir or ("" if workers_at else str(DEFAULT_MODEL_DIR))))
     return 0

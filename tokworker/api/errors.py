@@ -21,14 +21,20 @@ from tokworker.wire import home
 
 NOT_FOUND = "not_found"             # an unknown model or route (HTTP only)
 CONTEXT_LENGTH = "context_length_exceeded"   # a prompt over the context: OpenAI's code, a 400 (HTTP only)
+UNAUTHORIZED = "invalid_api_key"    # no API key, or not one of --api-key's (HTTP only; OpenAI's code)
 
 STATUS = {
     ErrorCode.MALFORMED: 400, ErrorCode.UNKNOWN_TYPE: 400, ErrorCode.INVALID: 400, ErrorCode.TEMPLATE: 400,
     ErrorCode.STREAM_EXISTS: 400, ErrorCode.UNSUPPORTED_VERSION: 400, ErrorCode.FORBIDDEN: 403,
-    NOT_FOUND: 404, CONTEXT_LENGTH: 400, ErrorCode.TOO_LARGE: 413, ErrorCode.OVERLOADED: 429, ErrorCode.UNAVAILABLE: 501,
-    ErrorCode.SHUTTING_DOWN: 503, ErrorCode.WORKER_LOST: 503, ErrorCode.TIMEOUT: 504,
+    NOT_FOUND: 404, CONTEXT_LENGTH: 400, ErrorCode.TOO_LARGE: 413, ErrorCode.OVERLOADED: 429,
+    ErrorCode.UNAVAILABLE: 501, ErrorCode.SHUTTING_DOWN: 503, ErrorCode.WORKER_LOST: 503, ErrorCode.TIMEOUT: 504,
+    UNAUTHORIZED: 401, ErrorCode.ENGINE_ERROR: 502, ErrorCode.ENGINE_UNAVAILABLE: 503, ErrorCode.ENGINE_TIMEOUT: 504,
+    # the pool's own trouble with a stream or a worker: the server's, and worth a retry
+    ErrorCode.UNKNOWN_STREAM: 503, ErrorCode.STREAM_FAILED: 503, ErrorCode.STALE: 503, ErrorCode.CLOSED: 503,
+    ErrorCode.WORKER_FAILED: 503, ErrorCode.OUT_OF_MEMORY: 503, ErrorCode.UNKNOWN_CONSTRAINT: 503,
+    ErrorCode.CONSTRAINT_CHANGED: 503,
 }
-VLLM_TYPE = {400: "BadRequestError", 403: "PermissionDeniedError", 404: "NotFoundError",
+VLLM_TYPE = {400: "BadRequestError", 401: "Unauthorized", 403: "PermissionDeniedError", 404: "NotFoundError",
              501: "NotImplementedError", 500: "InternalServerError"}
 _PATH = re.compile(r" - at (?:`key` in )?`\$\.?([^`]*)`$")
 _MISSING = re.compile(r"missing required field `([^`]*)`")

@@ -54,7 +54,7 @@ class Generations:
                                                  f"server's limit (--max-queued-bytes)")
         self.queued_bytes += len(raw)
         try:
-            await self._prompts_gate.acquire()
+            await self.metrics.queued(self._prompts_gate.acquire())
         finally:
             self.queued_bytes -= len(raw)
         try:
@@ -129,7 +129,9 @@ class Generations:
             if guide is not None and guide.grammar is not None and not self.engine.grammars:
                 raise ApiError.invalid(f"a GBNF grammar needs an engine that takes one (llama.cpp); this server's "
                                        f"engine is {self.engine.name}", plan.guide_param)
-            await asyncio.gather(*(self.engine.add(c.name, prompts[c.index // plan.n], sampling[c.index // plan.n])
+            # each choice its own seed (seed + index within its prompt's choices), as vLLM
+            await asyncio.gather(*(self.engine.add(c.name, prompts[c.index // plan.n],
+                                                   sampling[c.index // plan.n].for_choice(c.index % plan.n))
                                    for c in exchange.choices))
         except Exception as error:
             self.serving.fail(exchange, _guide_error(error, plan))

@@ -409,6 +409,16 @@ class MessagesRequest(Body, kw_only=True):
     metadata: dict | None = None
 
 
+class CountTokensRequest(Body, kw_only=True):
+    """POST /v1/messages/count_tokens: a Messages request's prompt fields (no max_tokens, no sampling)."""
+    model: str | None = None
+    messages: Annotated[list[AnthropicMessage], Meta(min_length=1)]
+    system: str | list[AnthropicText] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
+    thinking: AnthropicThinkingConfig | None = None
+
+
 # ---------------------------------------------------------------- vLLM's /tokenize and /detokenize
 
 class TokenizeRequest(Body, kw_only=True):

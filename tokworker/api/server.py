@@ -5,11 +5,14 @@
     app = api.app()                      # an aiohttp Application: run it, or mount it (app.add_subapp)
 
 Routes: POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages (streamed and whole; the
-work of each is generation.py's), /tokenize, /detokenize (vLLM's shapes); GET /v1/models, /health,
-/metrics (Prometheus). A request body is read once, bounded by `max_request_bytes`, refused when it is declared
-another format than JSON or nests deeper than requests.MAX_DEPTH, and decoded strictly into its Struct. Errors
-are OpenAI's body (Anthropic's on /v1/messages) with the status their code implies, and one rate-limited log
-line each (errorlog.py: a traceback only for a bug); the access log has one line per request.
+work of each is generation.py's), /v1/messages/count_tokens, /tokenize, /detokenize (vLLM's shapes); GET
+/v1/models, /health (503 while draining, without a ready worker, or while the engine is down: health.py),
+/metrics (Prometheus). API keys and CORS are access.py's. A request body is read once, bounded by
+`max_request_bytes`, refused when it is declared another format than JSON or nests deeper than
+requests.MAX_DEPTH, and decoded into its Struct (a field it does not know is ignored and logged once).
+Errors are the route's own body (OpenAI's; Anthropic's on /v1/messages*, vLLM's on its render tier's routes,
+wherever the app is mounted) with the status their code implies, Retry-After on a 503, and one rate-limited
+log line each (errorlog.py: a traceback only for a bug); the access log has one line per request.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ import time
 import msgspec
 from aiohttp import web, web_log
 
+from tokworker.api.access import Access
+from tokworker.api.count_tokens import CountTokens
 from tokworker.api.errorlog import ErrorLog
-from tokworker.api.errors import NOT_FOUND, ApiError, check_vocabulary
+from tokworker.api.errors import NOT_FOUND, ApiError, check_vocabulary, vllm_body
 from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
+from tokworker.api.health import EngineHealth
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
                                 plan_responses, request_template_kwargs)
@@ -40,6 +46,7 @@ from tokworker.wire import home
 log = logging.getLogger("tokworker.api")
 IGNORED_LOGGED = 1024                   # distinct unknown fields logged (each once), then no more
 JSON_TYPES = ("application/json", "application/octet-stream")    # or none, or a +json type
+RETRY_AFTER_S = "1"                      # a 503's Retry-After: the engine's health is polled about this often
 
 
 class ApiOptions(msgspec.Struct, kw_only=True):
@@ -56,6 +63,13 @@ class ApiOptions(msgspec.Struct, kw_only=True):
     derender_state_bytes: int = 64 * 1024 * 1024  # streamed derender sequences kept in the workers (derender.py)
     derender_max_streams: int = 1024              # and how many (at most half the pool's streams)
     derender_idle_s: float = 300.0                # a kept sequence idle this long is closed
+    api_key: list[str] = []                  # none: open; else every route but /health needs one (access.py)
+    metrics_open: bool = False               # /metrics without a key
+    allowed_origins: list[str] = msgspec.field(default_factory=lambda: ["*"])   # CORS, as vllm serve's (access.py)
+    allowed_methods: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    health_interval: float = 1.0             # seconds between two polls of the engine's health (health.py)
 
 
 class Api:
@@ -67,7 +81,7 @@ class Api:
         self.options = options or ApiOptions()
         self.names = list(self.options.served_model_name) or [model_root or "default"]
         self.model_root = model_root
-        self.metrics = Metrics()
+        self.metrics = Metrics(self.names[0])
         self.errors = ErrorLog(log)
         self.serving = Serving(pool, engine, self.metrics, self.options.max_buffer_bytes)
         self.served: Served | None = None
@@ -77,6 +91,12 @@ class Api:
         self.generations: Generations | None = None
         self.metrics.gauges = self._gauges
         self._ignored_fields: set[tuple[str, str]] = set()
+        self.metrics.running = engine.running
+        self.watch = EngineHealth(engine, self.options.health_interval)
+        options = self.options
+        self.access = Access(options.api_key, metrics_open=options.metrics_open,
+                             allowed_origins=options.allowed_origins, allowed_methods=options.allowed_methods,
+                             allowed_headers=options.allowed_headers, allow_credentials=options.allow_credentials)
 
     async def start(self) -> None:
         await self.engine.start(self.pool)
@@ -85,8 +105,10 @@ class Api:
         self.generations = Generations(self)
         self._loop_task = asyncio.create_task(self.serving.run(), name="tokworker-step-loop")
         self._loop_task.add_done_callback(_report_crash)
+        self.watch.start()
 
     async def close(self) -> None:
+        await self.watch.close()
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
@@ -107,7 +129,10 @@ class Api:
                 await asyncio.sleep(0.01)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.options.max_request_bytes, middlewares=[self._errors])
+        access = self.access
+        app = web.Application(client_max_size=self.options.max_request_bytes,
+                              middlewares=[access.preflight, self._errors, access.authenticate, self.watch.gate])
+        app.on_response_prepare.append(access.cors_headers)
         post = [("/v1/chat/completions", self.chat), ("/v1/completions", self.completions),
                 ("/v1/responses", self.responses), ("/v1/messages", self.messages),
                 ("/tokenize", self.tokenize), ("/detokenize", self.detokenize)]
@@ -116,7 +141,7 @@ class Api:
             app.router.add_post(path, handler)
         for path, handler in get:
             app.router.add_get(path, handler)
-        app.router.add_routes(RenderTier(self).routes() + DerenderTier(self).routes())
+        app.router.add_routes(RenderTier(self).routes() + DerenderTier(self).routes() + CountTokens(self).routes())
         return app
 
     # ------------------------------------------------------------ generation routes
@@ -198,7 +223,7 @@ class Api:
             for name in self.names]})
 
     async def health(self, request: web.Request) -> web.Response:
-        ready = not self.draining and any(link.ready for link in self.pool.links)
+        ready = not self.draining and self.watch.ok and any(link.ready for link in self.pool.links)
         return web.Response(status=200 if ready else 503)
 
     async def prometheus(self, request: web.Request) -> web.Response:
@@ -238,14 +263,22 @@ class Api:
         status = status or error.status
         if not logged:
             self.errors.refused(request, status, error.code, error.message, error.param)
-        handler = getattr(request.match_info.handler, "__func__", None)
-        api = ROUTE_API.get(handler, "chat")
-        return web.Response(status=status, body=home(api).error_body(status, error.code, error.message, error.param),
-                            headers=JSON_HEADERS)
+        headers = {**JSON_HEADERS, "Retry-After": RETRY_AFTER_S} if status == 503 else JSON_HEADERS
+        return web.Response(status=status, body=error_body(request, error, status), headers=headers)
+
+
+def error_body(request: web.Request, error: ApiError, status: int) -> bytes:
+    """`error` in the shape of the API its route serves: read from the route's handler, not its path, so an
+    app mounted under a prefix answers the same."""
+    handler = request.match_info.handler
+    if isinstance(getattr(handler, "__self__", None), (RenderTier, DerenderTier)):
+        return vllm_body(error)
+    api = ROUTE_API.get(getattr(handler, "__func__", None), "chat")
+    return home(api).error_body(status, error.code, error.message, error.param)
 
 
 # routes that answer in another API's error shape than OpenAI's
-ROUTE_API = {Api.messages: "anthropic"}
+ROUTE_API = {Api.messages: "anthropic", CountTokens.count: "anthropic"}
 
 
 class AccessLogger(web_log.AbstractAccessLogger):

@@ -30,7 +30,7 @@ class Choice:
     """One stream of an exchange: its name on the pool and in the engine, its index in the response, and
     (whole) the choice's finished JSON from its worker."""
 
-    __slots__ = ("name", "index", "exchange", "body", "engine_done", "usage", "ended")
+    __slots__ = ("name", "index", "exchange", "body", "engine_done", "usage", "ended", "last_at", "finish")
 
     def __init__(self, name: str, index: int, exchange: "Exchange"):
         self.name = name
@@ -40,6 +40,8 @@ class Choice:
         self.engine_done = False
         self.usage = None
         self.ended = False
+        self.last_at = 0.0                  # its engine output before this one (inter-token latency)
+        self.finish: str | None = None      # its finish reason (request_success)
 
 
 class Exchange:
@@ -128,9 +130,10 @@ class Serving:
         self.exchanges += 1
 
     async def run(self) -> None:
-        engine, pool, choices = self.engine, self.pool, self.choices
+        engine, pool, choices, gap = self.engine, self.pool, self.choices, self.metrics.gap
         while True:
             outputs = await engine.outputs()
+            now = time.monotonic()
             step, finish, aborted = {}, [], []
             for out in outputs:
                 choice = choices.get(out.request_id)
@@ -142,9 +145,12 @@ class Serving:
                     continue
                 ids = out.ids
                 exchange = choice.exchange
+                if choice.last_at:
+                    gap(now - choice.last_at)
                 if exchange.first_at is None and ids:
-                    exchange.first_at = time.monotonic()
-                    self.metrics.first_token.observe(exchange.first_at - exchange.started_at)
+                    exchange.first_at = now
+                    self.metrics.first_token.observe(now - exchange.started_at)
+                choice.last_at = now
                 exchange.tokens += len(ids)
                 step[out.request_id] = ids if out.logprobs is None else (ids, out.logprobs)
                 if out.finish is not None:
@@ -189,6 +195,7 @@ class Serving:
             return
         choice.usage = update.usage
         choice.body = update.body
+        choice.finish = finish_reason
         if finish_reason == "abort" and exchange.direct:  # its worker can no longer write to the client
             self.end(exchange, "the client went away")
             return
@@ -239,6 +246,7 @@ class Serving:
             exchange.done.set_result(None)
         end = time.monotonic()
         self.metrics.latency.observe(end - exchange.started_at)
+        self.metrics.closed(exchange)
         self.metrics.generation_tokens += exchange.tokens
         if exchange.first_at is not None and exchange.tokens > 1:
             self.metrics.per_token.observe((end - exchange.first_at) / (exchange.tokens - 1))

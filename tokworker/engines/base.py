@@ -22,8 +22,10 @@ from tokworker.protocol.messages import CodedError
 
 
 class EngineError(CodedError):
-    """An engine refused or failed a request; `code` is an ErrorCode value (invalid, too_large, overloaded,
-    unavailable, timeout, internal), so the HTTP status follows from it as from any pool error."""
+    """An engine refused or failed a request; `code` is an ErrorCode value, so the HTTP status follows from it
+    as from any pool error: what the request asked wrongly (invalid, too_large, unavailable: a capability the
+    engine lacks), overloaded (429), or the engine's own failure: engine_error (a bad answer, 502),
+    engine_unavailable (unreachable or loading, 503), engine_timeout (504)."""
 
 
 class Guide(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -72,6 +74,19 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
         """
         return {theirs: value for ours, theirs in names.items() if (value := getattr(self, ours)) is not None}
 
+    def for_choice(self, index: int) -> "SamplingParams":
+        """Choice `index`'s sampling among a request's n: its own seed, `seed + index` as vLLM gives each child
+        of a seeded request, so seeded choices differ and each is reproducible.
+
+        >>> [SamplingParams(max_tokens=8, seed=7).for_choice(i).seed for i in range(3)]
+        [7, 8, 9]
+        >>> SamplingParams(max_tokens=8).for_choice(2).seed is None
+        True
+        """
+        if self.seed is None or index == 0:
+            return self
+        return msgspec.structs.replace(self, seed=self.seed + index)
+
 
 class EngineOutput(msgspec.Struct, gc=False):
     """What one request produced since the engine's last step handed out: new ids, one
@@ -118,6 +133,11 @@ class Engine:
     def running(self) -> int:
         """Requests the engine is working on (for /metrics and the tests' abort checks)."""
         return 0
+
+    async def healthy(self) -> bool:
+        """Whether the engine can take requests now (the server polls it in the background for /health; an
+        engine reached over the network asks the engine's own health route). In-process: always."""
+        return True
 
     # ------------------------------------------------------------ what every engine shares
     def emit(self, request_id: str, ids: list[int], logprobs: list | None = None, finish: str | None = None,

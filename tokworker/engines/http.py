@@ -23,9 +23,11 @@ from tokworker.constrain.tool_choice import tool_call_pattern
 from tokworker.engines.base import Engine, EngineError, Guide, SamplingParams
 from tokworker.protocol.messages import ErrorCode
 
-STATUS_CODES = {400: ErrorCode.INVALID, 404: ErrorCode.UNAVAILABLE, 413: ErrorCode.TOO_LARGE,
-                422: ErrorCode.INVALID, 429: ErrorCode.OVERLOADED, 501: ErrorCode.UNAVAILABLE,
-                503: ErrorCode.OVERLOADED, 504: ErrorCode.TIMEOUT}
+# The engine's answer to a request, as the HTTP caller's: what the request asked wrongly stays the client's
+# (400, 413, 422), a full engine is 429 as there; anything else is the engine's failure, not the request's:
+# 503 unreachable or loading (llama-server answers 503 while it loads the model), 504 a timeout, the rest 502.
+STATUS_CODES = {400: ErrorCode.INVALID, 413: ErrorCode.TOO_LARGE, 422: ErrorCode.INVALID, 429: ErrorCode.OVERLOADED,
+                501: ErrorCode.UNAVAILABLE, 503: ErrorCode.ENGINE_UNAVAILABLE, 504: ErrorCode.ENGINE_TIMEOUT}
 log = logging.getLogger("tokworker.engines")
 DEFAULTED = {"stop_token_ids", "ignore_eos", "min_tokens", "logit_bias"}     # set when not [] / False / 0
 DATA = b"data: "
@@ -38,14 +40,17 @@ class HttpEngine(Engine):
     """An engine reached over HTTP at `url`; subclasses set `name`, `route` and implement body() and read()."""
 
     route = "/"
+    health_route = "/health"                        # llama-server's, vLLM's and SGLang's: 200 when ready
 
     def __init__(self, url: str, *, max_connections: int = 256, connect_timeout: float = 10.0,
-                 max_event_bytes: int = 4 << 20):
+                 max_event_bytes: int = 4 << 20, health_timeout: float = 2.0):
         super().__init__()
         self.url = url.rstrip("/")
         self.max_connections = max_connections
         self.connect_timeout = connect_timeout
         self.max_event_bytes = max_event_bytes     # one SSE line (SGLang's default events grow with the output)
+        self.health_timeout = health_timeout
+        self.vocab_size = 1 << 62                  # the pool's, from start(): an id past it is the engine's error
         self.session = None
         self.tasks: dict[str, asyncio.Task] = {}
         self.kept: dict[str, object] = {}              # what read() keeps per request between its events
@@ -55,6 +60,8 @@ class HttpEngine(Engine):
         import aiohttp
 
         await super().start(pool)
+        if pool is not None:
+            self.vocab_size = pool.info.vocab_size
         # aiohttp refuses a line past twice its read buffer: that bounds one event in bytes
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.max_connections),
                                              timeout=aiohttp.ClientTimeout(sock_connect=self.connect_timeout),
@@ -63,7 +70,7 @@ class HttpEngine(Engine):
             await self.probe(pool)
         except (aiohttp.ClientError, OSError, ValueError) as error:
             await self.session.close()
-            raise EngineError(ErrorCode.UNAVAILABLE, f"{self.name} at {self.url} does not answer: {error}")
+            raise EngineError(ErrorCode.ENGINE_UNAVAILABLE, f"{self.name} at {self.url} does not answer: {error}")
         except BaseException:
             await self.session.close()
             raise
@@ -89,6 +96,29 @@ class HttpEngine(Engine):
 
     def running(self) -> int:
         return len(self.tasks)
+
+    async def healthy(self) -> bool:
+        """GET the engine's health route: 200 within health_timeout seconds, or not healthy."""
+        import aiohttp
+
+        if self.session is None or self.session.closed:
+            return False
+        try:
+            async with self.session.get(self.url + self.health_route,
+                                        timeout=aiohttp.ClientTimeout(total=self.health_timeout)) as response:
+                return response.status == 200
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            return False
+
+    def emit(self, request_id: str, ids: list[int], logprobs: list | None = None, finish: str | None = None,
+             error: EngineError | None = None) -> None:
+        """Engine.emit, refusing ids outside the vocabulary: an engine on another model is the engine's error
+        (502), not a bad request."""
+        if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
+            bad = next(i for i in ids if not 0 <= i < self.vocab_size)
+            raise EngineError(ErrorCode.ENGINE_ERROR, f"{self.name} sent token id {bad}, outside the model's "
+                                                      f"vocabulary (0..{self.vocab_size - 1}): is it the same model?")
+        super().emit(request_id, ids, logprobs, finish, error)
 
     def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
         raise NotImplementedError
@@ -139,13 +169,13 @@ class HttpEngine(Engine):
         try:
             async with self.session.post(self.url + self.route, data=encode(body), headers=JSON) as response:
                 if response.status != 200:
-                    raise EngineError(STATUS_CODES.get(response.status, ErrorCode.INTERNAL),
+                    raise EngineError(STATUS_CODES.get(response.status, ErrorCode.ENGINE_ERROR),
                                       f"{self.name} answered {response.status}: {message(await response.read())}")
                 accepted.set_result(None)
                 async for line in response.content:
                     if line.startswith(DATA) and read(request_id, line[6:].rstrip(), sampling):
                         return
-            raise EngineError(ErrorCode.INTERNAL, f"{self.name} ended the stream before the request finished")
+            raise EngineError(ErrorCode.ENGINE_ERROR, f"{self.name} ended the stream before the request finished")
         except asyncio.CancelledError:
             raise
         except Exception as failure:               # whatever it is, the request ends with it: nothing hangs
@@ -163,11 +193,13 @@ def _engine_error(failure: Exception, name: str, url: str, max_event_bytes: int)
     if isinstance(failure, EngineError):
         return failure
     if isinstance(failure, LineTooLong):
-        return EngineError(ErrorCode.TOO_LARGE, f"{name} sent an event over {max_event_bytes} bytes")
-    if isinstance(failure, (aiohttp.ClientError, OSError)):
-        return EngineError(ErrorCode.UNAVAILABLE, f"{name} at {url}: {failure}")
+        return EngineError(ErrorCode.ENGINE_ERROR, f"{name} sent an event over {max_event_bytes} bytes")
+    if isinstance(failure, asyncio.TimeoutError):
+        return EngineError(ErrorCode.ENGINE_TIMEOUT, f"{name} at {url} timed out: {failure}")
+    if isinstance(failure, (aiohttp.ClientError, OSError)):       # refused, reset, closed mid-stream
+        return EngineError(ErrorCode.ENGINE_UNAVAILABLE, f"{name} at {url}: {failure}")
     log.exception("%s sent what the adapter cannot read", name)
-    return EngineError(ErrorCode.INTERNAL, f"{name} sent what the adapter cannot read: {failure!r}"[:500])
+    return EngineError(ErrorCode.ENGINE_ERROR, f"{name} sent what the adapter cannot read: {failure!r}"[:500])
 
 
 def engine_params(sampling: SamplingParams, names: dict[str, str]) -> dict:

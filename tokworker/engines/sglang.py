@@ -65,10 +65,10 @@ class SglangEngine(HttpEngine):
 
     def read(self, request_id: str, payload: bytes, sampling: SamplingParams) -> bool:
         if payload == DONE:
-            raise EngineError(ErrorCode.INTERNAL, "sglang ended the stream without a finish_reason")
+            raise EngineError(ErrorCode.ENGINE_ERROR, "sglang ended the stream without a finish_reason")
         event = _decode_event(payload)
         if event.error is not None:
-            raise EngineError(STATUS_CODES.get(event.error.get("code"), ErrorCode.INTERNAL),
+            raise EngineError(STATUS_CODES.get(event.error.get("code"), ErrorCode.ENGINE_ERROR),
                               f"sglang failed the request: {event.error.get('message')}")
         meta = event.meta_info or _Meta()
         ids, seen = event.output_ids, self.kept.get(request_id, 0)      # kept: the ids handed out so far
@@ -79,7 +79,7 @@ class SglangEngine(HttpEngine):
         reason = meta.finish_reason
         finish = None if reason is None else FINISHES.get(reason.get("type"), "stop")
         if finish == "abort" and reason.get("status_code"):   # the scheduler refused it (a long prompt, ...)
-            raise EngineError(STATUS_CODES.get(reason["status_code"], ErrorCode.INTERNAL),
+            raise EngineError(STATUS_CODES.get(reason["status_code"], ErrorCode.ENGINE_ERROR),
                               f"sglang aborted the request: {reason.get('message')}")
         if ids or finish is not None:
             self.emit(request_id, ids, _logprobs(meta, len(ids), sampling.logprobs), finish)

@@ -73,10 +73,10 @@ class VllmEngine(HttpEngine):
 
     def read(self, request_id: str, payload: bytes, sampling: SamplingParams) -> bool:
         if payload == DONE:
-            raise EngineError(ErrorCode.INTERNAL, "vllm ended the stream without a finish_reason")
+            raise EngineError(ErrorCode.ENGINE_ERROR, "vllm ended the stream without a finish_reason")
         event = _decode_event(payload)
         if event.error is not None:
-            raise EngineError(ErrorCode.INTERNAL, f"vllm failed the request: {event.error.get('message')}")
+            raise EngineError(ErrorCode.ENGINE_ERROR, f"vllm failed the request: {event.error.get('message')}")
         if request_id not in self.kept and event.request_id is not None:
             self.kept[request_id] = event.request_id        # the id vLLM knows it by, for its abort route
         for choice in event.choices:

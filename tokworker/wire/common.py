@@ -126,9 +126,7 @@ class Collected:
 
 
 # OpenAI's error body: `type` follows the HTTP status (another 4xx: invalid_request_error, a 5xx: server_error).
-OPENAI_TYPE = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-               501: "invalid_request_error", 503: "service_unavailable_error", 504: "timeout_error"}
+OPENAI_TYPE = {403: "permission_error", 429: "rate_limit_error"}     # as OpenAI's own (its 401 too)
 
 
 def openai_error(status: int, code: str, message: str, param: str | None) -> bytes:
