@@ -47,9 +47,10 @@ class ToolParser:
     string_args = -1
     is_string_piece = STRING_PIECE.fullmatch  # characters and whole escapes: what leaves a JSON string open
     reads_reasoning = False  # splits reasoning from content itself (harmony's channels): needs no reasoning parser
-    # A call opened inside a think block the model never closed is a call, so it ends the block (Qwen3.5's
-    # XML calls do this); False where the model drafts calls while thinking and closes the block later.
-    call_ends_reasoning = True
+    # The markers with which the model begins to act: a call, or a section of calls. Written inside a think
+    # block the model never closed, one ends the reasoning there (where the reasoning format says its models
+    # do that: reasoning/formats.py). None: the `starts` that are control tokens and open something.
+    call_openings: tuple[str, ...] | None = None
 
     def __init__(self, tools: list[dict] | None = None):
         self._tools = tools
