@@ -12,7 +12,10 @@ tool-call section, DeepSeek V4's DSML calls), or, with a tool parser, where the 
 inside a block it never closed (Qwen3 with its hermes calls and Qwen3.5 with its XML ones both do):
 get_reasoning_parser(..., tool_parser=parser) makes that parser's call openings end the reasoning, in the
 stream and in `parse` alike, wherever the format says its models act from inside their thinking
-(`ReasoningFormat.tool_calls_end`; formats.py gives each format's reason).
+(`ReasoningFormat.tool_calls_end`; formats.py gives each format's reason). An opening ends it only where
+the tool parser reads a call after it (`opens_call`; vLLM's qwen3 parser looks for <function= after
+<tool_call> to the same end): the marker mentioned in the reasoning ("I will wrap it in <tool_call>")
+stays reasoning.
 """
 
 from __future__ import annotations
@@ -87,8 +90,10 @@ def tool_openers(tool_parser, fmt: ReasoningFormat) -> tuple[str, ...]:
     tool call end its reasoning; none that would clash with the format's own tags.
 
     >>> from tokworker.parsers.tools import get_tool_parser
-    >>> tool_openers(get_tool_parser("hermes"), FORMATS["qwen3"]), tool_openers(get_tool_parser("kimi_k2"), FORMATS["kimi_k2"])
-    (('<tool_call>',), ('<|tool_calls_section_begin|>', '<|tool_call_begin|>'))
+    >>> tool_openers(get_tool_parser("hermes"), FORMATS["qwen3"])
+    ('<tool_call>',)
+    >>> tool_openers(get_tool_parser("kimi_k2"), FORMATS["kimi_k2"])  # the section's is the format's own end
+    ('<|tool_call_begin|>',)
     >>> tool_openers(get_tool_parser("granite"), FORMATS["granite"])
     ()
     """
@@ -138,7 +143,8 @@ def get_reasoning_parser(name: str, prompt_text: str | None = None, prompt_ids=N
     mode = starting_mode(fmt, prompt_text)
     if fmt.append_think:
         return AppendThinkParser(fmt, mode)
-    return ReasoningParser(fmt, mode, tool_openers(tool_parser, fmt))
+    openers = tool_openers(tool_parser, fmt)
+    return ReasoningParser(fmt, mode, openers, tool_parser.opens_call if openers else None)
 
 
 __all__ = ["CONTENT", "CONTENT_TEXT", "EXPECT", "FORMATS", "INSIDE", "INSIDE_TEXT", "REASONING_PARSERS",

@@ -121,6 +121,29 @@ class ToolParser:
         fresh = type(self)(self._tools)
         return assemble(fresh.feed(text) + fresh.finish())
 
+    def opens_call(self, text: str, final: bool) -> bool | None:
+        """Whether `text`, which begins with one of the call openings, is a call: True once a fresh parser
+        commits one there, False once it gives the opening back as text (a mention of the marker, a header
+        that breaks), None while it still holds the opening undecided. `final`: no more text follows. Text
+        whose opening is decided is decided for good, however much text follows (parsing is split-invariant).
+
+        >>> from tokworker.parsers.tools import get_tool_parser
+        >>> hermes = get_tool_parser("hermes")
+        >>> hermes.opens_call('<tool_call>\\n{"name": "f', False)  # the name may still go on
+        >>> hermes.opens_call('<tool_call>\\n{"name": "f", "arguments": {', False)
+        True
+        >>> hermes.opens_call("<tool_call> is the tag I would use", False), hermes.opens_call("<tool_call>", True)
+        (False, False)
+        """
+        probe = type(self)(self._tools)
+        deltas = probe.feed(text) + (probe.finish() if final else [])
+        if deltas:
+            return deltas[0].tool_calls is not None
+        if final:
+            return False
+        # still holding text, or inside a section whose first call is yet to come: not known yet
+        return None if probe._buf or probe._mode != probe._content_mode else False
+
     # ---- the loop ----
 
     def _initial_mode(self):
