@@ -67,6 +67,7 @@ class ToolParser:
         self._after_args = None  # the mode to enter once the arguments object closes
         self._args_open = False  # streaming JSON arguments with nothing buffered: feed scans text directly
         self.called = False
+        self._probe: tuple[ToolParser, str] | None = None  # opens_call's undecided parser and the text it read
         self._mode = self._initial_mode()
 
     def __init_subclass__(cls, **kwargs):
@@ -94,7 +95,7 @@ class ToolParser:
         return self._take()
 
     def finish(self) -> list[Delta]:
-        self._args_open, self.string_args = False, -1
+        self._args_open, self.string_args, self._probe = False, -1, None
         self._run(True)
         if self._held_ws and not self._after_call:
             self._emit_content(self._held_ws)
@@ -135,14 +136,20 @@ class ToolParser:
         >>> hermes.opens_call("<tool_call> is the tag I would use", False), hermes.opens_call("<tool_call>", True)
         (False, False)
         """
-        probe = type(self)(self._tools)
-        deltas = probe.feed(text) + (probe.finish() if final else [])
+        # the same opening asked again with more text after it (a stream's next token): read only the new text
+        probe, seen = self._probe if self._probe is not None and text.startswith(self._probe[1]) \
+            else (type(self)(self._tools), "")
+        self._probe = None
+        deltas = probe.feed(text[len(seen):]) + (probe.finish() if final else [])
         if deltas:
             return deltas[0].tool_calls is not None
         if final:
             return False
         # still holding text, or inside a section whose first call is yet to come: not known yet
-        return None if probe._buf or probe._mode != probe._content_mode else False
+        if probe._buf or probe._mode != probe._content_mode:
+            self._probe = (probe, text)
+            return None
+        return False
 
     # ---- the loop ----
 
