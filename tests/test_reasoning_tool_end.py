@@ -234,14 +234,14 @@ QWEN35_PROMPT = "<|im_start|>user\nShow /etc/hosts<|im_end|>\n<|im_start|>assist
 
 @pytest.mark.parametrize("output", [READ + "\n\n" + VLLM_CALL,  # tool_call_no_think_end(_stream)
                                     "<think>" + READ + "\n\n" + VLLM_CALL])  # tool_call_with_think_no_end(_stream)
-def test_vllm_tool_call_without_think_end(output):
+@pytest.mark.parametrize("prompt_text", [QWEN35_PROMPT, None], ids=["prompt", "no-prompt"])  # None: vLLM's view
+def test_vllm_tool_call_without_think_end(output, prompt_text):
     tools = get_tool_parser("qwen3_coder", BASH)
-    parser = get_reasoning_parser("qwen3", prompt_text=QWEN35_PROMPT, tool_parser=tools)
+    parser = get_reasoning_parser("qwen3", prompt_text=prompt_text, tool_parser=tools)
     assert parser.parse(output) == (READ, VLLM_CALL)
-    streamed = chunked(output, "qwen3_coder", QWEN35_PROMPT, list(output), BASH)
+    streamed = chunked(output, "qwen3_coder", prompt_text, list(output), BASH)
     assert "".join(reasoning or "" for reasoning, _, _ in streamed) == READ
-    assert whole(output, "qwen3_coder", QWEN35_PROMPT, BASH) == \
-        (READ, None, [("bash", '{"command": "cat /etc/hosts"}')])
+    assert whole(output, "qwen3_coder", prompt_text, BASH) == (READ, None, [("bash", '{"command": "cat /etc/hosts"}')])
 
 
 def test_vllm_tool_call_implicit_reasoning_end_in_multi_token_deltas():
