@@ -47,9 +47,8 @@ class ReasoningParser:
 
     __slots__ = ("fmt", "special_tokens", "passthrough", "steady_end", "steady_markup", "_initial",
                  "_tool_starts", "_opens_call", "_probed", "_mode", "_steady", "_held", "_held_blank", "_started",
-                 "_emitted_content",
-                 "_ends", "_implicit", "_end_firsts", "_end_first", "_content_tags", "_content_firsts",
-                 "_content_first", "_expect_tags", "_answer_firsts", "_answer_first")
+                 "_emitted_content", "_ends", "_implicit", "_end_firsts", "_end_first", "_content_tags",
+                 "_content_firsts", "_content_first", "_expect_tags", "_answer_firsts", "_answer_first")
 
     def __init__(self, fmt: ReasoningFormat, mode: str, tool_starts: tuple[str, ...] = (), opens_call=None):
         self.fmt = fmt
