@@ -117,8 +117,7 @@ def test_a_replay_past_the_budget_is_a_timeout_not_a_dead_worker():
         async with await TokenizerPool.spawn(MODEL, workers=1, budget_s=0.2, request_timeout=60) as pool:
             from tokworker.protocol.messages import OpenStream
             from tokworker.frontend.link import encode_request
-            # 20,000 calls to parse (no reasoning parser: qwen3's, without a prompt, would read them all as
-            # reasoning, a hermes call drafted in an open think block being no call)
+            # 20,000 calls to parse, by the tool parser alone (no reasoning parser in front of it)
             params = StreamParams(tool_parser="hermes", tools=TOOLS)
             body = encode_request(OpenStream(stream_id="big", params=params, replay=[ids * 20_000]))
             with pytest.raises(PoolError) as failed:

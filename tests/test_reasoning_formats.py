@@ -7,10 +7,10 @@ behaviour chosen here:
   reasoning. Here the prompt decides, and whole and stream agree.
 - ernie45: vLLM's whole-text parse keeps the newlines inside <response>\\n...\\n</response> while its stream
   strips some of them; here an answer wrapper's edge whitespace is formatting in both.
-- qwen3 with a tool parser: a call opened inside a think block the model never closed ends the reasoning
-  when the tool parser reads Qwen3.5's XML calls (qwen3_coder; vLLM ends it there too, at
-  <tool_call><function=...>), and not with hermes: Qwen3 drafts `<tool_call>{...}` while it thinks and
-  closes the block later, so the draft stays reasoning and the call after </think> is the call.
+- qwen3 with a tool parser: a call opened inside a think block the model never closed ends the reasoning,
+  with Qwen3.5's XML calls (qwen3_coder) and Qwen3's hermes JSON ones alike (vLLM's qwen3 parser ends it at
+  <tool_call> whatever reads the call, and only when <function= follows in its latest form; here the tool
+  parser that will read the call names the openings, and without one the block goes on).
 - mistral: a [/THINK] without [THINK] is dropped from the content (as vLLM's whole-text parse does; its
   stream keeps it).
 """
@@ -128,30 +128,38 @@ QWEN35 = ("The user wants the weather. I will call the tool.\n\n<tool_call>\n<fu
           "<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>")
 
 
-def test_a_tool_call_opened_inside_the_block_ends_the_reasoning():
-    tools = get_tool_parser("qwen3_coder")
+QWEN3 = ('The user wants the weather. I will call the tool.\n\n<tool_call>\n{"name": "get_weather", "arguments": '
+         '{"city": "Paris"}}\n</tool_call>')
+
+
+@pytest.mark.parametrize("tool_name,text", [("qwen3_coder", QWEN35), ("hermes", QWEN3)])
+def test_a_tool_call_opened_inside_the_block_ends_the_reasoning(tool_name, text):
+    tools = get_tool_parser(tool_name)
     parser = get_reasoning_parser("qwen3", prompt_text=QWEN_PROMPT + "<think>\n", tool_parser=tools)
-    reasoning, content = parser.parse(QWEN35)
+    reasoning, content = parser.parse(text)
     assert reasoning == "The user wants the weather. I will call the tool."
-    assert content.startswith("<tool_call>")
+    assert content == text[text.index("<tool_call>"):]
     assert streamed(get_reasoning_parser("qwen3", prompt_text=QWEN_PROMPT + "<think>\n", tool_parser=tools),
-                    QWEN35) == (reasoning, content)
-    # without a tool parser nothing reads the call, so the block goes on (vLLM's reading)
-    assert get_reasoning_parser("qwen3", prompt_text=QWEN_PROMPT + "<think>\n").parse(QWEN35) == (QWEN35, None)
+                    text) == (reasoning, content)
+    # without a tool parser nothing reads the call, so the block goes on
+    assert get_reasoning_parser("qwen3", prompt_text=QWEN_PROMPT + "<think>\n").parse(text) == (text, None)
 
 
-QWEN3_DRAFT = ('The user wants the weather. I could call <tool_call>\n{"name": "get_weather", "arguments": {"city": '
+QWEN3_TWICE = ('The user wants the weather. I could call <tool_call>\n{"name": "get_weather", "arguments": {"city": '
                '"Paris"}}\n</tool_call> but first check the city.\n</think>\n\n<tool_call>\n{"name": "get_weather", '
                '"arguments": {"city": "Paris"}}\n</tool_call>')
 
 
-def test_a_call_drafted_inside_the_block_by_qwen3_with_hermes_stays_reasoning():
-    """Qwen3's template writes hermes calls: a <tool_call> inside the open block is a draft."""
+def test_a_hermes_call_inside_the_block_is_a_call_even_if_the_block_closes_later():
+    """Qwen3's <tool_call> token inside its open block is its act (formats.py, qwen3): the block ends there,
+    the text after the call is content, and the late </think> is markup, dropped."""
     prompt = QWEN_PROMPT + "<think>\n"
-    expected = (QWEN3_DRAFT.split("\n</think>")[0], QWEN3_DRAFT.split("</think>\n\n")[1])
-    for tools in (None, get_tool_parser("hermes")):
-        assert get_reasoning_parser("qwen3", prompt_text=prompt, tool_parser=tools).parse(QWEN3_DRAFT) == expected
-        assert streamed(get_reasoning_parser("qwen3", prompt_text=prompt, tool_parser=tools), QWEN3_DRAFT) == expected
+    first, rest = QWEN3_TWICE.split(" <tool_call>", 1)
+    expected = (first, "<tool_call>" + rest.replace("</think>", ""))
+    tools = get_tool_parser("hermes")
+    assert get_reasoning_parser("qwen3", prompt_text=prompt, tool_parser=tools).parse(QWEN3_TWICE) == expected
+    assert streamed(get_reasoning_parser("qwen3", prompt_text=prompt, tool_parser=tools), QWEN3_TWICE) == expected
+    assert [c["function"]["name"] for c in get_tool_parser("hermes").parse(expected[1])[1]] == ["get_weather"] * 2
 
 
 def test_a_later_end_tag_after_the_implicit_end_is_dropped():

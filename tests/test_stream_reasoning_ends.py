@@ -1,6 +1,6 @@
 """Reasoning ends where the model ends it, through TextStream on the real Qwen3 vocabulary: a tool call
-opened inside a think block the model never closed becomes a tool call when the template's call format is
-Qwen3.5's XML one (qwen3_coder), and is a draft that stays reasoning when it is Qwen3's hermes JSON; a prompt
+opened inside a think block the model never closed becomes a tool call, in Qwen3.5's XML format (qwen3_coder)
+and Qwen3's hermes JSON alike (tests/test_reasoning_tool_end.py has the real templates' shapes); a prompt
 that ends inside an open block (a prefill) starts the stream in reasoning; every grouping of the ids gives
 what the whole-text path (reasoning parser, then tool parser) gives."""
 
@@ -48,20 +48,20 @@ def test_a_qwen35_call_in_an_unclosed_think_block_is_a_call_in_every_grouping(to
 
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-QWEN3_DRAFT = f"I could call {CALL} but the city comes first.\n</think>\n\nChecking.\n{CALL}<|im_end|>"
+QWEN3_TWICE = f"I could call {CALL} but the city comes first.\n</think>\n\nChecking.\n{CALL}<|im_end|>"
 
 
-def test_a_qwen3_call_drafted_in_the_think_block_stays_reasoning_in_every_grouping(tok):
-    """Qwen3's template writes hermes calls: the draft inside the open block is reasoning, the block ends at
-    the model's own </think>, and only the call after it is made."""
-    ids = tok.encode(QWEN3_DRAFT)
+def test_a_qwen3_call_in_the_think_block_is_a_call_in_every_grouping(tok):
+    """Qwen3's <tool_call> inside its open block ends the block there: that call is made, the text after it is
+    content, the late </think> is dropped, and the call after it is made too."""
+    ids = tok.encode(QWEN3_TWICE)
     params = StreamParams(reasoning_parser="qwen3", tool_parser="hermes", tools=TOOLS)
     content, reasoning, calls, end = streams_alike(tok, params, ids, prompt_ids=tok.encode(PROMPT))
-    assert reasoning == f"I could call {CALL} but the city comes first." and content == "Checking."
-    assert calls == {"0": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    assert reasoning == "I could call" and content == "but the city comes first.\n\n\nChecking."
+    assert calls == {str(i): {"name": "get_weather", "arguments": '{"city": "Paris"}'} for i in range(2)}
     assert end == ["tool_calls", None, False]
     assert whole(tok.decode(ids, skip_special_tokens=True), "qwen3", "hermes", PROMPT) == \
-        (reasoning, "Checking.", [("get_weather", '{"city": "Paris"}')])
+        (reasoning, content, [("get_weather", '{"city": "Paris"}')] * 2)
 
 
 def test_a_prefill_inside_an_open_block_continues_the_reasoning(tok):

@@ -9,10 +9,13 @@ turn, not guessed (prompt.py); without a prompt each parser falls back to what v
 
 A reasoning block ends where the model ends it: at its end tag, at a tag that begins the content (Kimi's
 tool-call section, DeepSeek V4's DSML calls), or, with a tool parser, where the model opens a tool call
-inside a block it never closed (Qwen3.5 does): get_reasoning_parser(..., tool_parser=parser) makes that
-parser's opening markers end the reasoning, in the stream and in `parse` alike, unless the tool parser
-says its model drafts calls while thinking (hermes: Qwen3 closes the block after such a draft). The
-template tells the two apart: Qwen3's writes hermes calls, Qwen3.5's and Qwen3-Coder's XML ones.
+inside a block it never closed (Qwen3 with its hermes calls and Qwen3.5 with its XML ones both do):
+get_reasoning_parser(..., tool_parser=parser) makes that parser's call openings end the reasoning, in the
+stream and in `parse` alike, wherever the format says its models act from inside their thinking
+(`ReasoningFormat.tool_calls_end`; formats.py gives each format's reason). An opening ends it only where
+the tool parser reads a call after it (`opens_call`; vLLM's qwen3 parser looks for <function= after
+<tool_call> to the same end): the marker mentioned in the reasoning ("I will wrap it in <tool_call>")
+stays reasoning.
 """
 
 from __future__ import annotations
@@ -82,15 +85,27 @@ class AppendThinkParser:
 
 
 def tool_openers(tool_parser, fmt: ReasoningFormat) -> tuple[str, ...]:
-    """The markers with which `tool_parser` sees a call begin (its `starts` that are control tokens, not a
-    section's end), when the format lets a tool call end its reasoning and the tool parser's calls are no
-    drafts (`call_ends_reasoning`); none that would clash with the format's own tags."""
-    if tool_parser is None or not fmt.tool_calls_end or not getattr(tool_parser, "call_ends_reasoning", True):
+    """The markers with which `tool_parser` sees its model begin to act (its `call_openings`; by default its
+    `starts` that are control tokens and neither close nor continue something), when the format lets a
+    tool call end its reasoning; none that would clash with the format's own tags.
+
+    >>> from tokworker.parsers.tools import get_tool_parser
+    >>> tool_openers(get_tool_parser("hermes"), FORMATS["qwen3"])
+    ('<tool_call>',)
+    >>> tool_openers(get_tool_parser("kimi_k2"), FORMATS["kimi_k2"])  # the section's is the format's own end
+    ('<|tool_call_begin|>',)
+    >>> tool_openers(get_tool_parser("granite"), FORMATS["granite"])
+    ()
+    """
+    if tool_parser is None or not fmt.tool_calls_end:
         return ()
-    markers = set(getattr(tool_parser, "special_tokens", ()))
+    openings = getattr(tool_parser, "call_openings", None)
+    if openings is None:
+        markers, strays = set(getattr(tool_parser, "special_tokens", ())), getattr(tool_parser, "stray_markers", ())
+        openings = tuple(start for start in getattr(tool_parser, "starts", ())
+                         if start in markers and start not in strays and "end" not in start.lower())
     tags = fmt.starts + fmt.ends + fmt.implicit_ends + fmt.answer_starts + fmt.answer_ends
-    return tuple(start for start in getattr(tool_parser, "starts", ())
-                 if start in markers and "end" not in start.lower() and start[0] not in " \t\r\n"
+    return tuple(start for start in openings if start[0] not in " \t\r\n"
                  and not any(start.startswith(tag) or tag.startswith(start) for tag in tags))
 
 
@@ -128,7 +143,8 @@ def get_reasoning_parser(name: str, prompt_text: str | None = None, prompt_ids=N
     mode = starting_mode(fmt, prompt_text)
     if fmt.append_think:
         return AppendThinkParser(fmt, mode)
-    return ReasoningParser(fmt, mode, tool_openers(tool_parser, fmt))
+    openers = tool_openers(tool_parser, fmt)
+    return ReasoningParser(fmt, mode, openers, tool_parser.opens_call if openers else None)
 
 
 __all__ = ["CONTENT", "CONTENT_TEXT", "EXPECT", "FORMATS", "INSIDE", "INSIDE_TEXT", "REASONING_PARSERS",

@@ -4,7 +4,7 @@ A format is the tags around the reasoning and a few facts: tags that end the rea
 in the content (a tool-call section), an answer wrapper whose tags are dropped (Hunyuan's <answer>, ERNIE's
 <response>, Command's <|START_RESPONSE|>), a label the model writes first inside the block (Gemma 4's
 "thought"), where generation starts when the prompt does not say, and whether opening a tool call ends a
-block the model never closed.
+block the model never closed (`tool_calls_end`: each declaration below says why for its format).
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ class ReasoningFormat:
     answer_starts: tuple[str, ...] = ()
     answer_ends: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()  # written first inside the block, not reasoning (Gemma 4's "thought\n")
-    # The model may open a tool call inside a block it never closes (Qwen3.5 does): with a tool parser,
-    # the parser's opening markers end the reasoning implicitly too. Those are control tokens a model
-    # writes to act, so every format with markup tags allows it.
+    # The model may open a tool call inside a block it never closes (Qwen3 and Qwen3.5 do): with a tool
+    # parser, the parser's call openings end the reasoning implicitly too, and the call is read as a call.
+    # Those openings are control tokens of the model's vocabulary that it writes to act, never to muse, so
+    # a format whose tags are control tokens too allows it; False keeps a call written inside the block as
+    # reasoning (the README says which formats do).
     tool_calls_end: bool = True
     # Tag text that is markup, never text: dropped wherever it would reach the content (a stray end tag,
     # an end tag after a tool call ended the block). Granite's tags are plain sentences, so they are not.
@@ -60,28 +62,42 @@ class ReasoningFormat:
 
 _THINK = ("<think>",), ("</think>",)
 
+# tool_calls_end, format by format: the implicit end is on (the default) where the models are seen writing
+# calls inside an unclosed block, and where a call's opening is a control token the model writes only to
+# act; it is off only where nothing in the output marks thinking from acting (see each format).
 FORMATS = {
     # Qwen3 up to 2507 writes <think> itself; later templates open it in the prompt; enable_thinking=False
     # closes it there. vLLM treats output as reasoning until </think> when it cannot see the prompt.
+    # Calls in an unclosed block: Qwen3-32B writes its hermes <tool_call> there and ends the turn without
+    # </think> (QwenLM/Qwen3#1459), Qwen3.5/3.6 their XML <tool_call><function=...> (vLLM #39056); vLLM's
+    # qwen3 parser ends the reasoning at <tool_call>, as its Kimi K2 parser does at the call section. No
+    # output seen drafts a whole call and closes the block after it, so the <tool_call> token is the act.
     "qwen3": ReasoningFormat(*_THINK),
-    # R1 always reasons; its template opens the block, older ones let the model write <think>.
+    # R1 always reasons; its template opens the block, older ones let the model write <think>. Its (and
+    # V3's, GLM's, MiniMax's, Seed's, Nemotron's, ...) call openings are control tokens: the default.
     "deepseek_r1": ReasoningFormat(*_THINK, open_prompt=INSIDE),
     # V3.1's template writes <think> (thinking=True) or </think> after <｜Assistant｜>; thinking is off by default.
     "deepseek_v3": ReasoningFormat(*_THINK, without_prompt=EXPECT),
-    # V4 is V3's switch, and may begin its DSML tool calls straight from the reasoning.
+    # V4 is V3's switch, and may begin its DSML tool calls straight from the reasoning (vLLM's V4 parser).
     "deepseek_v4": ReasoningFormat(*_THINK, without_prompt=EXPECT, implicit_ends=("<｜DSML｜tool_calls>",)),
     "glm45": ReasoningFormat(*_THINK, without_prompt=EXPECT),
     "minimax_m2": ReasoningFormat(*_THINK, open_prompt=INSIDE),
     # vLLM's variant for clients that read the think block inline: all content, the prompt's <think> put back.
+    # Nothing is split, so there is no block to end: the tool parser reads a call wherever it is.
     "minimax_m2_append_think": ReasoningFormat(*_THINK, open_prompt=INSIDE, append_think="<think>",
                                                tool_calls_end=False),
+    # Kimi K2 Thinking opens its call section from inside the block (vLLM's kimi_k2 and K2.5 parsers end
+    # the reasoning there): an implicit end even without a tool parser, which then reads the call.
     "kimi_k2": ReasoningFormat(*_THINK, implicit_ends=("<|tool_calls_section_begin|>",)),
     "seed_oss": ReasoningFormat(("<seed:think>",), ("</seed:think>",)),
     # Ministral 3 Reasoning / Magistral: [THINK] and [/THINK] are control tokens; a model that was not
     # asked to reason writes neither.
     "mistral": ReasoningFormat(("[THINK]",), ("[/THINK]",), without_prompt=EXPECT),
     # Granite 3.2 writes plain sentences around its thoughts; Granite 3.3 <think>...</think> and then
-    # <response>...</response>.
+    # <response>...</response>. A <|tool_call|> written inside the thoughts stays reasoning, deliberately:
+    # Granite's prompt puts calls in the response, no Granite output shows one in its thoughts, and 3.2's
+    # thoughts are prose between plain sentences with no control token to say where thinking stops (vLLM's
+    # granite parser keeps such a call in the reasoning too).
     "granite": ReasoningFormat(("Here is my thought process:", "Here's my thought process:", "<think>"),
                                ("Here is my response:", "Here's my response:", "</think>"), without_prompt=EXPECT,
                                answer_starts=("<response>",), answer_ends=("</response>",), markup=False,

@@ -40,18 +40,21 @@ class ReasoningParser:
     `steady_markup` is the character that begins every markup tag the parser cuts from the content, while
     the answer has begun with nothing held (else ""): then a text without it is content as it is and
     changes no state, so a caller may skip feed().
-    `tool_starts` are a tool parser's opening markers: they end the reasoning implicitly and stay in the
-    content, where that parser reads them."""
+    `tool_starts` are a tool parser's call openings: they end the reasoning implicitly and stay in the
+    content, where that parser reads them. With `opens_call` (that parser's test of what follows an
+    opening: a call, text, or not yet known) only an opening that begins a call ends the reasoning; one the
+    model merely mentions stays reasoning, and an undecided one is held (at most a call header's length)."""
 
     __slots__ = ("fmt", "special_tokens", "passthrough", "steady_end", "steady_markup", "_initial",
-                 "_tool_starts", "_mode", "_steady", "_held", "_held_blank", "_started", "_emitted_content",
-                 "_ends", "_implicit", "_end_firsts", "_end_first", "_content_tags", "_content_firsts",
-                 "_content_first", "_expect_tags", "_answer_firsts", "_answer_first")
+                 "_tool_starts", "_opens_call", "_probed", "_mode", "_steady", "_held", "_held_blank", "_started",
+                 "_emitted_content", "_ends", "_implicit", "_end_firsts", "_end_first", "_content_tags",
+                 "_content_firsts", "_content_first", "_expect_tags", "_answer_firsts", "_answer_first")
 
-    def __init__(self, fmt: ReasoningFormat, mode: str, tool_starts: tuple[str, ...] = ()):
+    def __init__(self, fmt: ReasoningFormat, mode: str, tool_starts: tuple[str, ...] = (), opens_call=None):
         self.fmt = fmt
         self.special_tokens = fmt.special_tokens
-        self._initial, self._tool_starts = mode, tool_starts
+        self._initial, self._tool_starts, self._opens_call = mode, tool_starts, opens_call
+        self._probed = tuple(t for t in tool_starts if t not in fmt.implicit_ends) if opens_call else ()
         self._implicit = fmt.implicit_ends + tuple(t for t in tool_starts if t not in fmt.implicit_ends)
         self._ends = fmt.ends + self._implicit
         self._end_firsts, self._end_first = _firsts(self._ends)
@@ -67,7 +70,7 @@ class ReasoningParser:
         self._refresh()
 
     def parse(self, text: str) -> tuple[str | None, str | None]:
-        fresh = ReasoningParser(self.fmt, self._initial, self._tool_starts)
+        fresh = ReasoningParser(self.fmt, self._initial, self._tool_starts, self._opens_call)
         deltas = fresh.feed(text) + fresh.finish()
         reasoning = "".join(d.reasoning_content for d in deltas if d.reasoning_content)
         content = "".join(d.content for d in deltas if d.content)
@@ -200,6 +203,16 @@ class ReasoningParser:
         found = _first_tag(text, ends)
         if found is not None:
             index, tag = found
+            if tag in self._probed:
+                opens = self._opens_call(text[index:], final)
+                if opens is None:  # not known yet: hold the opening, and the whitespace a call would drop
+                    cut = len(text[:index].rstrip(_WHITESPACE))
+                    self._emit(text[:cut], out, reasoning)
+                    self._held = text[cut:]
+                    return None
+                if not opens:  # the marker written as text: the reasoning goes on after it
+                    self._emit(text[:index + len(tag)], out, reasoning)
+                    return text[index + len(tag):]
             self._emit(text[:index].rstrip(_WHITESPACE), out, reasoning)
             self._mode, self._started = CONTENT, False
             return text[index:] if tag in implicit else text[index + len(tag):]

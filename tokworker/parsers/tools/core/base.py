@@ -47,9 +47,10 @@ class ToolParser:
     string_args = -1
     is_string_piece = STRING_PIECE.fullmatch  # characters and whole escapes: what leaves a JSON string open
     reads_reasoning = False  # splits reasoning from content itself (harmony's channels): needs no reasoning parser
-    # A call opened inside a think block the model never closed is a call, so it ends the block (Qwen3.5's
-    # XML calls do this); False where the model drafts calls while thinking and closes the block later.
-    call_ends_reasoning = True
+    # The markers with which the model begins to act: a call, or a section of calls. Written inside a think
+    # block the model never closed, one ends the reasoning there (where the reasoning format says its models
+    # do that: reasoning/formats.py). None: the `starts` that are control tokens and open something.
+    call_openings: tuple[str, ...] | None = None
 
     def __init__(self, tools: list[dict] | None = None):
         self._tools = tools
@@ -66,6 +67,7 @@ class ToolParser:
         self._after_args = None  # the mode to enter once the arguments object closes
         self._args_open = False  # streaming JSON arguments with nothing buffered: feed scans text directly
         self.called = False
+        self._probe: tuple[ToolParser, str] | None = None  # opens_call's undecided parser and the text it read
         self._mode = self._initial_mode()
 
     def __init_subclass__(cls, **kwargs):
@@ -93,7 +95,7 @@ class ToolParser:
         return self._take()
 
     def finish(self) -> list[Delta]:
-        self._args_open, self.string_args = False, -1
+        self._args_open, self.string_args, self._probe = False, -1, None
         self._run(True)
         if self._held_ws and not self._after_call:
             self._emit_content(self._held_ws)
@@ -119,6 +121,35 @@ class ToolParser:
         """The whole model output -> {"content", "reasoning_content", "tool_calls"} (None when absent)."""
         fresh = type(self)(self._tools)
         return assemble(fresh.feed(text) + fresh.finish())
+
+    def opens_call(self, text: str, final: bool) -> bool | None:
+        """Whether `text`, which begins with one of the call openings, is a call: True once a fresh parser
+        commits one there, False once it gives the opening back as text (a mention of the marker, a header
+        that breaks), None while it still holds the opening undecided. `final`: no more text follows. Text
+        whose opening is decided is decided for good, however much text follows (parsing is split-invariant).
+
+        >>> from tokworker.parsers.tools import get_tool_parser
+        >>> hermes = get_tool_parser("hermes")
+        >>> hermes.opens_call('<tool_call>\\n{"name": "f', False)  # the name may still go on
+        >>> hermes.opens_call('<tool_call>\\n{"name": "f", "arguments": {', False)
+        True
+        >>> hermes.opens_call("<tool_call> is the tag I would use", False), hermes.opens_call("<tool_call>", True)
+        (False, False)
+        """
+        # the same opening asked again with more text after it (a stream's next token): read only the new text
+        probe, seen = self._probe if self._probe is not None and text.startswith(self._probe[1]) \
+            else (type(self)(self._tools), "")
+        self._probe = None
+        deltas = probe.feed(text[len(seen):]) + (probe.finish() if final else [])
+        if deltas:
+            return deltas[0].tool_calls is not None
+        if final:
+            return False
+        # still holding text, or inside a section whose first call is yet to come: not known yet
+        if probe._buf or probe._mode != probe._content_mode:
+            self._probe = (probe, text)
+            return None
+        return False
 
     # ---- the loop ----
 

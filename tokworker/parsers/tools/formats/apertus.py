@@ -19,6 +19,7 @@ class ApertusToolParser(JsonListToolParser):
     special_tokens = (PREFIX, SUFFIX)
     starts = (PREFIX, SUFFIX)
     stray_markers = (SUFFIX,)
+    call_openings = (PREFIX,)
     drop_rejected_markers = True
     list_open = regex.escape(PREFIX) + r"\s*\[\s*"
     closing_markers = (SUFFIX,)

@@ -38,6 +38,7 @@ class CohereCommand2ToolParser(JsonListToolParser):
     name = "cohere_command2"
     special_tokens = (START_THINKING, END_THINKING, START_RESPONSE, END_RESPONSE, START_ACTION, END_ACTION)
     starts = (START_ACTION, START_THINKING, START_RESPONSE, END_RESPONSE, END_ACTION, END_THINKING)
+    call_openings = (START_ACTION,)  # the others are the plan's and the response's markers
     drop_rejected_markers = True
     call_keys = COHERE_KEYS
     list_open = regex.escape(START_ACTION) + r"\s*\[\s*"

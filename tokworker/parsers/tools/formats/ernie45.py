@@ -19,6 +19,7 @@ class Ernie45ToolParser(TaggedJsonToolParser):
     name = "ernie45"
     special_tokens = ("<tool_call>", "</tool_call>", *RESPONSE_TAGS)
     starts = ("<tool_call>", *RESPONSE_TAGS)
+    call_openings = ("<tool_call>",)  # the response tags wrap an answer: no call
     open_tag = "<tool_call>"
     close_tag = "</tool_call>"
 

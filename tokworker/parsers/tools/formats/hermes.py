@@ -4,10 +4,8 @@
     {"name": "get_weather", "arguments": {"city": "Paris"}}
     </tool_call>
 
-possibly several, with content before, between or after them. Qwen3 sometimes drafts a call inside its
-<think> block and closes the block later: an opening there is no call and does not end the reasoning
-(vLLM's qwen3 reasoning parser ends it only at Qwen3.5's XML calls, <tool_call><function=...>, which
-qwen3_coder reads).
+possibly several, with content before, between or after them. Qwen3 may write its call inside a <think>
+block it never closes: the <tool_call> token ends the reasoning there (reasoning/formats.py, qwen3).
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ class HermesToolParser(JsonCallObjects, ToolParser):
     name = "hermes"
     special_tokens = ("<tool_call>", "</tool_call>")
     starts = (OPEN_TAG,)
-    call_ends_reasoning = False
 
     def _opening(self, final: bool) -> bool:
         return self._call_object(final, _HEAD, _WHOLE, len(OPEN_TAG), self._closing_mode)

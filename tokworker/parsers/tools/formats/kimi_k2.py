@@ -23,6 +23,7 @@ class KimiK2ToolParser(SectionedToolParser):
     special_tokens = (SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARGUMENT_BEGIN, CALL_END)
     starts = (SECTION_BEGIN, CALL_BEGIN, SECTION_END, ARGUMENT_BEGIN, CALL_END)
     stray_markers = (SECTION_END, ARGUMENT_BEGIN, CALL_END)
+    call_openings = (SECTION_BEGIN, CALL_BEGIN)
     drop_rejected_markers = True
     _open = regex.compile(f"(?:{regex.escape(SECTION_BEGIN)}\\s*)?{regex.escape(CALL_BEGIN)}\\s*"
                           f"(?:functions\\.)?(?P<fname>[^<\\s]{{1,256}}?)(?::(?P<idx>\\d{{1,9}}))?\\s*"

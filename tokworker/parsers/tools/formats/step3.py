@@ -28,6 +28,7 @@ class Step3ToolParser(InvokeSectionToolParser):
     special_tokens = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
     starts = (CALLS_BEGIN, CALL_BEGIN, CALLS_END, CALL_END, SEP)  # a call without its section is read too
     stray_markers = (CALLS_END, CALL_END, SEP)
+    call_openings = (CALLS_BEGIN, CALL_BEGIN)
     drop_rejected_markers = True  # control tokens in Step-3's vocabulary: never content
     strip_value_newlines = True
     section_open = f"(?:{CALLS_BEGIN})?"
