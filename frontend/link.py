@@ -16,8 +16,9 @@ import logging
 import msgspec
 import zmq
 
-from tokworker.protocol.messages import ID_FRAME, ErrorCode, ErrorReply, HelloReply, Stats, decode_reply, encode_message, frame
-from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost
+from tokworker.protocol.messages import (ID_FRAME, Draining, ErrorCode, ErrorReply, HelloReply, Stats, decode_reply,
+                                         encode_message, frame)
+from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, ShuttingDown, WorkerLost
 from tokworker.frontend.pending import Call, Pending, Probe
 from tokworker.frontend.recovery import Recovery
 from tokworker.frontend.sinks import SinkSender
@@ -240,12 +241,28 @@ class WorkerLink(Recovery):
             return
         pending = self.pending.pop(rid, None)
         if pending is None:
+            if not rid and type(reply) is Draining:         # unasked: the worker read SIGTERM
+                self._drains()
             return                                           # timed out earlier, or from before a reset
         if not pending.stateful:
             self.stateless -= 1
         if type(reply) is ErrorReply and reply.code == ErrorCode.SHUTTING_DOWN:
             self.draining = True                             # new work goes to other workers until it is back
         pending.reply(reply)
+
+    def _drains(self) -> None:
+        """The worker drains: no new work goes to it (its open streams go on). What it will not answer once
+        it has left fails then with ShuttingDown, which the pool sends elsewhere (recovery.py)."""
+        if not self.draining:
+            log.info("the worker at %s is draining; new work goes to the others", self.endpoint)
+        self.draining = True
+
+    def shed_stateless(self) -> None:
+        """The draining worker left: its stateless requests still waiting are never answered; fail them now
+        with ShuttingDown (the pool retries them on a worker that is not draining)."""
+        for pending in [p for p in self.pending.values() if not p.stateful]:
+            self._finish(pending, ShuttingDown(ErrorCode.SHUTTING_DOWN, f"the worker at {self.endpoint} drained "
+                                                                        f"and left"))
 
     def hand_over(self, stream_id: str, fd: int) -> None:
         """Give this link's worker the client socket of `stream_id` (direct streaming; see frontend/sinks.py).

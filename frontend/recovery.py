@@ -141,7 +141,12 @@ class Recovery:
             if hello is not None and not hello.done():
                 hello.set_exception(_Disconnected())
             elif self.ready:
-                log.warning("lost the connection to %s; reconnecting", self.endpoint)
+                self._on_readable()                          # what it sent before it left: a Draining notice
+                if self.draining:                            # a drained worker's exit: expected
+                    log.info("the draining worker at %s left; reconnecting in the background", self.endpoint)
+                    self.shed_stateless()
+                else:
+                    log.warning("lost the connection to %s; reconnecting", self.endpoint)
                 self._start_recovery()
 
     def _take_pending(self) -> list[Pending]:

@@ -292,6 +292,13 @@ class CloseReply(_Reply, tag="close"):
     closed: int
 
 
+class Draining(_Reply, tag="draining"):
+    """Unsolicited, with request id 0: the worker has read SIGTERM. Sent once to every connection that said
+    Hello, so a client stops sending it new work at once instead of learning it from a refusal or from the
+    worker's exit. Its open streams still step until they end or the drain timeout cuts them. A client that
+    does not know this type drops it unread (no request of its has id 0)."""
+
+
 class ErrorReply(_Reply, tag="error"):
     code: str
     message: str = ""
@@ -300,7 +307,7 @@ class ErrorReply(_Reply, tag="error"):
 
 Request = Union[Hello, Stats, Render, Encode, Decode, Compile, Guide, OpenStream, Step, CloseStreams]
 Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, CompileReply, GuideReply,
-              OpenReply, StepReply, CloseReply, ErrorReply]
+              OpenReply, StepReply, CloseReply, Draining, ErrorReply]
 
 encode_message = msgspec.msgpack.Encoder().encode
 decode_request = msgspec.msgpack.Decoder(Request).decode

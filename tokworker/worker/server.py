@@ -51,6 +51,7 @@ from tokworker.worker.streams import StreamTable
 log = logging.getLogger("tokworker.worker")
 
 CUT_NOTICE_S = 3.0                 # how long a worker past its drain timeout waits to tell cut streams so
+FAREWELL_MS = 500                  # how long a drained worker's last replies (its Draining notices) may take to leave
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model",
@@ -128,6 +129,7 @@ class Worker:
         self.budget = CpuBudget()
         self.draining_until: float | None = None             # set by SIGTERM: the drain's deadline
         self.cut_at: float | None = None                     # when the streams left at that deadline were cut
+        self.on_drain = None                                 # wakes the lane, which tells every client (serve)
         self.cpu = CpuBackstop(options.cpu_limit_s)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
                           Decode: self.handlers.decode, Compile: self.constraints.compile,
@@ -189,6 +191,7 @@ class Worker:
         wake_write.setblocking(False)
         signal.set_wakeup_fd(wake_write.fileno())
         lane = Lane(self, sock, lambda: _wake(wake_write), stop)
+        self.on_drain = lane.wake
         thread = threading.Thread(target=lane.run, name="session-lane", daemon=True)
         poller = select.poll()
         poller.register(wake_read, select.POLLIN)
@@ -205,7 +208,7 @@ class Worker:
                 jobs = lane.jobs
                 while jobs:
                     lane.give_back(self.run(jobs.popleft()))
-                if self.draining and not lane.queued and self.drained():
+                if self.draining and lane.announced and not lane.queued and self.drained():
                     break
                 if not woken and os.getppid() != parent:
                     log.warning("parent process went away; worker exits")
@@ -216,7 +219,7 @@ class Worker:
             signal.set_wakeup_fd(-1)
             wake_read.close()
             wake_write.close()
-            sock.close(linger=0)
+            sock.close(linger=FAREWELL_MS if self.draining else 0)   # the notices go out even if nothing else is left
             if sinks is not None:
                 sinks.close_all()
             if options.bind.startswith("ipc://"):
@@ -243,6 +246,8 @@ class Worker:
         if self.draining_until is None:
             self.draining_until = time.monotonic() + self.options.drain_timeout_s
             log.info("draining %d open stream(s) for up to %.1f s", self.streams.count, self.options.drain_timeout_s)
+            if self.on_drain is not None:
+                self.on_drain()
 
     # ------------------------------------------------------------ stateless work: the main thread, under the budget
     def run(self, job: Job) -> Job:
