@@ -109,6 +109,8 @@ class WorkerLink(Recovery):
         self.buffered -= stream.buffered
         self.scored -= stream.scored
         self.logged -= stream.logged
+        if stream.late is not None:             # counted while open (steps._hold_late)
+            self.late -= 1
 
     # ------------------------------------------------------------ requests
     def request(self, body: bytes, on_reply=None, on_error=None, stateful=False, timeout=None) -> asyncio.Future:

@@ -164,8 +164,12 @@ def _ended(table: dict, stream_id: str, late: dict | None) -> dict:
 # ---------------------------------------------------------------- what the engine has not been told yet
 
 def _hold_late(stream, update: StreamUpdate) -> None:
+    """Keep `update` for the next step that names the stream. The link counts the open streams holding late
+    output (its step replies must look at them); a finished one's goes out through _ended, uncounted, and
+    link.remove uncounts a stream that ends holding some (closed, failed), so the count drops back to 0."""
     if stream.late is None:
-        stream.link.late += 1                        # its next step's reply must look at it
+        if not stream.finished:
+            stream.link.late += 1
         stream.late = update
     else:
         stream.late = merge_updates((stream.late, update))
@@ -173,7 +177,7 @@ def _hold_late(stream, update: StreamUpdate) -> None:
 
 def _take_late(stream) -> StreamUpdate | None:
     late, stream.late = stream.late, None
-    if late is not None:
+    if late is not None and not stream.finished:
         stream.link.late -= 1
     return late
 
