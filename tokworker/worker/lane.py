@@ -231,7 +231,7 @@ class Lane:
         try:
             match msg:
                 case Step():
-                    reply = worker.step(identity, msg)
+                    reply = worker.step(identity, msg, len(message))
                     body = encode_reply(reply, worker.options.max_message_bytes, sized=len(message) > SMALL_STEP)
                 case OpenStream():
                     self.connections.note(identity, message)
