@@ -52,7 +52,7 @@ def pair():
 
 def test_events_arrive_as_chunks_and_end_closes(pair):
     server, client = pair
-    sink = Sink(max_bytes=1 << 20, waiting=set())
+    sink = Sink(max_bytes=1 << 20, waiting={})
     sink.write(b"data: one\n\n")                       # before the socket: it waits
     sink.attach(os.dup(server.fileno()))
     sink.write(b"data: two\n\n")
@@ -63,19 +63,19 @@ def test_events_arrive_as_chunks_and_end_closes(pair):
 
 def test_a_full_socket_holds_the_rest_until_it_drains_and_cuts_past_the_bound(pair):
     server, client = pair
-    sink = Sink(max_bytes=8 << 20, waiting=set())
+    sink = Sink(max_bytes=8 << 20, waiting={})
     sink.attach(os.dup(server.fileno()))
     event = b"data: " + b"x" * 4000 + b"\n\n"
     for _ in range(200):                               # 800 KB: more than a socket pair buffers
         sink.write(event)
-    assert sink.waiting == {sink.fd} and sink.pending_bytes > 0
+    assert list(sink.waiting) == [sink.fd] and sink.pending_bytes > 0
     received = b""
     while sink.waiting:
         received += read_all(client)
         sink.flush()
     received += read_all(client)
     assert chunks(received) == [event] * 200
-    small = Sink(max_bytes=64 << 10, waiting=set())
+    small = Sink(max_bytes=64 << 10, waiting={})
     small.attach(os.dup(server.fileno()))
     while small.failed is None:
         small.write(event)
@@ -84,7 +84,7 @@ def test_a_full_socket_holds_the_rest_until_it_drains_and_cuts_past_the_bound(pa
 
 def test_a_client_that_went_away_fails_the_sink(pair):
     server, client = pair
-    sink = Sink(max_bytes=1 << 20, waiting=set())
+    sink = Sink(max_bytes=1 << 20, waiting={})
     sink.attach(os.dup(server.fileno()))
     client.close()
     sink.write(b"data: lost\n\n")
