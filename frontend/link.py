@@ -84,6 +84,7 @@ class WorkerLink(Recovery):
         self._auth_error: PoolError | None = None
         self._handshake_drops = 0
         self._sinks: SinkSender | None = None   # where client sockets go for direct streaming (made on first use)
+        self.handover_fallbacks = 0             # client sockets this worker could not take at once (forwarded)
         self._task: asyncio.Task | None = None
 
     @property
@@ -109,7 +110,7 @@ class WorkerLink(Recovery):
         self.buffered -= stream.buffered
         self.scored -= stream.scored
         self.logged -= stream.logged
-        if stream.late is not None:             # counted while open (steps._hold_late)
+        if stream.late is not None:             # counted while open (StreamHandle.hold_late)
             self.late -= 1
 
     # ------------------------------------------------------------ requests
@@ -266,20 +267,27 @@ class WorkerLink(Recovery):
             self._finish(pending, ShuttingDown(ErrorCode.SHUTTING_DOWN, f"the worker at {self.endpoint} drained "
                                                                         f"and left"))
 
-    def hand_over(self, stream_id: str, fd: int) -> None:
-        """Give this link's worker the client socket of `stream_id` (direct streaming; see frontend/sinks.py).
-        A worker restarted since keeps no old connection: a failed send connects again once."""
+    def hand_over(self, stream_id: str, fd: int) -> bool:
+        """Give this link's worker the client socket of `stream_id` (direct streaming; see frontend/sinks.py),
+        without waiting: False (counted in `handover_fallbacks`) when the worker cannot take it now, or cannot be
+        reached. A worker restarted since keeps no old connection: a failed send connects again once."""
         for attempt in (0, 1):
-            if self._sinks is None:
-                self._sinks = SinkSender(sinks_path(self.endpoint))
             try:
-                self._sinks.hand(self.session, stream_id, fd)
-                return
+                if self._sinks is None:
+                    self._sinks = SinkSender(sinks_path(self.endpoint))
+                if self._sinks.hand(self.session, stream_id, fd):
+                    return True
+                break                                        # its queue is full: the worker is not reading
+            except BlockingIOError:                          # its listener's backlog is full
+                break
             except OSError:
-                self._sinks.close()
-                self._sinks = None
+                if self._sinks is not None:
+                    self._sinks.close()
+                    self._sinks = None
                 if attempt:
-                    raise
+                    break
+        self.handover_fallbacks += 1
+        return False
 
     async def close(self) -> None:
         self.closed = True

@@ -282,6 +282,18 @@ class StepReply(_Reply, tag="step"):
     finished: list[int] = []
 
 
+class Forward(_Request, tag="forward"):
+    """A stream opened with `sink` whose client socket could not be handed over (its worker could not take it
+    at once): from now on its updates carry their events in `sse`, as if it had been opened without `sink`.
+    The reply gives back the events it made before, which no socket took."""
+
+    stream_id: str
+
+
+class ForwardReply(_Reply, tag="forward"):
+    sse: bytes = b""
+
+
 class CloseStreams(_Request, tag="close"):
     """Drop streams without output (the request was aborted or its client went away)."""
 
@@ -305,9 +317,9 @@ class ErrorReply(_Reply, tag="error"):
     request_id: int = 0
 
 
-Request = Union[Hello, Stats, Render, Encode, Decode, Compile, Guide, OpenStream, Step, CloseStreams]
+Request = Union[Hello, Stats, Render, Encode, Decode, Compile, Guide, OpenStream, Step, Forward, CloseStreams]
 Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, CompileReply, GuideReply,
-              OpenReply, StepReply, CloseReply, Draining, ErrorReply]
+              OpenReply, StepReply, ForwardReply, CloseReply, Draining, ErrorReply]
 
 encode_message = msgspec.msgpack.Encoder().encode
 decode_request = msgspec.msgpack.Decoder(Request).decode

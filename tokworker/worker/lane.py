@@ -1,5 +1,5 @@
 """The worker's lane: the thread that owns the client socket. Every message is read here by one typed decoder
-and dispatched once, by one match: session requests (hello, open, step, close, stats), decoded in full, are
+and dispatched once, by one match: session requests (hello, open, step, forward, close, stats), decoded in full, are
 served here at once; stateless work (render, encode, decode, compile, guide), read only as far as its type,
 goes to the main thread as a Job, which decodes and runs it under the CPU budget and hands back the reply's
 body or its error. The lane counts requests, errors
@@ -25,7 +25,7 @@ import msgspec
 import zmq
 
 from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Draining, Encode, ErrorCode, ErrorReply, Guide,
-                                         Hello, OpenStream, Render, Stats, Step, encode_message, unpack_id)
+                                         Forward, Hello, OpenStream, Render, Stats, Step, encode_message, unpack_id)
 from tokworker.worker.connections import Connections
 from tokworker.worker.errorlog import RequestErrors
 from tokworker.worker.errors import error_of
@@ -58,7 +58,8 @@ def _deferred(kind):
 DEFERRED = tuple(_deferred(kind) for kind in (Render, Encode, Decode, Compile, Guide))
 DeferredGuide = DEFERRED[-1]
 # the lane's one decoder: session requests in full, stateless ones as their type
-decode_in_lane = msgspec.msgpack.Decoder(Hello | Stats | OpenStream | Step | CloseStreams | Union[DEFERRED]).decode
+decode_in_lane = msgspec.msgpack.Decoder(Hello | Stats | OpenStream | Step | Forward | CloseStreams |
+                                         Union[DEFERRED]).decode
 
 
 def decode_error(exc: Exception) -> tuple[str, str]:
@@ -238,6 +239,8 @@ class Lane:
                     body = encode_message(worker.open_stream(identity, msg))
                 case CloseStreams():
                     body = encode_message(worker.close_streams(identity, msg))
+                case Forward():
+                    body = encode_message(worker.forward(identity, msg))
                 case Stats():
                     body = encode_message(worker.stats(self))
                 case Hello():

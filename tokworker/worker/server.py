@@ -31,8 +31,8 @@ from zmq.utils.garbage import gc as zero_copy
 
 from tokworker.protocol.endpoints import sinks_path
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, CodedError, Compile, Decode, Encode,
-                                         ErrorCode, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render,
-                                         StatsReply, Step, StepReply, decode_request)
+                                         ErrorCode, Forward, ForwardReply, Guide, Hello, HelloReply, Limits, OpenReply,
+                                         OpenStream, Render, StatsReply, Step, StepReply, decode_request)
 from tokworker.templates.apply import compile_own_templates
 from tokworker.worker.constraints import ConstraintCache
 from tokworker.worker.defaults import default_parsers
@@ -291,6 +291,9 @@ class Worker:
         self._priced(len(msg.prompt_ids or ()) + sum(map(len, msg.replay)), "an open (prompt and replay)")
         self.streams.open(self.sessions.session(identity), msg)
         return OpenReply(stream_id=msg.stream_id)
+
+    def forward(self, identity: bytes, msg: Forward) -> ForwardReply:
+        return ForwardReply(sse=self.streams.forward(self.sessions.session(identity), msg.stream_id))
 
     def close_streams(self, identity: bytes, msg: CloseStreams) -> CloseReply:
         return CloseReply(closed=self.streams.close(self.sessions.session(identity), msg.stream_ids))

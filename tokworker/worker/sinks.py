@@ -91,6 +91,22 @@ class Sink:
         if self.ending and not pending:
             self.close()
 
+    def take(self) -> bytes:
+        """What waits for a socket that never came, unframed (the events as written), and the sink closed: its
+        stream goes on through the API process instead (a Forward).
+
+        >>> sink = Sink(1 << 20, {})
+        >>> sink.write(b"data: one\\n\\n"); sink.write(b"data: two\\n\\n")
+        >>> sink.take(), sink.closed
+        (b'data: one\\n\\ndata: two\\n\\n', True)
+        """
+        events = []
+        for chunk in self.pending if self.fd < 0 else ():           # whole chunks: nothing was written yet
+            size, _, rest = chunk.partition(b"\r\n")
+            events.append(rest[:int(size, 16)])
+        self.close()
+        return b"".join(events)
+
     def close(self) -> None:
         self.closed = True
         if self.fd >= 0:
@@ -163,6 +179,11 @@ class SinkTable:
                 del self.sinks[(session, stream_id)]
             else:
                 sink.released = time.monotonic()
+
+    def take(self, session: str, stream_id: str) -> bytes:
+        """The stream's socket will not come: its sink goes, and what it held comes back (Sink.take)."""
+        sink = self.sinks.pop((session, stream_id), None)
+        return sink.take() if sink is not None else b""
 
     def close(self, session: str, stream_id: str) -> None:
         """The stream was closed or aborted: its socket is let go now."""

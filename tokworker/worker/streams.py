@@ -174,6 +174,15 @@ class StreamTable:
             if stream.sink is not None:
                 self.sinks.close(session, stream_id)
 
+    def forward(self, session: str, stream_id: str) -> bytes:
+        """A direct stream whose socket did not come goes on without one: its updates carry their events from
+        now on, and the events its sink held are returned (none for a stream no longer open)."""
+        stream = (self.sessions.get(session) or {}).get(stream_id)
+        if stream is None or stream.sink is None:
+            return b""
+        stream.sink = None
+        return self.sinks.take(session, stream_id)
+
     def cut_all(self) -> None:
         """The drain timeout: every open stream ends here, and the next step that names one fails it with
         SHUTTING_DOWN (the engine learns at once, instead of from a lost worker)."""
