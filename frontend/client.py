@@ -321,8 +321,9 @@ class TokenizerPool:
         its way; False when that worker cannot take it now (its lane is stopped or far behind) or cannot be
         reached. Then the caller writes the response itself, as for a stream opened without `sink`: the
         stream's updates carry its events in `sse` from its next step on, those its worker made already
-        first (a Forward; counted in `handover_fallbacks`). A stream whose finish reached the caller before
-        that Forward is answered has only that finish: its caller ends the response there."""
+        first (a Forward; counted in `handover_fallbacks`). WorkerLost when that stream has ended already (its
+        events cannot be forwarded any more: the caller cuts the response short). A stream whose finish
+        reaches the caller before the Forward's reply loses the events made before the hand-over."""
         stream = self.streams[stream_id]
         if not stream.direct:
             raise InvalidRequest(ErrorCode.INVALID, f"stream {stream_id!r} was not opened for direct streaming")
@@ -333,6 +334,9 @@ class TokenizerPool:
         if link.hand_over(stream_id, fd):
             stream.handed_over()
             return True
+        if stream.finished:                                  # its events wait in a sink no socket will reach
+            raise WorkerLost(ErrorCode.WORKER_LOST, f"the worker of {stream_id!r} could not take its client's "
+                                                    f"socket, and the stream ended before it could be forwarded")
 
         def forwarded(reply):
             stream.forwarded(StreamUpdate(sse=reply.sse) if reply.sse else None)
