@@ -33,6 +33,16 @@ def contents(sse: bytes) -> tuple[list, str]:
     return [d["role"] for d in deltas if "role" in d], "".join(d.get("content") or "" for d in deltas)
 
 
+async def until_stopped(pid: int) -> None:
+    """Until the kernel has stopped process `pid` (a signal is delivered, not obeyed, when kill returns)."""
+    for _ in range(400):
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] == "T":
+                return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"process {pid} never stopped")
+
+
 async def ticker(lags: list, stop: asyncio.Event) -> None:
     """How late the loop wakes a 5 ms sleep, each time."""
     loop = asyncio.get_running_loop()
@@ -56,6 +66,7 @@ def test_a_stopped_worker_gets_no_socket_and_its_response_is_forwarded(stopped):
             assert not first["direct"].sse
             pid = link.info.pid
             os.kill(pid, signal.SIGSTOP)
+            await until_stopped(pid)
             spare, client = socket.socketpair()
             try:
                 handed = 0
