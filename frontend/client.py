@@ -321,9 +321,9 @@ class TokenizerPool:
         its way; False when that worker cannot take it now (its lane is stopped or far behind) or cannot be
         reached. Then the caller writes the response itself, as for a stream opened without `sink`: the
         stream's updates carry its events in `sse` from its next step on, those its worker made already
-        first (a Forward; counted in `handover_fallbacks`). WorkerLost when that stream has ended already (its
-        events cannot be forwarded any more: the caller cuts the response short). A stream whose finish
-        reaches the caller before the Forward's reply loses the events made before the hand-over."""
+        first (a Forward; counted in `handover_fallbacks`), or in its finish when the step that ended it was
+        sent already. WorkerLost when its finish reached the caller before this call (the caller, writing
+        nothing then, has dropped its events: it cuts the response short)."""
         stream = self.streams[stream_id]
         if not stream.direct:
             raise InvalidRequest(ErrorCode.INVALID, f"stream {stream_id!r} was not opened for direct streaming")

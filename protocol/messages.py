@@ -243,7 +243,8 @@ class OpenStream(_Request, tag="open"):
     `chunks`, every update of the stream carries its OpenAI chunks as server-sent events (`sse`) instead
     of deltas. With `sink` (and `chunks`; a worker whose capabilities list "sinks"), the worker writes those
     events itself to the client socket the caller hands over next (direct streaming): updates then carry
-    no `sse`, only the finish (or finish_reason "abort" once the client can no longer be written to)."""
+    no `sse`, only the finish (or finish_reason "abort" once the client can no longer be written to); a finish
+    that comes before the socket carries the events waiting for it, for a client that then sends a Forward."""
 
     stream_id: str
     params: StreamParams = msgspec.field(default_factory=StreamParams)

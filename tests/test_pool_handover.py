@@ -52,8 +52,10 @@ async def ticker(lags: list, stop: asyncio.Event) -> None:
         lags.append(loop.time() - before - 0.005)
 
 
-@pytest.mark.parametrize("stopped", ["a moment", "for good"])
+@pytest.mark.parametrize("stopped", ["a moment", "for good", "a moment, its end sent"])
 def test_a_stopped_worker_gets_no_socket_and_its_response_is_forwarded(stopped):
+    """"its end sent": the step that ends the stream is on its way before the hand-over fails, so its reply
+    comes before the Forward's; that finish carries what the sink held."""
     hang_timeout = 0.25 if stopped == "for good" else 10.0
 
     async def main():
@@ -77,23 +79,32 @@ def test_a_stopped_worker_gets_no_socket_and_its_response_is_forwarded(stopped):
                 lags, stop = [], asyncio.Event()
                 ticking = asyncio.create_task(ticker(lags, stop))
                 await asyncio.sleep(0.05)
+                ending = None
+                if stopped.endswith("its end sent"):
+                    ending = pool.submit_step({"direct": ids[5:]}, finish=["direct"])
                 started = time.monotonic()
-                if stopped == "a moment":
+                if stopped.startswith("a moment"):
                     asyncio.get_running_loop().call_later(0.3, os.kill, pid, signal.SIGCONT)
                 assert pool.hand_over("direct", client.fileno()) is False
                 returned_in = time.monotonic() - started
                 assert pool.handover_fallbacks == 2
                 sse = b""
-                for at in range(5, len(ids), 4):                        # the engine goes on stepping
-                    sse += (await pool.step({"direct": ids[at:at + 4]}))["direct"].sse
-                sse += (await pool.step({}, finish=["direct"]))["direct"].sse
+                if ending is not None:
+                    update = (await ending)["direct"]
+                    assert update.finish_reason == "length"
+                    sse += update.sse
+                else:
+                    for at in range(5, len(ids), 4):                    # the engine goes on stepping
+                        sse += (await pool.step({"direct": ids[at:at + 4]}))["direct"].sse
+                    sse += (await pool.step({}, finish=["direct"]))["direct"].sse
                 served_in = time.monotonic() - started
+                await asyncio.sleep(0.05)                               # the Forward's reply, after
                 stop.set()
                 await ticking
             finally:
                 spare.close()
                 client.close()
-            assert returned_in < 0.05 and served_in < (1.0 if stopped == "a moment" else 10), (returned_in, served_in)
+            assert returned_in < 0.05 and served_in < (10 if stopped == "for good" else 1.0), (returned_in, served_in)
             assert max(lags) < 0.05, max(lags)
             assert link.hangs == pool.launcher.restarts == (stopped == "for good")
             roles, text = contents(sse)

@@ -91,21 +91,25 @@ class Sink:
         if self.ending and not pending:
             self.close()
 
-    def take(self) -> bytes:
-        """What waits for a socket that never came, unframed (the events as written), and the sink closed: its
-        stream goes on through the API process instead (a Forward).
+    def held(self) -> bytes:
+        """What waits for a socket that has not come, unframed (the events as written).
 
         >>> sink = Sink(1 << 20, {})
         >>> sink.write(b"data: one\\n\\n"); sink.write(b"data: two\\n\\n")
-        >>> sink.take(), sink.closed
-        (b'data: one\\n\\ndata: two\\n\\n', True)
+        >>> sink.held()
+        b'data: one\\n\\ndata: two\\n\\n'
         """
         events = []
         for chunk in self.pending if self.fd < 0 else ():           # whole chunks: nothing was written yet
             size, _, rest = chunk.partition(b"\r\n")
             events.append(rest[:int(size, 16)])
-        self.close()
         return b"".join(events)
+
+    def take(self) -> bytes:
+        """held(), and the sink closed: its stream goes on through the API process instead (a Forward)."""
+        events = self.held()
+        self.close()
+        return events
 
     def close(self) -> None:
         self.closed = True
