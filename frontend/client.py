@@ -33,12 +33,13 @@ from pathlib import Path
 import zmq
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
-from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
+from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, Forward, OpenStream, Render,
                                RenderReply, Stats, StatsReply)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, guide
 from tokworker.frontend.errors import InvalidRequest, NoSuchSocket, Overloaded, PoolError, ShuttingDown, WorkerLost
 from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink, encode_request
+from tokworker.frontend.recovery import quiet
 from tokworker.frontend.steps import send_step
 from tokworker.frontend.stream import StreamHandle
 from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
@@ -316,14 +317,41 @@ class TokenizerPool:
         self.streams[stream_id] = stream
         return await link.request(body, on_reply=opened, on_error=stream.fail, stateful=True)
 
-    def hand_over(self, stream_id: str, fd: int) -> None:
+    def hand_over(self, stream_id: str, fd: int) -> bool:
         """Give the worker of a stream opened with `sink` the client's socket `fd` (it gets a reference of
-        its own; the caller's stays open until the caller closes it). OSError if the worker cannot be
-        reached: the caller then ends the stream."""
+        its own; the caller's stays open until the caller closes it). Never waits: True when the socket is on
+        its way; False when that worker cannot take it now (its lane is stopped or far behind) or cannot be
+        reached. Then the caller writes the response itself, as for a stream opened without `sink`: the
+        stream's updates carry its events in `sse` from its next step on, those its worker made already
+        first (a Forward; counted in `handover_fallbacks`), or in its finish when the step that ended it was
+        sent already. WorkerLost when its finish reached the caller before this call (the caller, writing
+        nothing then, has dropped its events: it cuts the response short)."""
         stream = self.streams[stream_id]
-        if not stream.sink:
+        if not stream.direct:
             raise InvalidRequest(ErrorCode.INVALID, f"stream {stream_id!r} was not opened for direct streaming")
-        stream.link.hand_over(stream_id, fd)
+        link = stream.link
+        if not stream.sink:                                  # a recovery forwarded it already
+            link.handover_fallbacks += 1
+            return False
+        if link.hand_over(stream_id, fd):
+            stream.handed_over()
+            return True
+        if stream.finished:                                  # its events wait in a sink no socket will reach
+            raise WorkerLost(ErrorCode.WORKER_LOST, f"the worker of {stream_id!r} could not take its client's "
+                                                    f"socket, and the stream ended before it could be forwarded")
+
+        def forwarded(reply):
+            stream.forwarded(StreamUpdate(sse=reply.sse) if reply.sse else None)
+
+        link.request(encode_request(Forward(stream_id=stream_id)), on_reply=forwarded, on_error=stream.fail,
+                     stateful=True).add_done_callback(quiet)
+        return False
+
+    @property
+    def handover_fallbacks(self) -> int:
+        """Client sockets that workers could not take at once, whose responses were forwarded instead (for
+        the front door's /metrics)."""
+        return sum(link.handover_fallbacks for link in self.links)
 
     @property
     def open_streams(self) -> int:

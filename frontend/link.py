@@ -16,8 +16,9 @@ import logging
 import msgspec
 import zmq
 
-from tokworker.protocol.messages import ID_FRAME, ErrorCode, ErrorReply, HelloReply, Stats, decode_reply, encode_message, frame
-from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, WorkerLost
+from tokworker.protocol.messages import (ID_FRAME, Draining, ErrorCode, ErrorReply, HelloReply, Stats, decode_reply,
+                                         encode_message, frame)
+from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, ShuttingDown, WorkerLost
 from tokworker.frontend.pending import Call, Pending, Probe
 from tokworker.frontend.recovery import Recovery
 from tokworker.frontend.sinks import SinkSender
@@ -83,6 +84,7 @@ class WorkerLink(Recovery):
         self._auth_error: PoolError | None = None
         self._handshake_drops = 0
         self._sinks: SinkSender | None = None   # where client sockets go for direct streaming (made on first use)
+        self.handover_fallbacks = 0             # client sockets this worker could not take at once (forwarded)
         self._task: asyncio.Task | None = None
 
     @property
@@ -108,6 +110,8 @@ class WorkerLink(Recovery):
         self.buffered -= stream.buffered
         self.scored -= stream.scored
         self.logged -= stream.logged
+        if stream.late is not None:             # counted while open (StreamHandle.hold_late)
+            self.late -= 1
 
     # ------------------------------------------------------------ requests
     def request(self, body: bytes, on_reply=None, on_error=None, stateful=False, timeout=None) -> asyncio.Future:
@@ -240,6 +244,8 @@ class WorkerLink(Recovery):
             return
         pending = self.pending.pop(rid, None)
         if pending is None:
+            if not rid and type(reply) is Draining:         # unasked: the worker read SIGTERM
+                self._drains()
             return                                           # timed out earlier, or from before a reset
         if not pending.stateful:
             self.stateless -= 1
@@ -247,20 +253,41 @@ class WorkerLink(Recovery):
             self.draining = True                             # new work goes to other workers until it is back
         pending.reply(reply)
 
-    def hand_over(self, stream_id: str, fd: int) -> None:
-        """Give this link's worker the client socket of `stream_id` (direct streaming; see frontend/sinks.py).
-        A worker restarted since keeps no old connection: a failed send connects again once."""
+    def _drains(self) -> None:
+        """The worker drains: no new work goes to it (its open streams go on). What it will not answer once
+        it has left fails then with ShuttingDown, which the pool sends elsewhere (recovery.py)."""
+        if not self.draining:
+            log.info("the worker at %s is draining; new work goes to the others", self.endpoint)
+        self.draining = True
+
+    def shed_stateless(self) -> None:
+        """The draining worker left: its stateless requests still waiting are never answered; fail them now
+        with ShuttingDown (the pool retries them on a worker that is not draining)."""
+        for pending in [p for p in self.pending.values() if not p.stateful]:
+            self._finish(pending, ShuttingDown(ErrorCode.SHUTTING_DOWN, f"the worker at {self.endpoint} drained "
+                                                                        f"and left"))
+
+    def hand_over(self, stream_id: str, fd: int) -> bool:
+        """Give this link's worker the client socket of `stream_id` (direct streaming; see frontend/sinks.py),
+        without waiting: False (counted in `handover_fallbacks`) when the worker cannot take it now, or cannot be
+        reached. A worker restarted since keeps no old connection: a failed send connects again once."""
         for attempt in (0, 1):
-            if self._sinks is None:
-                self._sinks = SinkSender(sinks_path(self.endpoint))
             try:
-                self._sinks.hand(self.session, stream_id, fd)
-                return
+                if self._sinks is None:
+                    self._sinks = SinkSender(sinks_path(self.endpoint))
+                if self._sinks.hand(self.session, stream_id, fd):
+                    return True
+                break                                        # its queue is full: the worker is not reading
+            except BlockingIOError:                          # its listener's backlog is full
+                break
             except OSError:
-                self._sinks.close()
-                self._sinks = None
+                if self._sinks is not None:
+                    self._sinks.close()
+                    self._sinks = None
                 if attempt:
-                    raise
+                    break
+        self.handover_fallbacks += 1
+        return False
 
     async def close(self) -> None:
         self.closed = True

@@ -141,7 +141,12 @@ class Recovery:
             if hello is not None and not hello.done():
                 hello.set_exception(_Disconnected())
             elif self.ready:
-                log.warning("lost the connection to %s; reconnecting", self.endpoint)
+                self._on_readable()                          # what it sent before it left: a Draining notice
+                if self.draining:                            # a drained worker's exit: expected
+                    log.info("the draining worker at %s left; reconnecting in the background", self.endpoint)
+                    self.shed_stateless()
+                else:
+                    log.warning("lost the connection to %s; reconnecting", self.endpoint)
                 self._start_recovery()
 
     def _take_pending(self) -> list[Pending]:
@@ -162,18 +167,22 @@ class Recovery:
             for stream_id, ids in pending.step_ids().items():
                 in_flight[stream_id] = in_flight.get(stream_id, 0) + len(ids)
         for stream in [s for s in self.live.values() if s.opened]:
-            if stream.sink:                                  # what the dead worker wrote cannot be known
+            if stream.handed:                                # what the dead worker wrote cannot be known
                 stream.fail(WorkerLost(ErrorCode.WORKER_LOST, f"the worker that streamed {stream.id!r} to its "
                                                               f"client directly is gone"))
                 continue
             try:
-                body = stream.replay_request(in_flight.get(stream.id, 0))
+                if stream.unsent:                            # its socket never reached the dead worker: the
+                    bodies = stream.forward_requests(in_flight.get(stream.id, 0))   # client has none of it
+                else:
+                    bodies = (stream.replay_request(in_flight.get(stream.id, 0)),)
             except PoolError as error:                       # the engine's record of its ids failed it
                 stream.fail(error)
                 continue
-            replay = Call(body, self.loop.create_future(), None, stream.fail, True, replay=True)
-            replay.future.add_done_callback(_quiet)
-            self.send(replay)
+            for body, on_reply in zip(bodies, (None, _forwarded(stream))):
+                replay = Call(body, self.loop.create_future(), on_reply, stream.fail, True, replay=True)
+                replay.future.add_done_callback(quiet)
+                self.send(replay)
         for pending in waiting:
             if pending.replay or pending.abandoned():
                 pending.abandon()                            # replayed afresh above, or the caller gave up
@@ -199,7 +208,18 @@ class Recovery:
             stream.fail(WorkerLost(error.code, error.message))
 
 
-def _quiet(future: asyncio.Future) -> None:
+def _forwarded(stream):
+    """The reply to a rebuilt direct stream's Step (StreamHandle.forward_requests): its output so far."""
+    def on_reply(reply) -> None:
+        if reply.errors:
+            error = next(iter(reply.errors.values()))
+            stream.fail(error_for(error.code, error.message))
+        else:
+            stream.forwarded(reply.updates[0] if reply.updates else None)
+    return on_reply
+
+
+def quiet(future: asyncio.Future) -> None:
     """Replays have no caller; retrieve their exception so asyncio does not log it as unhandled."""
     if not future.cancelled():
         future.exception()

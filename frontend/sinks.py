@@ -1,6 +1,12 @@
 """The API process's side of direct streaming: hand a client's socket to the worker that streams its
 response (see tokworker/worker/sinks.py). One Unix SEQPACKET connection per worker, at its sinks_path; one
-message per stream, "session\\0stream id" with the socket as SCM_RIGHTS."""
+message per stream, "session\\0stream id" with the socket as SCM_RIGHTS.
+
+Nothing here waits: it runs on the API process's event loop. The socket is non-blocking, so a worker that
+cannot take a socket now (its lane stopped or busy: the connection's queue, or its listener's backlog, is
+full) is a False from `hand`, or BlockingIOError from connecting, at once; the caller then forwards that
+response itself (a Forward, see frontend/client.py).
+"""
 
 from __future__ import annotations
 
@@ -8,16 +14,24 @@ import socket
 
 
 class SinkSender:
-    """Hands sockets to one worker."""
+    """Hands sockets to one worker. Connecting raises OSError (BlockingIOError when its backlog is full)."""
 
-    def __init__(self, path: str, timeout: float = 5.0):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock.settimeout(timeout)
-        self.sock.connect(path)
+    def __init__(self, path: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)
+        try:
+            self.sock.connect(path)                 # a Unix socket connects at once, or fails at once
+        except OSError:
+            self.sock.close()
+            raise
 
-    def hand(self, session: str, stream_id: str, fd: int) -> None:
-        """The worker gets its own reference to `fd`; the caller's stays open until it closes it."""
-        socket.send_fds(self.sock, [f"{session}\0{stream_id}".encode()], [fd])
+    def hand(self, session: str, stream_id: str, fd: int) -> bool:
+        """True when the worker has its own reference to `fd` on the way (the caller's stays open until it
+        closes it); False when the connection's queue is full (the worker does not read it now)."""
+        try:
+            socket.send_fds(self.sock, [f"{session}\0{stream_id}".encode()], [fd])
+        except BlockingIOError:
+            return False
+        return True
 
     def close(self) -> None:
         self.sock.close()

@@ -164,24 +164,9 @@ def _ended(table: dict, stream_id: str, late: dict | None) -> dict:
 
 # ---------------------------------------------------------------- what the engine has not been told yet
 
-def _hold_late(stream, update: StreamUpdate) -> None:
-    if stream.late is None:
-        stream.link.late += 1                        # its next step's reply must look at it
-        stream.late = update
-    else:
-        stream.late = merge_updates((stream.late, update))
-
-
-def _take_late(stream) -> StreamUpdate | None:
-    late, stream.late = stream.late, None
-    if late is not None:
-        stream.link.late -= 1
-    return late
-
-
 def _untold(stream) -> StreamUpdate | None:
     """What the engine has not been told, once: late output, then the failure."""
-    late, failure = _take_late(stream), stream.take_failure()
+    late, failure = stream.take_late(), stream.take_failure()
     if late is None:
         return failure
     return late if failure is None else merge_updates((late, failure))
@@ -343,9 +328,9 @@ class StepPart(Pending):
                 update = EMPTY
             stream.acknowledged(update)
             if self.detached:                    # the step returned without us: the engine hears it next time
-                _hold_late(stream, update)
+                stream.hold_late(update)
             elif stream.late is not None:
-                update = merge_updates((_take_late(stream), update))
+                update = merge_updates((stream.take_late(), update))
             results[name] = update
         if not self.detached:
             self._done(results)

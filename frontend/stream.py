@@ -32,7 +32,7 @@ from collections import deque
 
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, joined_logprobs
-from tokworker.protocol.messages import ErrorCode, OpenStream, encode_message
+from tokworker.protocol.messages import ErrorCode, OpenStream, Step, encode_message
 from tokworker.frontend.errors import InvalidRequest, PoolError, StreamFailed
 
 MAX_BUFFERED = 64
@@ -76,15 +76,18 @@ class StreamHandle:
                  chunks: ChunkFormat | None = None, on_end=None, engine_ids=None, sink: bool = False):
         self.id = stream_id
         self.sink = sink                        # its worker writes its events to the client (direct streaming)
+        self.direct = sink                      # it was opened so (a Forward may have ended `sink` since)
+        self.handed = False                     # its client's socket went to its worker
+        self.unsent = sink                      # direct, and none of its events has reached its client yet
         self.link = link
         self.params = params
         self.prompt_ids = prompt_ids
         self.prompt_text = prompt_text
         self.chunks = chunks
         self.engine_ids = engine_ids
-        # the ids sent, for a replay on another worker: none where the engine keeps them, or where the stream
-        # is never replayed (a direct stream ends with its worker)
-        self.logged = engine_ids is None and not sink
+        # the ids sent, for a replay on another worker: none where the engine keeps them; a direct stream's
+        # only until its socket is handed over (then it ends with its worker; until then it may be forwarded)
+        self.logged = engine_ids is None
         self.log = array("q") if self.logged else None
         self.opened = False                     # the worker acknowledged the open: a recovery replays it
         self.finished = False
@@ -102,6 +105,13 @@ class StreamHandle:
         """The OpenStream that rebuilds this stream on a new worker: its log (or the engine's record), less
         its last `in_flight` ids (sent again with their steps), in batches. An engine record that fails
         (raises, is too short, holds what no id is) raises InvalidRequest naming the stream."""
+        log = self._sent(in_flight)
+        batches = [list(log[i:i + REPLAY_BATCH]) for i in range(0, len(log), REPLAY_BATCH)]
+        return self._encoded(OpenStream(stream_id=self.id, params=self.params, prompt_ids=self.prompt_ids,
+                                        prompt_text=self.prompt_text, chunks=self.chunks, replay=batches))
+
+    def _sent(self, in_flight: int):
+        """Every id sent for this stream (its log, or the engine's record) but the last `in_flight`."""
         log = self.log
         if log is None:
             try:
@@ -112,13 +122,41 @@ class StreamHandle:
             if len(log) < in_flight:
                 raise InvalidRequest(ErrorCode.INVALID, f"engine_ids of stream {self.id!r} returned {len(log)} ids, "
                                                         f"fewer than the {in_flight} of its unanswered steps")
-        end = len(log) - in_flight
-        batches = [list(log[i:min(i + REPLAY_BATCH, end)]) for i in range(0, end, REPLAY_BATCH)]
+        return log[:max(len(log) - in_flight, 0)]
+
+    def _encoded(self, msg) -> bytes:
         try:
-            return encode_message(OpenStream(stream_id=self.id, params=self.params, prompt_ids=self.prompt_ids,
-                                             prompt_text=self.prompt_text, chunks=self.chunks, replay=batches))
+            return encode_message(msg)
         except (TypeError, ValueError, OverflowError) as exc:     # the engine's record holds what no id is
             raise InvalidRequest(ErrorCode.INVALID, f"the replay of stream {self.id!r} cannot be encoded: {exc}") from None
+
+    def handed_over(self) -> None:
+        """Its client's socket went to its worker, which writes its events: it is never replayed (its worker's
+        death ends it), so it keeps no log from now on."""
+        self.handed = True
+        self.unsent = False
+        if self.logged and not self.finished:
+            self.logged = False
+            self.link.logged -= 1
+            self.log = None
+
+    def forwarded(self, update: StreamUpdate | None) -> None:
+        """Its socket did not reach its worker: its events come in its updates' `sse` from now on, and `update`
+        (what the worker made before) goes to the engine with the next step that names it."""
+        self.sink = self.unsent = False
+        if update is not None and not self.finished:
+            self.acknowledged(update)
+            self.hold_late(update)
+
+    def forward_requests(self, in_flight: int = 0) -> tuple[bytes, bytes]:
+        """A direct stream whose socket never reached its worker, rebuilt on a new one as a forwarded stream:
+        an OpenStream without `sink` and a Step of every id but those of its unanswered steps (re-sent), whose
+        output is its client's (none of it was written)."""
+        ids = self._sent(in_flight)
+        self.sink = False
+        opened = OpenStream(stream_id=self.id, params=self.params, prompt_ids=self.prompt_ids,
+                            prompt_text=self.prompt_text, chunks=self.chunks)
+        return encode_message(opened), self._encoded(Step(ids={self.id: list(ids)}))
 
     # ------------------------------------------------------------ fed by the pool
     def acknowledged(self, update: StreamUpdate) -> None:
@@ -143,6 +181,23 @@ class StreamHandle:
         """Closed by the caller: no more updates; an iterator ends after what is buffered."""
         if not self.finished:
             self._end("abort")
+
+    def hold_late(self, update: StreamUpdate) -> None:
+        """Keep `update` for the next step that names this stream (steps.py). The link counts the open streams
+        holding late output (its step replies must look at them); a finished one's goes out when a step names
+        it again, uncounted, and link.remove uncounts one that ends holding some, so the count goes back to 0."""
+        if self.late is None:
+            if not self.finished:
+                self.link.late += 1
+            self.late = update
+        else:
+            self.late = merge_updates((self.late, update))
+
+    def take_late(self) -> StreamUpdate | None:
+        late, self.late = self.late, None
+        if late is not None and not self.finished:
+            self.link.late -= 1
+        return late
 
     def take_failure(self) -> StreamFailure | None:
         """The failure the engine has not been told of, once."""

@@ -248,7 +248,8 @@ class OpenStream(_Request, tag="open"):
     `chunks`, every update of the stream carries its OpenAI chunks as server-sent events (`sse`) instead
     of deltas. With `sink` (and `chunks`; a worker whose capabilities list "sinks"), the worker writes those
     events itself to the client socket the caller hands over next (direct streaming): updates then carry
-    no `sse`, only the finish (or finish_reason "abort" once the client can no longer be written to)."""
+    no `sse`, only the finish (or finish_reason "abort" once the client can no longer be written to); a finish
+    that comes before the socket carries the events waiting for it, for a client that then sends a Forward."""
 
     stream_id: str
     params: StreamParams = msgspec.field(default_factory=StreamParams)
@@ -290,6 +291,18 @@ class StepReply(_Reply, tag="step"):
     finished: list[int] = []
 
 
+class Forward(_Request, tag="forward"):
+    """A stream opened with `sink` whose client socket could not be handed over (its worker could not take it
+    at once): from now on its updates carry their events in `sse`, as if it had been opened without `sink`.
+    The reply gives back the events it made before, which no socket took."""
+
+    stream_id: str
+
+
+class ForwardReply(_Reply, tag="forward"):
+    sse: bytes = b""
+
+
 class CloseStreams(_Request, tag="close"):
     """Drop streams without output (the request was aborted or its client went away)."""
 
@@ -300,15 +313,22 @@ class CloseReply(_Reply, tag="close"):
     closed: int
 
 
+class Draining(_Reply, tag="draining"):
+    """Unsolicited, with request id 0: the worker has read SIGTERM. Sent once to every connection that said
+    Hello, so a client stops sending it new work at once instead of learning it from a refusal or from the
+    worker's exit. Its open streams still step until they end or the drain timeout cuts them. A client that
+    does not know this type drops it unread (no request of its has id 0)."""
+
+
 class ErrorReply(_Reply, tag="error"):
     code: str
     message: str = ""
     request_id: int = 0
 
 
-Request = Union[Hello, Stats, Render, Encode, Decode, Compile, Guide, OpenStream, Step, CloseStreams]
+Request = Union[Hello, Stats, Render, Encode, Decode, Compile, Guide, OpenStream, Step, Forward, CloseStreams]
 Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, CompileReply, GuideReply,
-              OpenReply, StepReply, CloseReply, ErrorReply]
+              OpenReply, StepReply, ForwardReply, CloseReply, Draining, ErrorReply]
 
 encode_message = msgspec.msgpack.Encoder().encode
 decode_request = msgspec.msgpack.Decoder(Request).decode

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from api_server import running
+from tokworker.protocol.endpoints import sinks_path
 from tokworker.api.server import ApiOptions
 
 pytestmark = pytest.mark.slow  # the front door on worker processes
@@ -81,3 +82,18 @@ def test_several_choices_are_forwarded():
             events = [line for line in response.iter_lines() if line.startswith(b"data: ")]
         assert events[-1] == b"data: [DONE]"
         assert {json.loads(e[6:])["choices"][0]["index"] for e in events[:-1]} == {0, 1}
+
+
+def test_a_worker_that_cannot_take_the_socket_gets_its_response_forwarded():
+    """The worker's hand-over socket is gone (unlinked): the API process cannot hand the client's socket over,
+    so it forwards the response itself, whole and well-formed, and counts it (pool.handover_fallbacks)."""
+    with running(options=options(), workers=1) as server:
+        os.unlink(sinks_path(server.pool.links[0].endpoint))
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        ask = {"model": MODEL, "max_tokens": 12, "messages": [{"role": "user", "content": "hi"}]}
+        chunks = list(client.chat.completions.create(stream=True, **ask))
+        whole = client.chat.completions.create(**ask)
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason == "length"
+        assert server.pool.handover_fallbacks == 1

@@ -228,3 +228,56 @@ def test_a_worker_that_read_sigterm_answers_new_work_and_handshakes_at_once(daem
 
     refused_in, handshake_in = uvloop.run(main())
     assert refused_in < 1.0 and handshake_in < 1.0              # at once, not a timeout (about 2 ms here)
+
+
+def test_connected_pools_are_told_of_a_drain_and_never_wait_on_it(daemons):
+    """A pool already connected to a daemon that gets SIGTERM is told unasked (a Draining notice on its
+    connection): every render sent from right after the signal on is answered within 100 ms (it waited 4.9 s
+    and failed as "no handshake" before), served by the other daemon where the pool reaches one, ShuttingDown
+    where it does not, also once the drained worker has left."""
+    draining, bind_a = daemons()
+    _, bind_b = daemons()
+
+    async def main():
+        async with await TokenizerPool.connect([bind_a, bind_b], connect_timeout=30, discover=False) as both, \
+                await TokenizerPool.connect(bind_a, connect_timeout=30) as alone, \
+                await TokenizerPool.connect(bind_a, connect_timeout=30) as idle, \
+                await TokenizerPool.connect(bind_b, connect_timeout=30) as watch_b:
+            chat = [{"role": "user", "content": "hi"}]
+            expected = (await both.render(chat)).ids
+            await alone.render(chat)
+            link_a = next(link for link in both.links if link.endpoint == bind_a)
+            draining.send_signal(signal.SIGTERM)
+            outcomes, slowest, told_at = set(), 0.0, None
+            served_after_told = 0
+            end = time.monotonic() + 1.5
+            while time.monotonic() < end:
+                started = time.monotonic()
+                assert (await both.render(chat)).ids == expected        # never an error: b serves it
+                slowest = max(slowest, time.monotonic() - started)
+                started = time.monotonic()
+                try:
+                    await alone.render(chat)
+                    outcomes.add("served")
+                except ShuttingDown:
+                    outcomes.add("shutting_down")
+                slowest = max(slowest, time.monotonic() - started)
+                if told_at is None and link_a.draining:
+                    told_at = time.monotonic()
+                    asked_b = (await watch_b.stats())[0].requests
+                elif told_at is not None:
+                    served_after_told += 1
+                await asyncio.sleep(0.01)
+            assert told_at is not None, "the connected pool was never told that its worker drains"
+            assert idle.links[0].draining                               # told without asking anything
+            assert (await watch_b.stats())[0].requests >= asked_b + served_after_told   # all went to b
+            status = await asyncio.get_running_loop().run_in_executor(None, draining.wait, 20)
+            started = time.monotonic()
+            with pytest.raises(ShuttingDown):                           # the worker has left: still at once
+                await idle.render(chat)
+            return outcomes, slowest, time.monotonic() - started, status
+
+    outcomes, slowest, after_exit, status = uvloop.run(main())
+    assert "shutting_down" in outcomes
+    assert slowest < 0.1 and after_exit < 0.1, (slowest, after_exit)
+    assert status == 0

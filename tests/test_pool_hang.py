@@ -8,6 +8,7 @@ Covers tokworker.frontend.pending."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
@@ -69,5 +70,38 @@ def test_a_worker_busy_with_a_long_render_is_not_taken_for_hung():
             prompt = await pool.render([{"role": "user", "content": "many words " * 150_000}])
             assert len(prompt.ids) > 150_000
             assert pool.links[0].hangs == 0 and pool.launcher.pids[0] == pid
+
+    uvloop.run(main())
+
+
+def test_late_output_is_uncounted_once_its_stream_ends():
+    """A step returns without a hung worker's share; what the replaced worker answers for it is held as late
+    output, counted on the link (each of its step replies then takes the stream-by-stream path) only while
+    that stream is open: closing the stream, or late output that itself ends it, takes the count back to 0."""
+    tokenizer = Tokenizer.from_dir(MODEL)
+    words = tokenizer.encode("some words held back late")
+    stop = tokenizer.encode(" and STOP here")
+
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1, hang_timeout=0.5) as pool:
+            link = pool.links[0]
+            await pool.open_stream("closed", buffer=False)
+            await pool.open_stream("ends", StreamParams(stop=["STOP"]), buffer=False)
+            await pool.step({"closed": words[:2], "ends": words[:2]})
+            os.kill(link.info.pid, signal.SIGSTOP)
+            returned = await pool.step({"closed": words[2:], "ends": stop})
+            assert all(not update.deltas for update in returned.values())      # returned without the share
+            for _ in range(200):                                    # the replaced worker answers it later
+                if pool.streams["closed"].late is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert pool.streams["closed"].late is not None and pool.streams["ends"].finished
+            assert link.late == 1                                   # "ends" finished: not counted
+            ended = (await pool.step({"ends": []}))["ends"]         # the engine hears of it when it names it
+            assert ended.finish_reason == "stop" and link.late == 1
+            await pool.close_stream("closed")
+            assert link.late == 0
+            await pool.open_stream("after", buffer=False)
+            assert (await pool.step({"after": words}))["after"].deltas and link.late == 0
 
     uvloop.run(main())

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from tokworker.frontend import PoolError, TokenizerPool, WorkerLost
+from tokworker.frontend import InvalidRequest, PoolError, TokenizerPool, WorkerLost
+from tokworker.protocol.messages import ErrorCode
 
 pytestmark = pytest.mark.slow  # worker processes
 
@@ -70,5 +71,21 @@ def test_a_request_past_the_cpu_limit_kills_its_worker_and_the_pool_goes_on(toke
             assert (await pool.step({"victim": [5]}))["victim"].finish_reason == "error"
             assert await pool.encode([text] * 4) == [ids] * 4
             assert pool.launcher.pids[0] not in (None, old_pid)
+
+    uvloop.run(main())
+
+
+def test_a_step_is_priced_in_ids_only_when_its_bytes_could_exceed_them():
+    """--max-ids bounds a step's ids, all streams together. A message has at least a byte per id, so one of
+    at most max_ids bytes is not counted; one past them is, and exactly at the bound it still passes."""
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1, max_ids=64) as pool:
+            await pool.open_stream("a", buffer=False)
+            await pool.open_stream("b", buffer=False)
+            await pool.step({"a": [5] * 32, "b": [6] * 32})               # 64 ids in more than 64 bytes
+            await pool.step({"a": [7]})                                   # a few bytes: not counted
+            with pytest.raises(InvalidRequest, match="carries 65 ids") as refused:
+                await pool.step({"a": [5] * 33, "b": [6] * 32})
+            assert refused.value.code == ErrorCode.TOO_LARGE
 
     uvloop.run(main())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import pytest
 
@@ -52,7 +53,7 @@ def pair():
 
 def test_events_arrive_as_chunks_and_end_closes(pair):
     server, client = pair
-    sink = Sink(max_bytes=1 << 20, waiting=set())
+    sink = Sink(max_bytes=1 << 20, waiting={})
     sink.write(b"data: one\n\n")                       # before the socket: it waits
     sink.attach(os.dup(server.fileno()))
     sink.write(b"data: two\n\n")
@@ -63,19 +64,19 @@ def test_events_arrive_as_chunks_and_end_closes(pair):
 
 def test_a_full_socket_holds_the_rest_until_it_drains_and_cuts_past_the_bound(pair):
     server, client = pair
-    sink = Sink(max_bytes=8 << 20, waiting=set())
+    sink = Sink(max_bytes=8 << 20, waiting={})
     sink.attach(os.dup(server.fileno()))
     event = b"data: " + b"x" * 4000 + b"\n\n"
     for _ in range(200):                               # 800 KB: more than a socket pair buffers
         sink.write(event)
-    assert sink.waiting == {sink.fd} and sink.pending_bytes > 0
+    assert list(sink.waiting) == [sink.fd] and sink.pending_bytes > 0
     received = b""
     while sink.waiting:
         received += read_all(client)
         sink.flush()
     received += read_all(client)
     assert chunks(received) == [event] * 200
-    small = Sink(max_bytes=64 << 10, waiting=set())
+    small = Sink(max_bytes=64 << 10, waiting={})
     small.attach(os.dup(server.fileno()))
     while small.failed is None:
         small.write(event)
@@ -84,7 +85,7 @@ def test_a_full_socket_holds_the_rest_until_it_drains_and_cuts_past_the_bound(pa
 
 def test_a_client_that_went_away_fails_the_sink(pair):
     server, client = pair
-    sink = Sink(max_bytes=1 << 20, waiting=set())
+    sink = Sink(max_bytes=1 << 20, waiting={})
     sink.attach(os.dup(server.fileno()))
     client.close()
     sink.write(b"data: lost\n\n")
@@ -116,3 +117,38 @@ def test_sockets_handed_over_reach_their_stream(tmp_path, pair):
         sender.close()
         table.close_all()
     assert not os.path.exists(path)
+
+
+def test_a_writable_socket_flushes_its_own_sink_only(tmp_path):
+    """The table keeps the sinks with bytes waiting by descriptor: a writable report flushes that sink and
+    touches no other; an ended stream's sink, closed once flushed, goes at the next evict."""
+    table = SinkTable(sinks_path(f"ipc://{tmp_path}/worker"), max_bytes=8 << 20)
+    pairs = [socket.socketpair() for _ in range(3)]
+    try:
+        sinks = [table.open("s", f"req-{i}") for i in range(3)]
+        event = b"data: " + b"x" * 4000 + b"\n\n"
+        for sink, (server, _) in zip(sinks, pairs):
+            server.setblocking(False)
+            sink.attach(os.dup(server.fileno()))
+            while not sink.pending:
+                sink.write(event)
+        assert set(table.waiting) == {sink.fd for sink in sinks}
+        first, rest = sinks[0], sinks[1:]
+        first.end()
+        table.release("s", "req-0")
+        held = [sink.pending_bytes for sink in rest]
+        received = b""
+        while first.fd in table.waiting:
+            received += read_all(pairs[0][1])
+            table.on_writable([first.fd])
+        received += read_all(pairs[0][1])
+        assert chunks(received)[-1] == b"" and first.closed
+        assert [sink.pending_bytes for sink in rest] == held and set(table.waiting) == {s.fd for s in rest}
+        assert ("s", "req-0") in table.sinks
+        table.evict(time.monotonic())
+        assert set(table.sinks) == {("s", "req-1"), ("s", "req-2")}
+    finally:
+        table.close_all()
+        for server, client in pairs:
+            server.close()
+            client.close()

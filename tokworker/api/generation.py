@@ -153,10 +153,11 @@ class Generations:
         return exchange, response
 
     def _hand_over(self, exchange: Exchange, transport) -> None:
-        """Direct streaming: the headers are out; the stream's worker writes the rest of the body itself."""
+        """Direct streaming: the headers are out; the stream's worker writes the rest of the body itself, or,
+        when it cannot take the socket at once, this process forwards the body as any other."""
         choice = exchange.choices[0]
         try:
-            self.pool.hand_over(choice.name, transport.get_extra_info("socket").fileno())
+            exchange.direct = self.pool.hand_over(choice.name, transport.get_extra_info("socket").fileno())
         except (OSError, PoolError) as error:
             self.serving.end(exchange, f"its worker cannot take the client's socket: {error}")
 

@@ -1,5 +1,5 @@
 """The worker's lane: the thread that owns the client socket. Every message is read here by one typed decoder
-and dispatched once, by one match: session requests (hello, open, step, close, stats), decoded in full, are
+and dispatched once, by one match: session requests (hello, open, step, forward, close, stats), decoded in full, are
 served here at once; stateless work (render, encode, decode, compile, guide), read only as far as its type,
 goes to the main thread as a Job, which decodes and runs it under the CPU budget and hands back the reply's
 body or its error. The lane counts requests, errors
@@ -24,8 +24,8 @@ from typing import Union
 import msgspec
 import zmq
 
-from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, ErrorReply, Guide, Hello,
-                                         OpenStream, Render, Stats, Step, encode_message, unpack_id)
+from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Draining, Encode, ErrorCode, ErrorReply, Guide,
+                                         Forward, Hello, OpenStream, Render, Stats, Step, encode_message, unpack_id)
 from tokworker.worker.connections import Connections
 from tokworker.worker.errorlog import RequestErrors
 from tokworker.worker.errors import error_of
@@ -44,7 +44,8 @@ PARKED_BYTES = 16 << 20            # requests parked unserved from such a client
 QUEUED_BYTES = 64 << 20            # stateless requests handed to the main thread and not yet answered
 SMALL_STEP = 16 << 10              # bytes of a step message below which its reply is not counted (the hot path)
 HOUSEKEEPING_S = 1.0
-NO_ID = bytes(8)                   # the request id of an error reply to a message without one
+NO_ID = bytes(8)                   # the request id of an error reply to a message without one, and of a notice
+DRAINING = encode_message(Draining())
 
 
 def _deferred(kind):
@@ -57,7 +58,8 @@ def _deferred(kind):
 DEFERRED = tuple(_deferred(kind) for kind in (Render, Encode, Decode, Compile, Guide))
 DeferredGuide = DEFERRED[-1]
 # the lane's one decoder: session requests in full, stateless ones as their type
-decode_in_lane = msgspec.msgpack.Decoder(Hello | Stats | OpenStream | Step | CloseStreams | Union[DEFERRED]).decode
+decode_in_lane = msgspec.msgpack.Decoder(Hello | Stats | OpenStream | Step | Forward | CloseStreams |
+                                         Union[DEFERRED]).decode
 
 
 def decode_error(exc: Exception) -> tuple[str, str]:
@@ -108,6 +110,7 @@ class Lane:
         self.queued = 0                              # jobs handed to the main thread and not yet back
         self.queued_bytes = 0
         self.requests = self.errors = self.dropped = 0
+        self.announced = False                       # every connection was told this worker drains (Draining)
         self.request_errors = RequestErrors(log)
         self.ipc = worker.options.bind.startswith("ipc://")      # whose a session is: see sessions.py
         self.connections = Connections(sock, worker.sessions, worker.streams)
@@ -126,6 +129,8 @@ class Lane:
         sinks = worker.streams.sinks
         polled: dict[int, int] = {}                   # the sinks' descriptors registered, and for what
         housekeeping = time.monotonic() + HOUSEKEEPING_S
+        if worker.draining:                          # SIGTERM came before the lane started
+            self.announce()
         while not self.stop[0]:
             if sinks is not None:
                 polled = _poll_sinks(poller, sinks, polled)
@@ -141,6 +146,8 @@ class Lane:
                 self._retry(time.monotonic())
             if wake_fd in ready:
                 self._wake_read.recv(4096)
+                if worker.draining and not self.announced:
+                    self.announce()
             while done:
                 self._finish(done.popleft())
             if ready.get(sock):
@@ -156,6 +163,20 @@ class Lane:
         connections.close()
         self._wake_read.close()
         self._wake_write.close()
+
+    def wake(self) -> None:
+        """From another thread (or a signal handler): look at the worker's state now, not at the next poll."""
+        try:
+            self._wake_write.send(b"\0", socketlib.MSG_DONTWAIT)
+        except BlockingIOError:                      # its buffer is full of wakes already
+            pass
+
+    def announce(self) -> None:
+        """The worker drains: tell every connection that said Hello, unasked (request id 0), so its client
+        sends new work elsewhere at once; a client connecting later learns it from its handshake."""
+        self.announced = True
+        for identity in list(self.worker.sessions.of):
+            self.send([identity, NO_ID, DRAINING])
 
     def give_back(self, job: Job) -> None:
         """From the main thread: the job is answered."""
@@ -211,13 +232,15 @@ class Lane:
         try:
             match msg:
                 case Step():
-                    reply = worker.step(identity, msg)
+                    reply = worker.step(identity, msg, len(message))
                     body = encode_reply(reply, worker.options.max_message_bytes, sized=len(message) > SMALL_STEP)
                 case OpenStream():
                     self.connections.note(identity, message)
                     body = encode_message(worker.open_stream(identity, msg))
                 case CloseStreams():
                     body = encode_message(worker.close_streams(identity, msg))
+                case Forward():
+                    body = encode_message(worker.forward(identity, msg))
                 case Stats():
                     body = encode_message(worker.stats(self))
                 case Hello():

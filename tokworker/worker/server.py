@@ -31,8 +31,8 @@ from zmq.utils.garbage import gc as zero_copy
 
 from tokworker.protocol.endpoints import sinks_path
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, CodedError, Compile, Decode, Encode,
-                                         ErrorCode, Guide, Hello, HelloReply, Limits, OpenReply, OpenStream, Render,
-                                         StatsReply, Step, StepReply, decode_request)
+                                         ErrorCode, Forward, ForwardReply, Guide, Hello, HelloReply, Limits, OpenReply,
+                                         OpenStream, Render, StatsReply, Step, StepReply, decode_request)
 from tokworker.templates.apply import compile_own_templates
 from tokworker.worker.constraints import ConstraintCache
 from tokworker.worker.defaults import default_parsers
@@ -51,6 +51,7 @@ from tokworker.worker.streams import StreamTable
 log = logging.getLogger("tokworker.worker")
 
 CUT_NOTICE_S = 3.0                 # how long a worker past its drain timeout waits to tell cut streams so
+FAREWELL_MS = 500                  # how long a drained worker's last replies (its Draining notices) may take to leave
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model",
@@ -128,6 +129,7 @@ class Worker:
         self.budget = CpuBudget()
         self.draining_until: float | None = None             # set by SIGTERM: the drain's deadline
         self.cut_at: float | None = None                     # when the streams left at that deadline were cut
+        self.on_drain = None                                 # wakes the lane, which tells every client (serve)
         self.cpu = CpuBackstop(options.cpu_limit_s)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
                           Decode: self.handlers.decode, Compile: self.constraints.compile,
@@ -189,6 +191,7 @@ class Worker:
         wake_write.setblocking(False)
         signal.set_wakeup_fd(wake_write.fileno())
         lane = Lane(self, sock, lambda: _wake(wake_write), stop)
+        self.on_drain = lane.wake
         thread = threading.Thread(target=lane.run, name="session-lane", daemon=True)
         poller = select.poll()
         poller.register(wake_read, select.POLLIN)
@@ -205,7 +208,7 @@ class Worker:
                 jobs = lane.jobs
                 while jobs:
                     lane.give_back(self.run(jobs.popleft()))
-                if self.draining and not lane.queued and self.drained():
+                if self.draining and lane.announced and not lane.queued and self.drained():
                     break
                 if not woken and os.getppid() != parent:
                     log.warning("parent process went away; worker exits")
@@ -216,7 +219,7 @@ class Worker:
             signal.set_wakeup_fd(-1)
             wake_read.close()
             wake_write.close()
-            sock.close(linger=0)
+            sock.close(linger=FAREWELL_MS if self.draining else 0)   # the notices go out even if nothing else is left
             if sinks is not None:
                 sinks.close_all()
             if options.bind.startswith("ipc://"):
@@ -243,6 +246,8 @@ class Worker:
         if self.draining_until is None:
             self.draining_until = time.monotonic() + self.options.drain_timeout_s
             log.info("draining %d open stream(s) for up to %.1f s", self.streams.count, self.options.drain_timeout_s)
+            if self.on_drain is not None:
+                self.on_drain()
 
     # ------------------------------------------------------------ stateless work: the main thread, under the budget
     def run(self, job: Job) -> Job:
@@ -268,10 +273,14 @@ class Worker:
         return job
 
     # ------------------------------------------------------------ session requests: the lane, no CPU budget
-    def step(self, identity: bytes, msg: Step) -> StepReply:
-        if len(msg.ids) + len(msg.finish) > self.options.max_batch:
-            raise CodedError(ErrorCode.TOO_LARGE, f"step over {self.options.max_batch} streams")
-        self._priced(sum(map(len, msg.ids.values())), "a step")
+    def step(self, identity: bytes, msg: Step, size: int) -> StepReply:
+        """`size`: the message's bytes. Every id takes at least one of them, so a message of at most max_ids
+        bytes cannot carry too many and is not counted (the usual step: 256 streams' ids cost 6 us to count)."""
+        options = self.options
+        if len(msg.ids) + len(msg.finish) > options.max_batch:
+            raise CodedError(ErrorCode.TOO_LARGE, f"step over {options.max_batch} streams")
+        if size > options.max_ids:
+            self._priced(sum(map(len, msg.ids.values())), "a step")
         return self.streams.step(self.sessions.session(identity), msg)
 
     def open_stream(self, identity: bytes, msg: OpenStream) -> OpenReply:
@@ -282,6 +291,9 @@ class Worker:
         self._priced(len(msg.prompt_ids or ()) + sum(map(len, msg.replay)), "an open (prompt and replay)")
         self.streams.open(self.sessions.session(identity), msg)
         return OpenReply(stream_id=msg.stream_id)
+
+    def forward(self, identity: bytes, msg: Forward) -> ForwardReply:
+        return ForwardReply(sse=self.streams.forward(self.sessions.session(identity), msg.stream_id))
 
     def close_streams(self, identity: bytes, msg: CloseStreams) -> CloseReply:
         return CloseReply(closed=self.streams.close(self.sessions.session(identity), msg.stream_ids))

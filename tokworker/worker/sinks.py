@@ -35,12 +35,13 @@ _CREDENTIALS = struct.Struct("3i")
 
 class Sink:
     """One response body: its socket once handed over (-1 before), and what waits to be written. `waiting`
-    is the table's set of sockets with bytes waiting (the lane polls them for writability)."""
+    is the table's sinks with bytes waiting, by descriptor (the lane polls those for writability, and a
+    writable one is found there without looking at any other sink)."""
 
     __slots__ = ("fd", "pending", "pending_bytes", "max_bytes", "failed", "ending", "closed", "released",
                  "waiting")
 
-    def __init__(self, max_bytes: int, waiting: set):
+    def __init__(self, max_bytes: int, waiting: dict):
         self.fd = -1
         self.pending: deque[bytes] = deque()
         self.pending_bytes = 0
@@ -75,7 +76,7 @@ class Sink:
             try:
                 sent = os.write(self.fd, data)
             except BlockingIOError:
-                self.waiting.add(self.fd)
+                self.waiting[self.fd] = self
                 return
             except OSError as error:
                 self._fail(f"the client's socket refused a write: {os.strerror(error.errno)}")
@@ -83,17 +84,37 @@ class Sink:
             self.pending_bytes -= sent
             if sent < len(data):
                 pending[0] = data[sent:]
-                self.waiting.add(self.fd)
+                self.waiting[self.fd] = self
                 return
             pending.popleft()
-        self.waiting.discard(self.fd)
+        self.waiting.pop(self.fd, None)
         if self.ending and not pending:
             self.close()
+
+    def held(self) -> bytes:
+        """What waits for a socket that has not come, unframed (the events as written).
+
+        >>> sink = Sink(1 << 20, {})
+        >>> sink.write(b"data: one\\n\\n"); sink.write(b"data: two\\n\\n")
+        >>> sink.held()
+        b'data: one\\n\\ndata: two\\n\\n'
+        """
+        events = []
+        for chunk in self.pending if self.fd < 0 else ():           # whole chunks: nothing was written yet
+            size, _, rest = chunk.partition(b"\r\n")
+            events.append(rest[:int(size, 16)])
+        return b"".join(events)
+
+    def take(self) -> bytes:
+        """held(), and the sink closed: its stream goes on through the API process instead (a Forward)."""
+        events = self.held()
+        self.close()
+        return events
 
     def close(self) -> None:
         self.closed = True
         if self.fd >= 0:
-            self.waiting.discard(self.fd)
+            self.waiting.pop(self.fd, None)
             os.close(self.fd)
             self.fd = -1
         self.pending.clear()
@@ -112,7 +133,7 @@ class Sink:
             return
         if sent < len(data):
             self._queue(data[sent:])
-            self.waiting.add(self.fd)
+            self.waiting[self.fd] = self
         elif data is END:
             self.close()
 
@@ -136,7 +157,7 @@ class SinkTable:
         self.max_bytes = max_bytes
         self.sinks: dict[tuple[str, str], Sink] = {}
         self.peers: dict[int, tuple[socket.socket, str]] = {}     # descriptor -> (API process, its peer)
-        self.waiting: set[int] = set()
+        self.waiting: dict[int, Sink] = {}                          # descriptor -> its sink, bytes waiting
         if os.path.exists(path):
             os.unlink(path)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -163,6 +184,11 @@ class SinkTable:
             else:
                 sink.released = time.monotonic()
 
+    def take(self, session: str, stream_id: str) -> bytes:
+        """The stream's socket will not come: its sink goes, and what it held comes back (Sink.take)."""
+        sink = self.sinks.pop((session, stream_id), None)
+        return sink.take() if sink is not None else b""
+
     def close(self, session: str, stream_id: str) -> None:
         """The stream was closed or aborted: its socket is let go now."""
         sink = self.sinks.pop((session, stream_id), None)
@@ -180,13 +206,13 @@ class SinkTable:
             self._receive(fd)
 
     def on_writable(self, fds) -> None:
-        """Flush the sinks of these sockets; sinks of ended streams go once flushed."""
-        fds = set(fds)
-        for key, sink in list(self.sinks.items()):
-            if sink.fd in fds:
+        """Flush the sinks of these sockets (an ended stream's sink, closed once flushed, goes at the next
+        evict)."""
+        waiting = self.waiting
+        for fd in fds:
+            sink = waiting.get(fd)
+            if sink is not None:
                 sink.flush()
-                if sink.closed and sink.released:
-                    del self.sinks[key]
 
     def evict(self, now: float) -> None:
         """Ended streams' sinks whose clients did not take their last bytes within LINGER_S."""

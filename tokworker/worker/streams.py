@@ -97,9 +97,10 @@ class ServedStream:
         if sse:
             sink.write(sse)
         if update.finish_reason is not None:
-            sink.end(self.tail)
+            held = sink.held() if sink.fd < 0 else b""     # no socket yet: if none comes, the API process writes
+            sink.end(self.tail)                             # these (its Forward comes after this reply)
             return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
-                                abort=update.abort, usage=update.usage)
+                                abort=update.abort, sse=held, usage=update.usage)
         if sink.failed is not None:
             return CLIENT_GONE
         return EMPTY if not update.abort else StreamUpdate(abort=True)
@@ -197,6 +198,19 @@ class StreamTable:
         for stream_id, stream in streams.items():
             if stream.sink is not None:
                 self.sinks.close(session, stream_id)
+
+    def forward(self, session: str, stream_id: str) -> bytes:
+        """A direct stream whose socket did not come goes on without one: its updates carry their events from
+        now on, and the events its sink held are returned (none for a stream no longer open: its sink goes)."""
+        stream = (self.sessions.get(session) or {}).get(stream_id)
+        if stream is None:                      # it ended: its finish carried what its sink held
+            if self.sinks is not None:
+                self.sinks.close(session, stream_id)
+            return b""
+        if stream.sink is None:
+            return b""
+        stream.sink = None
+        return self.sinks.take(session, stream_id)
 
     def cut_all(self) -> None:
         """The drain timeout: every open stream ends here, and the next step that names one fails it with
