@@ -157,7 +157,8 @@ class Metrics:
         for histogram in (self.first_token.ours, self.per_token.ours, self.latency.ours):
             out += histogram.lines()
         for name, (help, value) in self.gauges().items():
-            out += [f"# HELP {name} {help}", f"# TYPE {name} gauge", f"{name} {value}"]
+            kind = "counter" if name.endswith("_total") else "gauge"
+            out += [f"# HELP {name} {help}", f"# TYPE {name} {kind}", f"{name} {value}"]
         return "\n".join(out + self._vllm()) + "\n"
 
     def _vllm(self) -> list[str]:

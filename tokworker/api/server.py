@@ -234,7 +234,11 @@ class Api:
                 "tokworker_streams_open": ("Streams open on the pool.", self.pool.open_streams),
                 "tokworker_engine_requests_running": ("Requests the engine is working on.", self.engine.running()),
                 "tokworker_pool_queue_depth": ("Requests in flight to the pool's workers.",
-                                               sum(link.load for link in self.pool.links))}
+                                               sum(link.load for link in self.pool.links)),
+                # read like the gauges, written as a counter (its name ends in _total)
+                "tokworker_handover_fallbacks_total": ("Direct responses forwarded because their worker could "
+                                                       "not take the client's socket at once.",
+                                                       self.pool.handover_fallbacks)}
 
     # ------------------------------------------------------------ errors
     @web.middleware
