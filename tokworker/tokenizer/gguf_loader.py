@@ -24,7 +24,7 @@ from pathlib import Path
 from . import decoders, normalizers, pre_tokenizers, precomputed, processors
 from .config import TokenizerConfig
 from .errors import MalformedVocabulary, UnsupportedComponent
-from .gguf_reader import read_metadata
+from .gguf_reader import Unread, read_metadata
 from .gguf_splits import pre_split, translate
 from .models.bpe import BPE
 
@@ -55,13 +55,20 @@ _ALWAYS_TEXT = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")     
 # models whose token lstrip/rstrip llama.cpp sets by name (with C's ASCII isspace): not reproduced
 _STRIP_BY_NAME = ("phi-3", "phi3", "modern-bert", "jina-v2-de", "jina-v2-es", "jina-v2-code", "mmbert",
                   "nomic-bert-moe", "jina-bert-v3")
+# the keys read here (and the named templates under _NAMED_TEMPLATE); the reader walks over every other value
+_NAMED_TEMPLATE = "tokenizer.chat_template."
+_KEYS = frozenset(("general.name", "general.architecture", "tokenizer.chat_template")
+                  + tuple(f"tokenizer.ggml.{name}" for name in (
+                      "model", "pre", "tokens", "token_type", "scores", "merges", "add_bos_token", "add_eos_token",
+                      "add_space_prefix", "prefix_token_id", "suffix_token_id", "middle_token_id"))
+                  + tuple(f"tokenizer.ggml.{name}_token_id" for name in _SPECIAL_IDS))
 
 
 def gguf_tokenizer(cls, path):
     """The Tokenizer of a GGUF file (see the module docstring); MalformedVocabulary names a broken field,
     UnsupportedComponent a tokenizer kind or split llama.cpp has that is not reproduced here."""
     path = Path(path)
-    meta = read_metadata(path)
+    meta = read_metadata(path, (_NAMED_TEMPLATE,), _KEYS, nested=False)
     fields = _Fields(path, meta)
     kind = fields.get("tokenizer.ggml.model", str)
     if kind not in ("gpt2", "llama"):
@@ -121,7 +128,8 @@ class _Fields:
         if value is default:
             return value
         if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-            raise MalformedVocabulary(self.path, f"{key} must be {_KIND_NAMES[kind]}, not {type(value).__name__}")
+            got = value.kind if isinstance(value, Unread) else type(value).__name__
+            raise MalformedVocabulary(self.path, f"{key} must be {_KIND_NAMES[kind]}, not {got}")
         if kind is list and not all(isinstance(item, str) for item in value):
             raise MalformedVocabulary(self.path, f"{key} must be an array of strings")
         return value
@@ -258,7 +266,7 @@ def _chat_template(fields: _Fields):
     """tokenizer.chat_template, or name -> template when the file also holds named ones (llama-server
     uses "tool_use" for requests with tools)."""
     default = fields.get("tokenizer.chat_template", str, None)
-    prefix = "tokenizer.chat_template."
+    prefix = _NAMED_TEMPLATE
     named = {key[len(prefix):]: fields.get(key, str) for key in fields.meta if key.startswith(prefix)}
     if not named:
         return default
