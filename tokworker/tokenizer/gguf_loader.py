@@ -26,7 +26,7 @@ from .config import TokenizerConfig
 from .errors import MalformedVocabulary, UnsupportedComponent
 from .gguf_reader import Unread, read_metadata
 from .gguf_splits import pre_split, translate
-from .models.bpe import BPE
+from .models.bpe import BPE, token_splits
 
 # llama.cpp's token attributes (bit flags), from the file's token_type codes 0-6
 UNKNOWN, UNUSED, NORMAL, CONTROL, USER_DEFINED, BYTE = 1, 2, 4, 8, 16, 32
@@ -227,25 +227,21 @@ def _bpe_model(fields: _Fields, tokens: list[str], vocab: dict[str, int], ignore
 
 def _spm_model(fields: _Fields, tokens: list[str], vocab: dict[str, int], unknown: int | None) -> BPE:
     """llama.cpp's SentencePiece merging: two adjacent symbols merge when their text is a token, highest
-    score first: BPE whose merges are every split of every token, ranked by score. Equal scores rank by id
-    here, where llama.cpp takes the leftmost pair; Mistral v1/v3 share one score only among their runs of
-    "▁", which come out as llama.cpp's either way (tests/test_gguf_built.py, runs of up to 40 spaces)."""
+    score first: BPE whose merges are every split of every token (token_splits, in time linear in the
+    tokens' length), ranked by score. Equal scores rank by id here, where llama.cpp takes the leftmost
+    pair; Mistral v1/v3 share one score only among their runs of "▁", which come out as llama.cpp's either
+    way (tests/test_gguf_built.py, runs of up to 40 spaces)."""
     scores = fields.numbers("tokenizer.ggml.scores", len(tokens), "fi")
     order = sorted(range(len(tokens)), key=(lambda i: (-scores[i], i)) if scores is not None else None)
     model = BPE(vocab, (), pair_table={}, byte_fallback=True,
                 unk_token=tokens[unknown] if unknown is not None else None)
 
     def build() -> dict[int, int]:
-        shift, get, table = model.shift, vocab.get, {}
+        shift, rank_of, table = model.shift, [0] * len(tokens), {}
         for rank, token_id in enumerate(order):
-            token = tokens[token_id]
-            value = rank << shift | token_id
-            for cut in range(1, len(token)):
-                left = get(token[:cut])
-                if left is not None:
-                    right = get(token[cut:])
-                    if right is not None:
-                        table[left << shift | right] = value
+            rank_of[token_id] = rank
+        for token_id, left, right in token_splits(tokens):
+            table[left << shift | right] = rank_of[token_id] << shift | token_id
         return table
 
     source = "\n".join(tokens).encode("utf-8") + b"\0" + (scores.tobytes() if scores is not None else b"")
