@@ -232,12 +232,14 @@ def _spm_model(fields: _Fields, tokens: list[str], vocab: dict[str, int], unknow
     pair; Mistral v1/v3 share one score only among their runs of "▁", which come out as llama.cpp's either
     way (tests/test_gguf_built.py, runs of up to 40 spaces)."""
     scores = fields.numbers("tokenizer.ggml.scores", len(tokens), "fi")
-    order = sorted(range(len(tokens)), key=(lambda i: (-scores[i], i)) if scores is not None else None)
     model = BPE(vocab, (), pair_table={}, byte_fallback=True,
                 unk_token=tokens[unknown] if unknown is not None else None)
 
     def build() -> dict[int, int]:
-        shift, rank_of, table = model.shift, [0] * len(tokens), {}
+        shift, rank_of, table = model.shift, array("q", bytes(8 * len(tokens))), {}
+        # highest score first, ties by id (a stable sort keeps ids in order under reverse=True)
+        order = range(len(tokens)) if scores is None else sorted(range(len(tokens)), key=scores.__getitem__,
+                                                                 reverse=True)
         for rank, token_id in enumerate(order):
             rank_of[token_id] = rank
         for token_id, left, right in token_splits(tokens):

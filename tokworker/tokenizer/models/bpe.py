@@ -14,6 +14,7 @@ cross (`independent_pieces`). The table itself is cached on disk per source file
 
 from __future__ import annotations
 
+from array import array
 from codecs import charmap_decode
 from heapq import heapify, heappop, heappush
 from itertools import compress, islice, repeat
@@ -354,12 +355,12 @@ def token_splits(tokens: list) -> Iterator[tuple[int, int, int]]:
             first = prefix[first]
 
 
-def _longest_proper_prefixes(tokens: list) -> list[int]:
+def _longest_proper_prefixes(tokens: list) -> array:
     """For each token the index of its longest proper prefix among `tokens` (-1: none; an empty token counts
     as none). In sorted order a token's prefixes come before it and every token between a prefix and it
     starts with that prefix, so a stack of nested prefixes holds them all when the token is reached; each
     token is pushed and popped once, each test reads at most the popped (or the next) token's length."""
-    longest = [-1] * len(tokens)
+    longest = array("i", [-1]) * len(tokens)           # 4 bytes a token, not an int object each
     stack: list[int] = []
     for index in sorted(range(len(tokens)), key=tokens.__getitem__):
         token = tokens[index]
