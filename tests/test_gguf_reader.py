@@ -82,6 +82,10 @@ LIES = {
     "deep arrays": (_header(1) + _text(b"k") + struct.pack("<II", 9, 9) + struct.pack("<Q", 1) + struct.pack("<I", 9)
                     + struct.pack("<Q", 1) + struct.pack("<IQ", 9, 1) + struct.pack("<IQ", 4, 1) + bytes(8),
                     "nests arrays deeper"),
+    "three arrays deep": (_header(1) + _text(b"k") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 2
+                          + struct.pack("<IQ", 4, 1) + bytes(4), "nests arrays deeper"),
+    "three arrays deep, used": (_header(1) + _text(b"tokenizer.ggml.tokens") + struct.pack("<I", 9)
+                                + struct.pack("<IQ", 9, 1) * 2 + struct.pack("<IQ", 4, 1) + bytes(4), "nests arrays deeper"),
     "a key twice": (_header(2) + (_text(b"k") + struct.pack("<II", 4, 7)) * 2, "holds key 'k' twice"),
     "not UTF-8": (_header(1) + _text(b"tokenizer.x") + struct.pack("<I", 8) + _text(b"\xff\xfe"), "not UTF-8"),
     "a string cut short": (_header(1) + _text(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + _text(b"ab")
@@ -95,6 +99,15 @@ def test_a_lying_file_is_refused_by_name(tmp_path, name):
     (tmp_path / "x.gguf").write_bytes(data)
     with pytest.raises(MalformedVocabulary, match=problem):
         read_metadata(tmp_path / "x.gguf")
+
+
+@pytest.mark.parametrize("name", ["deep arrays", "three arrays deep", "three arrays deep, used"])
+def test_the_loader_walks_over_deep_arrays_no_deeper(tmp_path, name):
+    """The loader's reader walks over what it does not use: it refuses the same nesting while walking."""
+    data, problem = LIES[name]
+    (tmp_path / "x.gguf").write_bytes(data)
+    with pytest.raises(MalformedVocabulary, match=problem):
+        Tokenizer.from_gguf(tmp_path / "x.gguf")
 
 
 def test_a_file_with_the_wrong_kinds_is_refused_by_name(tmp_path):

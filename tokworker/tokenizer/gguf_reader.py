@@ -196,7 +196,10 @@ class _Reader:
             self.take(struct.calcsize(self.scalar(code)), f"a {type_name(code)}")
 
     def skip_elements(self, code: int, count: int, depth: int) -> None:
+        """Walk over the `count` elements of an array at `depth`."""
         if code == ARRAY:                    # inlined: a file may hold 10M arrays in one value
+            if depth >= MAX_DEPTH:
+                raise self.error(f"nests arrays deeper than {MAX_DEPTH} in {self.key}")
             header, data, end = struct.Struct(self.order + "IQ").unpack_from, self.data, len(self.data)
             for index in range(count):
                 if self.pos + 12 > end:
