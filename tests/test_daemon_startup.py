@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -26,9 +27,9 @@ MODEL = REPO / "tokworker" / "data" / "default"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-def serve(*args, timeout=60):
+def serve(*args, timeout=60, command="serve"):
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "tokworker.cli", "serve", *args], env=ENV, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "tokworker.cli", command, *args], env=ENV, capture_output=True,
                           text=True, timeout=timeout)
     return proc.returncode, proc.stderr, time.monotonic() - started
 
@@ -141,3 +142,47 @@ def test_the_launcher_quotes_stderr_and_restarts_only_once_healthy_workers(tmp_p
         assert good.failure is None
     finally:
         good.stop()
+
+
+@pytest.fixture
+def costly(tmp_path):
+    """A legal GGUF vocabulary that costs more than its 2.4 MB: 300,000 empty tokens (llama.cpp names each
+    by its index, "[EMPTY_3]"...), about 1 s of CPU and 100 MB of memory to load. Issue 29's file of 10M
+    took 209 s before `tokworker api` gave up with "no handshake in 60 s"."""
+    def text(data: bytes) -> bytes:
+        return struct.pack("<Q", len(data)) + data
+    tokens = b"".join(map(text, (b"<unk>", b"<s>", b"</s>"))) + struct.pack("<Q", 0) * 300_000
+    path = tmp_path / "costly.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 2) + text(b"tokenizer.ggml.model") + struct.pack("<I", 8)
+                     + text(b"llama") + text(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 300_003) + tokens)
+    return path
+
+
+LOAD_BUDGETS = {
+    "cpu": (["--load-cpu", "0.2"], "loading its tokenizer used more than its budget of 0.2 s of CPU time (--load-cpu 0.2)"),
+    "memory": (["--load-memory-mb", "30"],
+               "loading its tokenizer grew resident memory by more than 30 MB (--load-memory-mb 30)"),
+}
+
+
+@pytest.mark.parametrize("command", ["serve", "api"])
+@pytest.mark.parametrize("budget", sorted(LOAD_BUDGETS))
+def test_a_model_over_its_load_budget_is_refused_in_one_line(costly, tmp_path, command, budget):
+    flags, reason = LOAD_BUDGETS[budget]
+    where = ["--bind", _run_dir(tmp_path)] if command == "serve" else ["--port", "0"]
+    status, err, elapsed = serve("--model-dir", str(costly), *where, *flags, command=command)
+    assert status == 1, err
+    failure, = err.strip().splitlines()                         # refused before any worker started
+    assert failure.endswith(f"cannot serve {costly}: {reason}"), failure
+    assert elapsed < 30
+
+
+def test_a_spawned_worker_over_its_load_budget_names_it(costly):
+    async def main():
+        with pytest.raises(PoolError) as failed:
+            await TokenizerPool.spawn(costly, workers=1, load_cpu_s=0.2)
+        return failed.value
+
+    error = uvloop.run(main())
+    assert error.code == "worker_failed"
+    assert f"cannot serve {costly}: loading its tokenizer used more than its budget of 0.2 s" in error.message

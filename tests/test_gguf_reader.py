@@ -82,6 +82,10 @@ LIES = {
     "deep arrays": (_header(1) + _text(b"k") + struct.pack("<II", 9, 9) + struct.pack("<Q", 1) + struct.pack("<I", 9)
                     + struct.pack("<Q", 1) + struct.pack("<IQ", 9, 1) + struct.pack("<IQ", 4, 1) + bytes(8),
                     "nests arrays deeper"),
+    "three arrays deep": (_header(1) + _text(b"k") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 2
+                          + struct.pack("<IQ", 4, 1) + bytes(4), "nests arrays deeper"),
+    "three arrays deep, used": (_header(1) + _text(b"tokenizer.ggml.tokens") + struct.pack("<I", 9)
+                                + struct.pack("<IQ", 9, 1) * 2 + struct.pack("<IQ", 4, 1) + bytes(4), "nests arrays deeper"),
     "a key twice": (_header(2) + (_text(b"k") + struct.pack("<II", 4, 7)) * 2, "holds key 'k' twice"),
     "not UTF-8": (_header(1) + _text(b"tokenizer.x") + struct.pack("<I", 8) + _text(b"\xff\xfe"), "not UTF-8"),
     "a string cut short": (_header(1) + _text(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + _text(b"ab")
@@ -95,6 +99,15 @@ def test_a_lying_file_is_refused_by_name(tmp_path, name):
     (tmp_path / "x.gguf").write_bytes(data)
     with pytest.raises(MalformedVocabulary, match=problem):
         read_metadata(tmp_path / "x.gguf")
+
+
+@pytest.mark.parametrize("name", ["deep arrays", "three arrays deep", "three arrays deep, used"])
+def test_the_loader_walks_over_deep_arrays_no_deeper(tmp_path, name):
+    """The loader's reader walks over what it does not use: it refuses the same nesting while walking."""
+    data, problem = LIES[name]
+    (tmp_path / "x.gguf").write_bytes(data)
+    with pytest.raises(MalformedVocabulary, match=problem):
+        Tokenizer.from_gguf(tmp_path / "x.gguf")
 
 
 def test_a_file_with_the_wrong_kinds_is_refused_by_name(tmp_path):
@@ -149,3 +162,54 @@ def test_mutated_headers_are_refused_cleanly(original, tmp_path, change):
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     assert peak < 8 << 20, f"{peak} bytes allocated reading a {len(data)}-byte file"
+
+
+def _spm_file(extra: bytes, extra_keys: int) -> bytes:
+    """A tiny SentencePiece-style vocabulary followed by `extra_keys` hostile key-value pairs."""
+    tokens = [b"<unk>", b"<s>", b"</s>", b"a", b"b", b"ab", "▁".encode()]
+    return (_header(2 + extra_keys) + _text(b"tokenizer.ggml.model") + struct.pack("<I", 8) + _text(b"llama")
+            + _text(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, len(tokens)) + b"".join(map(_text, tokens))
+            + extra)
+
+
+def _empty_strings(key: bytes, count: int) -> bytes:
+    return _text(key) + struct.pack("<IIQ", 9, 8, count) + struct.pack("<Q", 0) * count
+
+
+def _empty_arrays(key: bytes, count: int) -> bytes:
+    return _text(key) + struct.pack("<IIQ", 9, 9, count) + struct.pack("<IQ", 0, 0) * count
+
+
+# The attacks of issue 29 scaled to 200k values: at 10M the loader used to peak at 2 GB (empty strings) and
+# 1 GB (empty arrays); at 200k it allocated 17-38 MB, now 12-19 KB. An unused value is walked over; a used
+# key of the wrong shape is named without being built.
+HOSTILE_VALUES = {
+    "empty strings under an unused key": (_empty_strings(b"x.junk", 200_000), None),
+    "empty strings under an unused tokenizer key": (_empty_strings(b"tokenizer.junk", 200_000), None),
+    "empty arrays under an unused key": (_empty_arrays(b"general.junk", 200_000), None),
+    "empty arrays as the token types": (_empty_arrays(b"tokenizer.ggml.token_type", 200_000),
+                                        "token_type must be an array of 7 numbers"),
+    "empty arrays as the merges": (_empty_arrays(b"tokenizer.ggml.merges", 200_000), None),
+    "empty arrays as a named template": (_empty_arrays(b"tokenizer.chat_template.x", 200_000),
+                                         "tokenizer.chat_template.x must be a string, not array of array"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_VALUES))
+def test_values_the_loader_does_not_use_cost_no_memory(tmp_path, name):
+    extra, problem = HOSTILE_VALUES[name]
+    (tmp_path / "plain.gguf").write_bytes(_spm_file(b"", 0))
+    Tokenizer.from_gguf(tmp_path / "plain.gguf")          # the modules a first load imports are not counted
+    path = tmp_path / "hostile.gguf"
+    path.write_bytes(_spm_file(extra, 1))
+    tracemalloc.start()
+    try:
+        if problem is None:
+            assert Tokenizer.from_gguf(path).encode("ab") == [6, 5]
+        else:
+            with pytest.raises(MalformedVocabulary, match=problem):
+                Tokenizer.from_gguf(path)
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peak < 256 << 10, f"{peak} bytes allocated reading a {path.stat().st_size}-byte file"

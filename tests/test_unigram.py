@@ -8,11 +8,11 @@ import math
 from typing import NamedTuple
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 from tokenizers import Tokenizer as RefTokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from tokworker.tokenizer import Tokenizer
-from tokworker.tokenizer.models.unigram import Unigram
+from tokworker.tokenizer.models.unigram import _TRIE_DEPTH, Unigram
 
 from test_normalizers import CORPUS
 from test_wordpiece import TRAINING_TEXT
@@ -103,6 +103,30 @@ def test_long_word_is_linear():
     model = Unigram(VOCAB, unk_id=0)
     word = "abcdxq" * 8_000
     assert model.tokenize(word) == reference_ids(models.Unigram(VOCAB, unk_id=0, byte_fallback=False), word)
+
+
+# Pieces past the trie's depth (_TRIE_DEPTH characters), found by comparing them whole: a file with one piece
+# of 300,000 characters used to keep its every prefix (45 GB), now its first 64.
+DEEP = "ab" * 32
+LONG_VOCAB = [("<unk>", 0.0), ("a", -1.0), ("b", -1.0), ("ab", -1.5), (DEEP, -3.0), (DEEP + "a", -2.0),
+              (DEEP + "ab" * 10, -4.0), (DEEP + "b" * 7, -1.0), ("b" * 100, -9.0), ("b" * 99 + "a", -0.5),
+              ("ba" * 40, -6.0)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(word=st.lists(st.sampled_from(["a", "b", "ab", "ba", "b" * 50, DEEP, "c"]), min_size=1, max_size=12).map("".join))
+@example(word=DEEP + "a")                     # [5]: the long piece itself
+@example(word="b" * 99 + "a" + DEEP + "b" * 7)  # [9, 7]
+def test_pieces_longer_than_the_trie_as_tokenizers(word):
+    assert _TRIE_DEPTH == len(DEEP)
+    ours = Unigram(LONG_VOCAB, unk_id=0)
+    assert ours.tokenize(word) == reference_ids(models.Unigram(LONG_VOCAB, unk_id=0, byte_fallback=False), word)
+
+
+def test_a_huge_piece_keeps_only_the_trie_depth_of_prefixes():
+    model = Unigram([("<unk>", 0.0), ("a", -1.0), ("a" * 300_000, -2.0)], unk_id=0)
+    assert sum(map(len, model._nodes)) < 300_000 + _TRIE_DEPTH ** 2       # the piece, and its first prefixes
+    assert model.tokenize("a" * 300_001) == [1, 2]
 
 
 @pytest.mark.parametrize("spec", [

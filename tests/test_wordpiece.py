@@ -7,12 +7,12 @@ import json
 from typing import NamedTuple
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 from tokenizers import Tokenizer as RefTokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from tokworker.tokenizer import Tokenizer
 from tokworker.tokenizer.models.wordlevel import WordLevel
-from tokworker.tokenizer.models.wordpiece import WordPiece
+from tokworker.tokenizer.models.wordpiece import _TRIE_DEPTH, WordPiece
 
 from realdata import vocabulary
 from test_normalizers import CORPUS
@@ -200,3 +200,23 @@ def test_wordpiece_looks_up_each_position_as_far_as_its_match_goes(bert_model):
         assert _CountingDict.lookups > 0
         if ids != [model.vocab["[UNK]"]]:
             assert _CountingDict.lookups <= len(word) + len(ids), word
+
+
+# Pieces past the trie's depth (_TRIE_DEPTH characters), found by comparing them whole: one piece of
+# 300,000 characters used to keep its every prefix as a key (45 GB), now its first 64.
+DEEP = "ab" * 32
+LONG_VOCAB = {"[UNK]": 0, "a": 1, "b": 2, "##a": 3, "##b": 4, DEEP: 5, DEEP + "a": 6, DEEP + "ab" * 10: 7,
+              "##" + DEEP + "b" * 7: 8, "##" + "b" * 100: 9, "b" * 99: 10, "a" * 300_000: 11}
+
+
+@settings(max_examples=300, deadline=None)
+@given(word=st.lists(st.sampled_from(["a", "b", "ab", "b" * 50, DEEP, "c"]), min_size=1, max_size=12).map("".join))
+@example(word=DEEP + "ab" * 10 + "a")                  # [7, 3]
+@example(word="b" * 99 + DEEP + "b" * 7)                # [10, 8]
+@example(word="a" * 300_001)                            # [11, 3]
+def test_pieces_longer_than_the_trie_as_tokenizers(word):
+    assert _TRIE_DEPTH == len(DEEP)
+    model = WordPiece(LONG_VOCAB, max_input_chars_per_word=10**6)
+    reference = models.WordPiece(LONG_VOCAB, unk_token="[UNK]", max_input_chars_per_word=10**6)
+    assert model.tokenize(word) == [t.id for t in reference.tokenize(word)]
+    assert sum(map(len, model._start_nodes)) < 2 * 300_000       # not every prefix of the huge piece

@@ -24,9 +24,9 @@ from pathlib import Path
 from . import decoders, normalizers, pre_tokenizers, precomputed, processors
 from .config import TokenizerConfig
 from .errors import MalformedVocabulary, UnsupportedComponent
-from .gguf_reader import read_metadata
+from .gguf_reader import Unread, read_metadata
 from .gguf_splits import pre_split, translate
-from .models.bpe import BPE
+from .models.bpe import BPE, token_splits
 
 # llama.cpp's token attributes (bit flags), from the file's token_type codes 0-6
 UNKNOWN, UNUSED, NORMAL, CONTROL, USER_DEFINED, BYTE = 1, 2, 4, 8, 16, 32
@@ -55,13 +55,20 @@ _ALWAYS_TEXT = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")     
 # models whose token lstrip/rstrip llama.cpp sets by name (with C's ASCII isspace): not reproduced
 _STRIP_BY_NAME = ("phi-3", "phi3", "modern-bert", "jina-v2-de", "jina-v2-es", "jina-v2-code", "mmbert",
                   "nomic-bert-moe", "jina-bert-v3")
+# the keys read here (and the named templates under _NAMED_TEMPLATE); the reader walks over every other value
+_NAMED_TEMPLATE = "tokenizer.chat_template."
+_KEYS = frozenset(("general.name", "general.architecture", "tokenizer.chat_template")
+                  + tuple(f"tokenizer.ggml.{name}" for name in (
+                      "model", "pre", "tokens", "token_type", "scores", "merges", "add_bos_token", "add_eos_token",
+                      "add_space_prefix", "prefix_token_id", "suffix_token_id", "middle_token_id"))
+                  + tuple(f"tokenizer.ggml.{name}_token_id" for name in _SPECIAL_IDS))
 
 
 def gguf_tokenizer(cls, path):
     """The Tokenizer of a GGUF file (see the module docstring); MalformedVocabulary names a broken field,
     UnsupportedComponent a tokenizer kind or split llama.cpp has that is not reproduced here."""
     path = Path(path)
-    meta = read_metadata(path)
+    meta = read_metadata(path, (_NAMED_TEMPLATE,), _KEYS, nested=False)
     fields = _Fields(path, meta)
     kind = fields.get("tokenizer.ggml.model", str)
     if kind not in ("gpt2", "llama"):
@@ -121,7 +128,8 @@ class _Fields:
         if value is default:
             return value
         if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-            raise MalformedVocabulary(self.path, f"{key} must be {_KIND_NAMES[kind]}, not {type(value).__name__}")
+            got = value.kind if isinstance(value, Unread) else type(value).__name__
+            raise MalformedVocabulary(self.path, f"{key} must be {_KIND_NAMES[kind]}, not {got}")
         if kind is list and not all(isinstance(item, str) for item in value):
             raise MalformedVocabulary(self.path, f"{key} must be an array of strings")
         return value
@@ -219,25 +227,23 @@ def _bpe_model(fields: _Fields, tokens: list[str], vocab: dict[str, int], ignore
 
 def _spm_model(fields: _Fields, tokens: list[str], vocab: dict[str, int], unknown: int | None) -> BPE:
     """llama.cpp's SentencePiece merging: two adjacent symbols merge when their text is a token, highest
-    score first: BPE whose merges are every split of every token, ranked by score. Equal scores rank by id
-    here, where llama.cpp takes the leftmost pair; Mistral v1/v3 share one score only among their runs of
-    "▁", which come out as llama.cpp's either way (tests/test_gguf_built.py, runs of up to 40 spaces)."""
+    score first: BPE whose merges are every split of every token (token_splits, in time linear in the
+    tokens' length), ranked by score. Equal scores rank by id here, where llama.cpp takes the leftmost
+    pair; Mistral v1/v3 share one score only among their runs of "▁", which come out as llama.cpp's either
+    way (tests/test_gguf_built.py, runs of up to 40 spaces)."""
     scores = fields.numbers("tokenizer.ggml.scores", len(tokens), "fi")
-    order = sorted(range(len(tokens)), key=(lambda i: (-scores[i], i)) if scores is not None else None)
     model = BPE(vocab, (), pair_table={}, byte_fallback=True,
                 unk_token=tokens[unknown] if unknown is not None else None)
 
     def build() -> dict[int, int]:
-        shift, get, table = model.shift, vocab.get, {}
+        shift, rank_of, table = model.shift, array("q", bytes(8 * len(tokens))), {}
+        # highest score first, ties by id (a stable sort keeps ids in order under reverse=True)
+        order = range(len(tokens)) if scores is None else sorted(range(len(tokens)), key=scores.__getitem__,
+                                                                 reverse=True)
         for rank, token_id in enumerate(order):
-            token = tokens[token_id]
-            value = rank << shift | token_id
-            for cut in range(1, len(token)):
-                left = get(token[:cut])
-                if left is not None:
-                    right = get(token[cut:])
-                    if right is not None:
-                        table[left << shift | right] = value
+            rank_of[token_id] = rank
+        for token_id, left, right in token_splits(tokens):
+            table[left << shift | right] = rank_of[token_id] << shift | token_id
         return table
 
     source = "\n".join(tokens).encode("utf-8") + b"\0" + (scores.tobytes() if scores is not None else b"")
@@ -258,7 +264,7 @@ def _chat_template(fields: _Fields):
     """tokenizer.chat_template, or name -> template when the file also holds named ones (llama-server
     uses "tool_use" for requests with tools)."""
     default = fields.get("tokenizer.chat_template", str, None)
-    prefix = "tokenizer.chat_template."
+    prefix = _NAMED_TEMPLATE
     named = {key[len(prefix):]: fields.get(key, str) for key in fields.meta if key.startswith(prefix)}
     if not named:
         return default

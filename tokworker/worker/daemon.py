@@ -49,7 +49,7 @@ def serve(model_dir: str, workers: int = 1, bind: str | None = None, curve_keys:
         return 1
     try:
         check_model(options[0].model_dir, options[0].chat_template, options[0].tool_parser,
-                    options[0].reasoning_parser)
+                    options[0].reasoning_parser, options[0].load_cpu_s, options[0].load_memory_mb)
     except UnservableModel as exc:
         log.error("%s", exc.message, exc_info=log.isEnabledFor(logging.DEBUG))
         locks.release()

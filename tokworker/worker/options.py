@@ -12,6 +12,7 @@ import msgspec
 # The small tokenizer bundled with the package (what `tokworker demo` runs on), a pool's default model.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+DEFAULT_LOAD_CPU_S, DEFAULT_LOAD_MEMORY_MB = 30.0, 1024      # the load budget (WorkerOptions.load_*)
 
 
 def _setting(description: str, **bounds) -> msgspec.Meta:
@@ -73,6 +74,14 @@ class WorkerOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     max_queue: Annotated[int, _setting("requests a worker reads ahead of the one it handles", ge=1)] = 1024
     max_queue_wait_s: Annotated[float, _setting(
         "seconds a stateless request may wait in a worker's queue (OVERLOADED past it)", gt=0)] = 10.0
+    # Loading: the model's files are untrusted input too. Real vocabularies load cold (no disk cache) in at most
+    # ~2 s of CPU and ~120 MB (o200k); past either budget the model is refused at start, naming the file.
+    load_cpu_s: Annotated[float, _setting(
+        "seconds of CPU time the tokenizer's load may take (a model that needs more is refused at start)",
+        gt=0)] = DEFAULT_LOAD_CPU_S
+    load_memory_mb: Annotated[int, _setting(
+        "MB of resident memory the tokenizer's load may add (a model that needs more is refused at start)",
+        ge=1)] = DEFAULT_LOAD_MEMORY_MB
     # Memory: RLIMIT_AS on the whole process (MemoryError -> OUT_OF_MEMORY reply); 0 leaves it unset.
     memory_limit_mb: Annotated[int, _setting("address-space limit per worker in MB (0: none)", ge=0)] = 4096
     sink_bytes: Annotated[int, _setting(

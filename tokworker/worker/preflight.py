@@ -1,7 +1,8 @@
 """Refuse at start what would fail every request, before any worker starts: a tokenizer that does not load,
-a model with no chat template (and none given), a template that does not compile, and a tool or reasoning
-parser that does not fit the vocabulary. `tokworker serve`, `api` and `demo` call `check_model` and print
-its one-line message; a worker would otherwise start, serve, and fail each render (or parse nothing).
+or not within the load budget (a hostile file that would take minutes of CPU or gigabytes to load), a model
+with no chat template (and none given), a template that does not compile, and a tool or reasoning parser
+that does not fit the vocabulary. `tokworker serve`, `api` and `demo` call `check_model` and print its
+one-line message; a worker would otherwise start, serve, and fail each render (or parse nothing).
 
 A parser fits when it can do its work with this vocabulary. A format whose every opening marker begins
 with a control token (`<|...|>`, `<｜...｜>`, `[TOOL_CALLS]`) cannot open a call, or end a reasoning block,
@@ -16,6 +17,7 @@ import regex
 
 from tokworker.protocol.messages import CodedError, ErrorCode
 from tokworker.templates.chatml import CHATML_NAME
+from tokworker.worker.options import DEFAULT_LOAD_CPU_S, DEFAULT_LOAD_MEMORY_MB, DEFAULT_MODEL_DIR
 
 # A control token's shape: <|name|>, <｜name｜> (DeepSeek's fullwidth bars), <|name> or <name|> (Gemma 4),
 # [NAME] or [/NAME] (Mistral). A marker beginning with one can be written by the model only as that token.
@@ -27,8 +29,10 @@ class UnservableModel(CodedError, ValueError):
 
 
 def check_model(model_dir: str, chat_template: str | None = None, tool_parser: str | None = None,
-                reasoning_parser: str | None = None) -> None:
-    """Load the tokenizer as a worker would and refuse (UnservableModel) what would fail every request.
+                reasoning_parser: str | None = None, load_cpu_s: float = DEFAULT_LOAD_CPU_S,
+                load_memory_mb: int = DEFAULT_LOAD_MEMORY_MB) -> None:
+    """Load the tokenizer as a worker would, within the load budget, and refuse (UnservableModel) what would
+    fail every request.
 
     >>> from tokworker.worker.options import DEFAULT_MODEL_DIR
     >>> try:
@@ -40,13 +44,15 @@ def check_model(model_dir: str, chat_template: str | None = None, tool_parser: s
     """
     from tokworker.templates.apply import compile_own_templates
     from tokworker.templates.errors import TemplateError
-    from tokworker.worker.server import load_tokenizer
+    from tokworker.worker.server import LoadBudgetExceeded, load_within_budget
 
     def refuse(code: str, reason: str, cause: Exception | None = None):
         raise UnservableModel(code, f"cannot serve {model_dir}: {reason}") from cause
 
     try:
-        tokenizer = load_tokenizer(model_dir, chat_template)
+        tokenizer = load_within_budget(model_dir, chat_template, load_cpu_s, load_memory_mb)
+    except LoadBudgetExceeded as exc:
+        raise UnservableModel(exc.code, exc.message) from exc
     except Exception as exc:        # whatever a corrupt file raises: the worker would raise the same
         refuse(ErrorCode.INVALID, f"its tokenizer does not load: {_one_line(exc)}", exc)
     if tokenizer.chat_template is None:
@@ -73,9 +79,9 @@ def check_model(model_dir: str, chat_template: str | None = None, tool_parser: s
 
 def check_spawn(spawn: dict) -> None:
     """check_model on TokenizerPool.spawn's keyword arguments (what `tokworker api` and `demo` spawn)."""
-    from tokworker.worker.options import DEFAULT_MODEL_DIR
     check_model(str(spawn.get("model_dir") or DEFAULT_MODEL_DIR), spawn.get("chat_template"),
-                spawn.get("tool_parser"), spawn.get("reasoning_parser"))
+                spawn.get("tool_parser"), spawn.get("reasoning_parser"),
+                spawn.get("load_cpu_s", DEFAULT_LOAD_CPU_S), spawn.get("load_memory_mb", DEFAULT_LOAD_MEMORY_MB))
 
 
 def required_tokens(openers: tuple[str, ...]) -> list[str]:

@@ -34,6 +34,7 @@ from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStre
                                          ErrorCode, Forward, ForwardReply, Guide, Hello, HelloReply, Limits, OpenReply,
                                          OpenStream, Render, StatsReply, Step, StepReply, decode_request)
 from tokworker.templates.apply import compile_own_templates
+from tokworker.templates.watchdog import WATCHDOG
 from tokworker.worker.constraints import ConstraintCache
 from tokworker.worker.defaults import default_parsers
 from tokworker.worker.errors import error_of
@@ -109,10 +110,33 @@ def load_tokenizer(model_dir: str, chat_template: str | None = None):
     return tokenizer
 
 
+class LoadBudgetExceeded(CodedError, ValueError):
+    """A tokenizer that did not load within the load budget; `message` names the model and the budget."""
+
+
+def load_within_budget(model_dir: str, chat_template: str | None, load_cpu_s: float, load_memory_mb: int):
+    """load_tokenizer, stopped once it has used `load_cpu_s` of CPU time or grown resident memory by
+    `load_memory_mb` (LoadBudgetExceeded): a hostile file must not take minutes or gigabytes of every
+    process that opens it. What a corrupt file raises passes through."""
+    def refuse(code: str, reason: str, cause: Exception):
+        raise LoadBudgetExceeded(code, f"cannot serve {model_dir}: {reason}") from cause
+
+    try:
+        return WATCHDOG.run(lambda: load_tokenizer(model_dir, chat_template), load_cpu_s,
+                            max_memory_growth=load_memory_mb << 20, what="loading its tokenizer")
+    except TimeoutError as exc:     # the watchdog's verdict: CPU time (or the wall-clock ceiling far above it)
+        refuse(ErrorCode.TIMEOUT, f"{exc} (--load-cpu {load_cpu_s:g})", exc)
+    except MemoryError as exc:      # the watchdog's verdict, or an allocation past the address-space limit
+        refuse(ErrorCode.OUT_OF_MEMORY, f"loading its tokenizer grew resident memory by more than {load_memory_mb} MB "
+               f"(--load-memory-mb {load_memory_mb})" if str(exc) else
+               "loading its tokenizer ran out of memory (--memory-limit-mb)", exc)
+
+
 class Worker:
     def __init__(self, options: WorkerOptions):
         self.options = options
-        self.tokenizer = load_tokenizer(options.model_dir, options.chat_template)
+        self.tokenizer = load_within_budget(options.model_dir, options.chat_template, options.load_cpu_s,
+                                            options.load_memory_mb)
         self.fingerprint = model_fingerprint(options.model_dir, None if options.chat_template is None
                                              else self.tokenizer.chat_template)
         self.handlers = Handlers(self.tokenizer, options)

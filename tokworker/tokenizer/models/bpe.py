@@ -14,11 +14,12 @@ cross (`independent_pieces`). The table itself is cached on disk per source file
 
 from __future__ import annotations
 
+from array import array
 from codecs import charmap_decode
 from heapq import heapify, heappop, heappush
 from itertools import compress, islice, repeat
 from operator import itemgetter, lshift, or_
-from typing import Union
+from typing import Iterator, Union
 
 import msgspec
 import regex
@@ -84,15 +85,10 @@ class BPE:
         return model
 
     def _split_table(self, ranks: dict[bytes, int]) -> dict[int, int]:
-        shift, table, get = self.shift, {}, ranks.get
-        for token, rank in ranks.items():
-            value = rank << shift | rank
-            for cut in range(1, len(token)):
-                left = get(token[:cut])
-                if left is not None:
-                    right = get(token[cut:])
-                    if right is not None:
-                        table[left << shift | right] = value
+        shift, table, ids = self.shift, {}, list(ranks.values())
+        for token, left, right in token_splits(list(ranks)):
+            rank = ids[token]
+            table[ids[left] << shift | ids[right]] = rank << shift | rank
         return table
 
     def _consistent(self, table: dict[int, int]) -> bool:
@@ -329,3 +325,50 @@ class BPE:
                         heappush(heap, value)
                     break
         return [s for s in symbols if s >= 0]
+
+
+def token_splits(tokens: list) -> Iterator[tuple[int, int, int]]:
+    """(whole, left, right) indexes into `tokens` (distinct str or bytes) for every way of cutting a token
+    into two tokens, in time linear in the tokens' length (after a sort): the tokens that are a token's
+    prefixes are found as a chain of longest proper prefixes, its suffixes likewise on the reversed tokens,
+    and a cut is where a prefix and a suffix meet. Slicing every token at every cut instead costs the square
+    of its length: 12 s of CPU for one 300,000-character token.
+
+    >>> sorted(token_splits(["a", "b", "ab", "abb", "bb"]))
+    [(2, 0, 1), (3, 0, 4), (3, 2, 1), (4, 1, 1)]
+    """
+    lengths = list(map(len, tokens))
+    prefix = _longest_proper_prefixes(tokens)
+    suffix = _longest_proper_prefixes([token[::-1] for token in tokens])
+    for whole, (first, last) in enumerate(zip(prefix, suffix)):
+        if first < 0 or last < 0:
+            continue
+        length = lengths[whole]
+        right_at = {}                        # cut -> the suffix token starting there
+        while last >= 0:
+            right_at[length - lengths[last]] = last
+            last = suffix[last]
+        while first >= 0:
+            right = right_at.get(lengths[first])
+            if right is not None:
+                yield whole, first, right
+            first = prefix[first]
+
+
+def _longest_proper_prefixes(tokens: list) -> array:
+    """For each token the index of its longest proper prefix among `tokens` (-1: none; an empty token counts
+    as none). In sorted order a token's prefixes come before it and every token between a prefix and it
+    starts with that prefix, so a stack of nested prefixes holds them all when the token is reached; each
+    token is pushed and popped once, each test reads at most the popped (or the next) token's length."""
+    longest = array("i", [-1]) * len(tokens)           # 4 bytes a token, not an int object each
+    stack: list[int] = []
+    for index in sorted(range(len(tokens)), key=tokens.__getitem__):
+        token = tokens[index]
+        if not token:
+            continue
+        while stack and not token.startswith(tokens[stack[-1]]):
+            stack.pop()
+        if stack:
+            longest[index] = stack[-1]
+        stack.append(index)
+    return longest

@@ -6,10 +6,12 @@ when strictly better, so ties keep the earliest start; runs of unknown pieces ar
 which becomes its own id if the vocabulary has it, else its UTF-8 bytes as <0xNN> pieces (byte_fallback),
 else the unknown id.
 
-Per vocabulary we keep one dict over every piece (its id) and every other prefix of a piece (_PREFIX_ONLY):
-a trie flattened into a dict, so the search from a position stops at the first substring no piece starts
-with, linear in the word for a bounded piece length. No per-word cache here: the Tokenizer caches whole
-words in front of every model.
+Per vocabulary we keep one dict over every piece (its id) and every other prefix of a piece (_PREFIX_ONLY)
+up to _TRIE_DEPTH characters: a trie flattened into a dict, so the search from a position stops at the
+first substring no piece starts with, linear in the word for a bounded piece length. A piece longer than
+that (none in real vocabularies) is found from its first _TRIE_DEPTH characters by comparing it whole:
+its every prefix as a key would cost the square of its length (45 GB for one of 300,000 characters). No
+per-word cache here: the Tokenizer caches whole words in front of every model.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..json_numbers import serde_f64_all
 
 _UNK_PENALTY = 10.0
 _PREFIX_ONLY = -1  # the id of a string that only begins pieces
+_TRIE_DEPTH = 64   # the longest prefix kept as a key; longer pieces are compared whole (see _Tables.long)
 _INFINITY = float("inf")
 
 
@@ -40,6 +43,7 @@ class Unigram:
         self.byte_fallback = byte_fallback
         self.vocab: dict[str, int] = tables.vocab
         self._nodes: dict[str, int] = tables.nodes
+        self._long: dict[str, list[tuple[str, int]]] = tables.long
         self._scores: list[float] = scores
         self._unk_score = min(scores, default=float("inf")) - _UNK_PENALTY
         self._byte_ids = [self.vocab.get(f"<0x{byte:02X}>") for byte in range(256)] if byte_fallback else None
@@ -109,6 +113,14 @@ class Unigram:
                         score[end] = candidate
                         back[end] = (start, entry)
                 end += 1
+            if end - start > _TRIE_DEPTH and self._long:          # the walk got past the trie's depth
+                for piece, entry in self._long.get(word[start:start + _TRIE_DEPTH], ()):
+                    if word.startswith(piece, start):
+                        end = start + len(piece)
+                        candidate = scores[entry] + reached
+                        if candidate > score[end]:
+                            score[end] = candidate
+                            back[end] = (start, entry)
         return back
 
     def _encode(self, word: str) -> list[int]:
@@ -176,21 +188,27 @@ def _checked(vocab) -> tuple[list[str], list[float]]:
 
 
 class _Tables:
-    """piece -> id (`vocab`: a repeated piece, the last id), and `nodes`: the same plus each other proper
-    prefix of a piece -> _PREFIX_ONLY. Without `prefixes` (a cache's), they are found: a piece's prefixes
-    are walked from the longest down, and the first one already known ends the walk, since its own prefixes
-    are known too (a piece's are walked when that piece is), so each new prefix costs one step."""
+    """piece -> id (`vocab`: a repeated piece, the last id), `nodes`: the same plus each other proper
+    prefix of a piece up to _TRIE_DEPTH characters -> _PREFIX_ONLY, and `long`: the first _TRIE_DEPTH
+    characters of each longer piece -> [(piece, id)]. Without `prefixes` (a cache's), they are found: a
+    piece's prefixes are walked from the longest down, and the first one already known ends the walk, since
+    its own prefixes are known too (a piece's are walked when that piece is), so each new prefix costs one
+    step."""
 
     def __init__(self, texts: list[str], prefixes: list[str] | None = None):
         self.vocab = dict(zip(texts, range(len(texts))))
         self.nodes = nodes = self.vocab.copy()
+        self.long: dict[str, list[tuple[str, int]]] = {}
+        for text, piece_id in self.vocab.items():
+            if len(text) > _TRIE_DEPTH:
+                self.long.setdefault(text[:_TRIE_DEPTH], []).append((text, piece_id))
         if prefixes is not None:
             nodes.update(zip(prefixes, repeat(_PREFIX_ONLY)))
             self.prefixes = prefixes
             return
         self.prefixes = found = []
         for text in texts:
-            for end in range(len(text) - 1, 0, -1):
+            for end in range(min(len(text) - 1, _TRIE_DEPTH), 0, -1):
                 prefix = text[:end]
                 if prefix in nodes:
                     break
