@@ -19,7 +19,7 @@ from tokworker.api.requests import (RESPONSES_ITEMS, AnthropicText, AnthropicThi
                                     NamedToolChoice, ResponsesFunctionCallItem, ResponsesFunctionOutputItem,
                                     ResponsesMessageItem, ResponsesRequest, TextPart)
 from tokworker.constrain.tool_choice import FORMATS as FORCED_CALL_FORMATS
-from tokworker.engines.base import Guide, SamplingParams
+from tokworker.engines.base import KNOBS, Guide, SamplingParams
 from tokworker.protocol.deltas import StreamParams
 
 
@@ -165,9 +165,7 @@ def _forced(guide: Guide | None) -> str | None:
 
 def _sampling(request, *, max_tokens: int | None, logprobs: int | None, guide: Guide | None) -> SamplingParams:
     """The engine's sampling: what the request set; what it left unset stays None (the engine's default)."""
-    knobs = {name: getattr(request, name, None) for name in (
-        "temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
-        "repetition_penalty")}
+    knobs = {name: getattr(request, name, None) for name in KNOBS}
     return SamplingParams(max_tokens=max_tokens or 0, **knobs,
                           stop_token_ids=list(getattr(request, "stop_token_ids", None) or ()),
                           ignore_eos=getattr(request, "ignore_eos", False), min_tokens=getattr(request, "min_tokens", 0),

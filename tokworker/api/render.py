@@ -30,9 +30,6 @@ from tokworker.api.requests import (Body, ChatCompletionRequest, CompletionReque
 from tokworker.engines.base import Guide
 from tokworker.frontend.errors import PoolError
 
-# our SamplingParams knob: vLLM's name (the same names; listed so a new knob is a choice, not an accident)
-KNOBS = {name: name for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
-                                 "frequency_penalty", "repetition_penalty", "logprobs", "logit_bias")}
 DELTA, FINAL_ONLY = 1, 2                 # vLLM's RequestOutputKind for a streamed and a whole request
 RENDER_KWARGS = ("messages", "tools", "chat_template")
 
@@ -97,12 +94,12 @@ def structured_outputs(guide: Guide | None) -> dict | None:
 def vllm_sampling(plan: Plan, max_tokens: int) -> dict:
     """A plan's sampling as vLLM's SamplingParams JSON: what the request set, and vLLM's defaults left out."""
     sampling, params = plan.sampling, plan.params
-    out = sampling.knobs(KNOBS)
+    out = sampling.knobs()
+    if sampling.logprobs is not None:
+        out["logprobs"] = sampling.logprobs
     out["max_tokens"] = max_tokens
     out["output_kind"] = DELTA if plan.stream else FINAL_ONLY
-    optional = {"n": (plan.n, 1), "stop": (params.stop, []), "stop_token_ids": (sampling.stop_token_ids, []),
-                "ignore_eos": (sampling.ignore_eos, False), "min_tokens": (sampling.min_tokens, 0),
-                "skip_special_tokens": (params.skip_special_tokens, True),
+    optional = {"n": (plan.n, 1), "stop": (params.stop, []), "skip_special_tokens": (params.skip_special_tokens, True),
                 "spaces_between_special_tokens": (params.spaces_between_special_tokens, True),
                 "include_stop_str_in_output": (params.include_stop_str_in_output, False),
                 "structured_outputs": (structured_outputs(sampling.guide), None)}

@@ -43,6 +43,12 @@ class Guide(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fiel
     grammar: str | None = None
 
 
+# The sampling knobs, listed once (vLLM's names): a request's, a SamplingParams', each engine's (renamed there)
+KNOBS = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
+         "repetition_penalty")
+SET_ONLY = ("stop_token_ids", "ignore_eos", "min_tokens", "logit_bias")     # sent where not [] / False / 0 / None
+
+
 class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """One request's sampling, by vLLM's SamplingParams names (the server fans n out into n requests).
     `max_tokens` is always set: the request's, or what the context leaves after the prompt. A knob left None
@@ -66,13 +72,18 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     logit_bias: dict[int, float] | None = None
     guide: Guide | None = None
 
-    def knobs(self, names: dict[str, str]) -> dict:
-        """The knobs the request set, under the engine's names: {our name: theirs}.
+    def knobs(self, renamed: dict[str, str] | None = None, set_only: tuple = SET_ONLY) -> dict:
+        """What the request set, under the engine's names (`renamed`: {our name: theirs}; the rest keep
+        vLLM's): every knob of KNOBS that is not None, and each field of `set_only` that is not its
+        default.
 
-        >>> SamplingParams(max_tokens=8, temperature=0.0).knobs({"temperature": "temp", "top_k": "top_k"})
-        {'temp': 0.0}
+        >>> SamplingParams(max_tokens=8, temperature=0.0, min_tokens=2).knobs({"temperature": "temp"})
+        {'temp': 0.0, 'min_tokens': 2}
         """
-        return {theirs: value for ours, theirs in names.items() if (value := getattr(self, ours)) is not None}
+        renamed = renamed or {}
+        out = {renamed.get(name, name): value for name in KNOBS if (value := getattr(self, name)) is not None}
+        out.update((renamed.get(name, name), value) for name in set_only if (value := getattr(self, name)))
+        return out
 
     def for_choice(self, index: int) -> "SamplingParams":
         """Choice `index`'s sampling among a request's n: its own seed, `seed + index` as vLLM gives each child

@@ -29,7 +29,6 @@ from tokworker.protocol.messages import ErrorCode
 STATUS_CODES = {400: ErrorCode.INVALID, 413: ErrorCode.TOO_LARGE, 422: ErrorCode.INVALID, 429: ErrorCode.OVERLOADED,
                 501: ErrorCode.UNAVAILABLE, 503: ErrorCode.ENGINE_UNAVAILABLE, 504: ErrorCode.ENGINE_TIMEOUT}
 log = logging.getLogger("tokworker.engines")
-DEFAULTED = {"stop_token_ids", "ignore_eos", "min_tokens", "logit_bias"}     # set when not [] / False / 0
 DATA = b"data: "
 JSON = {"Content-Type": "application/json"}
 encode = msgspec.json.encode
@@ -200,21 +199,6 @@ def _engine_error(failure: Exception, name: str, url: str, max_event_bytes: int)
         return EngineError(ErrorCode.ENGINE_UNAVAILABLE, f"{name} at {url}: {failure}")
     log.exception("%s sent what the adapter cannot read", name)
     return EngineError(ErrorCode.ENGINE_ERROR, f"{name} sent what the adapter cannot read: {failure!r}"[:500])
-
-
-def engine_params(sampling: SamplingParams, names: dict[str, str]) -> dict:
-    """The sampling the request set, under the engine's names ({our name: theirs}): the knobs it gave, and
-    stop_token_ids, ignore_eos, min_tokens and logit_bias where they are not their defaults.
-
-    >>> engine_params(SamplingParams(max_tokens=8, top_k=5, ignore_eos=True), {"top_k": "k", "ignore_eos": "ie",
-    ...                                                                          "min_tokens": "mt"})
-    {'k': 5, 'ie': True}
-    """
-    params = sampling.knobs({ours: theirs for ours, theirs in names.items() if ours not in DEFAULTED})
-    for ours in DEFAULTED.intersection(names):
-        if value := getattr(sampling, ours):
-            params[names[ours]] = value
-    return params
 
 
 def guide_pattern(guide: Guide, engine: str) -> str:

@@ -24,9 +24,7 @@ from tokworker.protocol.messages import ErrorCode
 
 log = logging.getLogger("tokworker.engines")
 STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}
-KNOBS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
-         "repetition_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
-         "frequency_penalty": "frequency_penalty"}
+RENAMED = {"repetition_penalty": "repeat_penalty"}                       # llama-server's names where not vLLM's
 
 
 class _Top(msgspec.Struct):
@@ -71,7 +69,7 @@ class LlamaCppEngine(HttpEngine):
     def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
         """The /completion request for these ids and this sampling (llama-server's own names)."""
         body = {"prompt": prompt_ids, "stream": True, "return_tokens": True, "cache_prompt": self.cache_prompt,
-                "n_predict": sampling.max_tokens, "ignore_eos": sampling.ignore_eos, **sampling.knobs(KNOBS)}
+                "n_predict": sampling.max_tokens, "ignore_eos": sampling.ignore_eos, **sampling.knobs(RENAMED, set_only=())}
         if sampling.logprobs is not None:
             body["n_probs"] = max(sampling.logprobs, 1)       # the sampled token's own needs one
         if sampling.logit_bias:

@@ -19,13 +19,10 @@ from __future__ import annotations
 import msgspec
 
 from tokworker.engines.base import EngineError, SamplingParams
-from tokworker.engines.http import DONE, STATUS_CODES, HttpEngine, engine_params, guide_pattern
+from tokworker.engines.http import DONE, STATUS_CODES, HttpEngine, guide_pattern
 from tokworker.protocol.messages import ErrorCode
 
-NAMES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-         "seed": "sampling_seed", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-         "repetition_penalty": "repetition_penalty", "stop_token_ids": "stop_token_ids", "ignore_eos": "ignore_eos",
-         "min_tokens": "min_new_tokens", "logit_bias": "logit_bias"}
+RENAMED = {"seed": "sampling_seed", "min_tokens": "min_new_tokens"}        # SGLang's names where not vLLM's
 FINISHES = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
@@ -51,7 +48,7 @@ class SglangEngine(HttpEngine):
 
     def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
         """The GenerateReqInput for these ids and this sampling (SGLang's sampling names)."""
-        params = {"max_new_tokens": sampling.max_tokens, **engine_params(sampling, NAMES)}
+        params = {"max_new_tokens": sampling.max_tokens, **sampling.knobs(RENAMED)}
         guide = sampling.guide
         if guide is not None:
             if guide.json_schema is not None:

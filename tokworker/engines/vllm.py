@@ -17,12 +17,9 @@ from __future__ import annotations
 import msgspec
 
 from tokworker.engines.base import EngineError, SamplingParams
-from tokworker.engines.http import DONE, HttpEngine, engine_params, guide_pattern
+from tokworker.engines.http import DONE, HttpEngine, guide_pattern
 from tokworker.protocol.messages import ErrorCode
 
-NAMES = {name: name for name in ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
-                                 "frequency_penalty", "repetition_penalty", "stop_token_ids", "ignore_eos",
-                                 "min_tokens", "logit_bias", "logprobs")}
 FINISHES = {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}
 UNRANKED = 1 << 62                              # vLLM sends rank None for a NaN logprob: last
 
@@ -64,7 +61,9 @@ class VllmEngine(HttpEngine):
 
     def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
         """The GenerateRequest for these ids and this sampling (vLLM's SamplingParams names)."""
-        params = {"max_tokens": sampling.max_tokens, "detokenize": False, **engine_params(sampling, NAMES)}
+        params = {"max_tokens": sampling.max_tokens, "detokenize": False, **sampling.knobs()}
+        if sampling.logprobs is not None:
+            params["logprobs"] = sampling.logprobs
         guide = sampling.guide
         if guide is not None:
             params["structured_outputs"] = {"json": guide.json_schema} if guide.json_schema is not None else \
