@@ -52,7 +52,7 @@ class Exchange:
 
     __slots__ = ("plan", "id", "created", "choices", "transport", "backlog", "done", "closed", "started_at",
                  "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "timing",
-                 "direct", "bytes_out", "home", "format", "events")
+                 "direct", "bytes_out", "home", "format", "events", "numbered")
 
     def __init__(self, plan, created: int, id: str):
         self.plan = plan
@@ -62,7 +62,8 @@ class Exchange:
         # what every choice's format repeats (its index aside)
         self.format = ChunkFormat(id=id, model=plan.model, created=created, api=plan.api, echo=plan.echo,
                                   whole=not plan.stream, token_ids=plan.return_token_ids and not plan.stream)
-        self.events = 0                    # Responses: events forwarded so far (an error event numbers its own)
+        self.numbered = plan.api == "responses"   # its events carry sequence numbers
+        self.events = 0                    # ... and so many were forwarded (an error event numbers its own)
         self.choices: list[Choice] = []
         self.transport = None
         self.backlog: list[bytes] | None = [] if plan.stream else None   # events before the headers went out
@@ -184,7 +185,7 @@ class Serving:
                          exchange.transport.is_closing() else
                          f"the client fell more than {self.max_buffer_bytes} bytes behind")
                 return
-            if exchange.home.api == "responses":      # an error event numbers itself after these
+            if exchange.numbered:                     # an error event numbers itself after these
                 exchange.events += sse.count(b"\n\n")
         finish_reason = update.finish_reason
         if finish_reason is None:
