@@ -315,7 +315,13 @@ class TokenizerPool:
             return stream
 
         self.streams[stream_id] = stream
-        return await link.request(body, on_reply=opened, on_error=stream.fail, stateful=True)
+        try:
+            return await link.request(body, on_reply=opened, on_error=stream.fail, stateful=True)
+        except asyncio.CancelledError:
+            # the caller gave up while the worker opens it: it is closed there too, or it would stay open
+            # (and counted) with no one to close it
+            await asyncio.shield(self.close_stream(stream_id))
+            raise
 
     def hand_over(self, stream_id: str, fd: int) -> bool:
         """Give the worker of a stream opened with `sink` the client's socket `fd` (it gets a reference of
