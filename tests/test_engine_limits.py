@@ -1,0 +1,94 @@
+"""The HTTP engine adapters' bounds, through `tokworker api --engine vllm` (a real process) in front of a
+stand-in engine that misbehaves: one that never sends its response headers cannot keep connections once
+their clients gave up, nor hold a waiting client past --engine-header-timeout-s; one that answers 500 with an
+endless body costs the API process only --engine-error-bytes of it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+import requests
+
+from front_doors import StandInEngine, front_door, health_seconds, rss_mb
+
+pytestmark = pytest.mark.slow
+COMPLETION = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 2}
+
+
+@pytest.fixture
+def engine():
+    standin = StandInEngine()
+    yield standin
+    standin.close()
+
+
+def wait_until(check, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+async def give_up(base: str, clients: int, after: float) -> int:
+    """`clients` completions at once, each abandoned (its connection closed) after `after` seconds; how many
+    were abandoned rather than answered."""
+    async with aiohttp.ClientSession() as session:
+        async def one():
+            try:
+                async with asyncio.timeout(after):
+                    async with session.post(base + "/v1/completions", json=COMPLETION) as response:
+                        await response.read()
+                        return 0
+            except TimeoutError:
+                return 1
+        return sum(await asyncio.gather(*(one() for _ in range(clients))))
+
+
+def test_clients_giving_up_on_a_silent_engine_release_its_connections(engine, tmp_path):
+    """Scaled from 400 clients against the default 256 connections: 40 against 8. Before, each abandoned
+    request kept its engine connection, so the pool filled and the next good request hung."""
+    engine.mode = "hang"
+    with front_door("--engine", "vllm", "--engine-url", engine.url, "--engine-max-connections", "8",
+                    "--engine-header-timeout-s", "600", log_path=tmp_path / "api.log") as (base, _):
+        for _ in range(5):                          # in waves, each filling the 8 connections
+            assert asyncio.run(give_up(base, 8, 0.5)) == 8
+            assert wait_until(lambda: engine.open == 0, 5), f"{engine.open} engine connections still open"
+        engine.mode = "ok"
+        began = time.monotonic()
+        reply = requests.post(base + "/v1/completions", json=COMPLETION, timeout=10)
+        assert reply.status_code == 200, reply.text
+        assert time.monotonic() - began < 2
+        assert engine.served == 1
+
+
+def test_an_engine_that_never_sends_headers_times_out(engine, tmp_path):
+    engine.mode = "hang"
+    with front_door("--engine", "vllm", "--engine-url", engine.url, "--engine-header-timeout-s", "1",
+                    log_path=tmp_path / "api.log") as (base, _):
+        began = time.monotonic()
+        reply = requests.post(base + "/v1/completions", json=COMPLETION, timeout=30)
+        took = time.monotonic() - began
+        assert reply.status_code == 504, reply.text
+        assert "no response headers within 1 s" in reply.json()["error"]["message"]
+        assert 1 <= took < 4
+        assert wait_until(lambda: engine.open == 0, 5)         # the connection went with the request
+
+
+def test_an_engines_endless_error_body_is_read_only_up_to_its_bound(engine, tmp_path):
+    """Before, an engine answering 500 with a 2 GB body was read whole (4.2 GB peak)."""
+    engine.mode = "huge_error"
+    with front_door("--engine", "vllm", "--engine-url", engine.url, log_path=tmp_path / "api.log") as (base, proc):
+        before = rss_mb(proc.pid)
+        for _ in range(4):
+            reply = requests.post(base + "/v1/completions", json=COMPLETION, timeout=30)
+            assert reply.status_code == 500, reply.text
+            assert "vllm answered 500: xxxx" in reply.json()["error"]["message"]
+        assert wait_until(lambda: engine.open == 0, 5)
+        assert engine.error_bytes_sent < 64 << 20               # it stopped reading: the engine's writes stopped
+        assert rss_mb(proc.pid) - before < 40
+        assert health_seconds(base) < 1
