@@ -97,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
                           "past it the least recently used is closed")
     api.add_argument("--derender-idle-s", type=float, default=300.0,
                      help="seconds a streamed derender sequence may wait for its next chunk before it is closed")
+    _add_limit_flags(api)
     api.add_argument("--replay-step-interval", type=float, default=0.01,
                      help="seconds per step of the replay engine (default: 0.01)")
     api.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -141,19 +142,56 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if healthy(workers) else 1
 
 
+def _add_limit_flags(api: argparse.ArgumentParser) -> None:
+    """The server's and the HTTP engines' bounds (tokworker/api/limits.py, tokworker/engines/http.py)."""
+    from tokworker.api.limits import ServerLimits
+    from tokworker.engines.http import EngineLimits
+
+    server, engine = ServerLimits(), EngineLimits()
+    api.add_argument("--max-body-bytes-in-flight", type=int, default=256 << 20,
+                     help="bytes of request bodies being received, all clients together; past it 429 (default: 256 MiB)")
+    api.add_argument("--body-timeout-s", type=float, default=60.0,
+                     help="seconds a request body may take to arrive; past it 408 (default: 60)")
+    api.add_argument("--header-timeout-s", type=float, default=server.header_timeout,
+                     help=f"seconds a request's head may take to arrive; past it 408 and the connection closes "
+                          f"(default: {server.header_timeout:g})")
+    api.add_argument("--keepalive-timeout-s", type=float, default=server.keepalive_timeout,
+                     help=f"seconds an idle connection is kept (default: {server.keepalive_timeout:g})")
+    api.add_argument("--max-connections", type=int, default=None,
+                     help="client connections open at once (default: RLIMIT_NOFILE less the descriptors the pool, "
+                          "the engine and files need); past it the oldest idle one is closed, else 503")
+    api.add_argument("--engine-connect-timeout-s", type=float, default=engine.connect_timeout,
+                     help=f"seconds to connect to an HTTP engine (default: {engine.connect_timeout:g})")
+    api.add_argument("--engine-header-timeout-s", type=float, default=engine.header_timeout,
+                     help=f"seconds an HTTP engine may take to send its response headers; past it 504 "
+                          f"(default: {engine.header_timeout:g})")
+    api.add_argument("--engine-read-timeout-s", type=float, default=engine.read_timeout,
+                     help=f"seconds an HTTP engine may send nothing within a streamed response; past it the request "
+                          f"ends with an error (default: {engine.read_timeout:g})")
+    api.add_argument("--engine-error-bytes", type=int, default=engine.error_bytes,
+                     help=f"bytes read of an HTTP engine's error body (default: {engine.error_bytes})")
+    api.add_argument("--engine-max-connections", type=int, default=engine.max_connections,
+                     help=f"connections to an HTTP engine at once (default: {engine.max_connections})")
+
+
 def _api(args: argparse.Namespace) -> int:
     import logging
 
     import uvloop
 
+    from tokworker.api.limits import ServerLimits
     from tokworker.api.run import engine_for, serve_http
     from tokworker.api.server import ApiOptions
+    from tokworker.engines.http import EngineLimits
     from tokworker.worker.options import DEFAULT_MODEL_DIR, settings
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         engine = engine_for(args.engine, args.engine_url, replay_step_interval=args.replay_step_interval,
-                            max_model_len=args.max_model_len)
+                            max_model_len=args.max_model_len, limits=EngineLimits(
+                                connect_timeout=args.engine_connect_timeout_s,
+                                header_timeout=args.engine_header_timeout_s, read_timeout=args.engine_read_timeout_s,
+                                error_bytes=args.engine_error_bytes, max_connections=args.engine_max_connections))
     except ValueError as exc:
         print(f"tokworker api: {exc}", file=sys.stderr)
         return 2
@@ -163,9 +201,16 @@ def _api(args: argparse.Namespace) -> int:
                          max_request_bytes=args.max_request_bytes, max_concurrent_requests=args.max_concurrent_requests,
                          max_buffer_bytes=args.max_buffer_bytes, max_queued_bytes=args.max_queued_bytes,
                          direct_streaming=args.direct_streaming, drain_timeout=args.drain_timeout_s,
-                         derender_state_bytes=args.derender_state_bytes, derender_idle_s=args.derender_idle_s)
-    uvloop.run(serve_http(spawn, options, engine, host=args.host, port=args.port,
-                          model_root=args.model_dir or str(DEFAULT_MODEL_DIR)))
+                         derender_state_bytes=args.derender_state_bytes, derender_idle_s=args.derender_idle_s,
+                         max_body_bytes_in_flight=args.max_body_bytes_in_flight, body_timeout=args.body_timeout_s)
+    limits = ServerLimits(header_timeout=args.header_timeout_s, keepalive_timeout=args.keepalive_timeout_s,
+                          max_connections=args.max_connections)
+    try:
+        uvloop.run(serve_http(spawn, options, engine, host=args.host, port=args.port,
+                              model_root=args.model_dir or str(DEFAULT_MODEL_DIR), limits=limits))
+    except ValueError as exc:              # a limit that cannot hold (--max-connections past RLIMIT_NOFILE)
+        print(f"tokworker api: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,6 +1,9 @@
 """`tokworker api`: spawn the pool, start the engine, serve HTTP until SIGTERM (drains) or SIGINT.
 
-    await serve_http(pool_options, ApiOptions(...), engine, host="127.0.0.1", port=8000)
+    await serve_http(pool_options, ApiOptions(...), engine, host="127.0.0.1", port=8000, limits=ServerLimits())
+
+The server's connections are bounded below the descriptor limit (limits.py): RLIMIT_NOFILE is read at start
+and the log says how many client connections it allows.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import signal
 
 from aiohttp import web
 
+from tokworker.api.limits import RESERVED_DESCRIPTORS, GuardedRunner, ServerLimits, connection_limit
 from tokworker.api.server import AccessLogger, Api, ApiOptions
 
 log = logging.getLogger("tokworker.api")
@@ -20,8 +24,9 @@ GC_YOUNG = 50_000                         # allocations between two young-genera
 
 
 def engine_for(name: str, url: str | None = None, *, replay_step_interval: float = 0.01,
-               max_model_len: int | None = None):
-    """The engine named on the command line (ValueError names the known ones)."""
+               max_model_len: int | None = None, limits=None):
+    """The engine named on the command line (ValueError names the known ones); `limits`: an HTTP engine's
+    EngineLimits (its defaults when None)."""
     if name == "replay":
         from tokworker.engines.replay import ReplayEngine
         return ReplayEngine(step_interval=replay_step_interval, max_model_len=max_model_len or 32768)
@@ -29,25 +34,33 @@ def engine_for(name: str, url: str | None = None, *, replay_step_interval: float
         raise ValueError(f"unknown engine {name!r}: one of {', '.join(ENGINES)}")
     if not url:
         raise ValueError(f"--engine {name} needs --engine-url (where the engine listens)")
+    from tokworker.engines.http import EngineLimits
+    limits = limits or EngineLimits()
     if name == "llama.cpp":
         from tokworker.engines.llama_cpp import LlamaCppEngine
-        return LlamaCppEngine(url)
+        return LlamaCppEngine(url, limits=limits)
     if name == "vllm":
         from tokworker.engines.vllm import VllmEngine
-        return VllmEngine(url)
+        return VllmEngine(url, limits=limits)
     from tokworker.engines.sglang import SglangEngine
-    return SglangEngine(url)
+    return SglangEngine(url, limits=limits)
 
 
 async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "127.0.0.1", port: int = 8000,
-                     ready=None, model_root: str = "", signals: bool = True) -> None:
+                     ready=None, model_root: str = "", signals: bool = True,
+                     limits: ServerLimits = ServerLimits()) -> None:
     """Run until SIGTERM (drain: no new requests, those in flight finish within options.drain_timeout)
     or SIGINT (with `signals`), or until cancelled. `spawn`: TokenizerPool.spawn's keyword arguments.
-    `ready(port)` is called once serving."""
+    `ready(port)` is called once serving. ValueError when `limits.max_connections` does not fit under
+    RLIMIT_NOFILE."""
     from tokworker.frontend import TokenizerPool
     from tokworker.worker.preflight import check_spawn
 
     check_spawn(spawn)                    # what would fail every request fails here, in one line
+    reserve = RESERVED_DESCRIPTORS + getattr(engine, "max_connections", 0)
+    max_connections, nofile = connection_limit(limits.max_connections, reserve)
+    log.info("RLIMIT_NOFILE %d: at most %d client connections (--max-connections), %d descriptors kept for the "
+             "pool, the engine and files", nofile, max_connections, nofile - max_connections)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     drain = asyncio.Event()
@@ -57,8 +70,8 @@ async def serve_http(spawn: dict, options: ApiOptions, engine, *, host: str = "1
     async with await TokenizerPool.spawn(**spawn) as pool:
         api = Api(pool, engine, options, model_root=model_root)
         await api.start()
-        runner = web.AppRunner(api.app(), handler_cancellation=True, access_log_class=AccessLogger,
-                               access_log=logging.getLogger("tokworker.api.access"))
+        runner = GuardedRunner(api.app(), limits, max_connections, handler_cancellation=True,
+                               access_log_class=AccessLogger, access_log=logging.getLogger("tokworker.api.access"))
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()

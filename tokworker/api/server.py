@@ -22,6 +22,7 @@ from aiohttp import web, web_log
 
 from tokworker.api.errors import NOT_FOUND, ApiError, anthropic_body, check_vocabulary, openai_body
 from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
+from tokworker.api.limits import BodyBudget
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
                                 plan_responses)
@@ -49,6 +50,8 @@ class ApiOptions(msgspec.Struct, kw_only=True):
     drain_timeout: float = 30.0
     derender_state_bytes: int = 64 * 1024 * 1024  # streamed derender sequences kept in the workers (derender.py)
     derender_idle_s: float = 300.0                # a kept sequence idle this long is closed
+    max_body_bytes_in_flight: int = 256 * 1024 * 1024  # request bodies being received, all clients together
+    body_timeout: float = 60.0               # seconds a request body may take to arrive (limits.py)
 
 
 class Api:
@@ -68,6 +71,7 @@ class Api:
         self._loop_task: asyncio.Task | None = None
         self.generations: Generations | None = None
         self.metrics.gauges = self._gauges
+        self.bodies = BodyBudget(self.options.max_body_bytes_in_flight, self.options.body_timeout)
 
     async def start(self) -> None:
         await self.engine.start(self.pool)
@@ -117,11 +121,7 @@ class Api:
         return await self.generations.handle(request, MessagesRequest, plan_messages)
 
     async def read(self, request: web.Request) -> bytes:
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise ApiError(ErrorCode.TOO_LARGE, f"the request body is over {self.options.max_request_bytes} bytes "
-                                                f"(--max-request-bytes)") from None
+        return await self.bodies.read(request, self.options.max_request_bytes)
 
     def decode(self, raw: bytes, kind: type):
         try:
