@@ -1,0 +1,170 @@
+"""The HTTP server's own bounds (tokworker/api/limits.py), each attack through a real `tokworker api` process
+and real sockets, scaled down where the mechanism shows at a smaller size: slowloris heads closed after
+--header-timeout-s; bodies that never finish held within --max-body-bytes-in-flight (RSS read from /proc)
+and answered 408 after --body-timeout-s; more idle connections than the descriptor limit allows while a
+bystander is still served within 1 s."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import threading
+import time
+
+import pytest
+import requests
+
+from front_doors import front_door, health_seconds, rss_mb
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def descriptors():
+    """The test process itself opens hundreds of sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+class Watch:
+    """Polls a process's RSS (the peak) and a bystander's /health (the slowest) in a thread while an attack runs."""
+
+    def __init__(self, base: str, pid: int):
+        self.base, self.pid = base, pid
+        self.peak_mb = self.before_mb = rss_mb(pid)
+        self.slowest = 0.0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(0.1):
+            self.peak_mb = max(self.peak_mb, rss_mb(self.pid))
+            self.slowest = max(self.slowest, health_seconds(self.base))
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(30)
+
+
+async def slowloris(port: int, connections: int, seconds: float) -> list[tuple[float, bytes]]:
+    """`connections` connections each sending a never-ending request head one byte every 0.1 s; for each,
+    when the server closed it (None: still open after `seconds`) and what it answered."""
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 10_000
+
+    async def one():
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        began = time.monotonic()
+        answer = asyncio.ensure_future(reader.read())
+        try:
+            for i in range(int(seconds / 0.1)):
+                if answer.done():
+                    break
+                try:
+                    writer.write(head[i:i + 1])
+                    await writer.drain()
+                except ConnectionError:
+                    break
+                await asyncio.wait([answer], timeout=0.1)
+            if not answer.done():
+                answer.cancel()
+                return None, b""
+            return time.monotonic() - began, await answer
+        finally:
+            writer.close()
+
+    return await asyncio.gather(*(one() for _ in range(connections)))
+
+
+def test_slowloris_heads_are_closed_after_the_header_timeout(tmp_path):
+    """Before, 1,000 connections sending their heads byte by byte were all still open after 90 s."""
+    with front_door("--header-timeout-s", "1", log_path=tmp_path / "api.log") as (base, proc):
+        watch = Watch(base, proc.pid)
+        try:
+            closed = asyncio.run(slowloris(int(base.rsplit(":", 1)[1]), 300, 6))
+        finally:
+            watch.stop()
+        assert all(when is not None and when < 3 for when, _ in closed), sorted(w or 99 for w, _ in closed)[-5:]
+        assert all(answer.startswith(b"HTTP/1.1 408 Request Timeout") for _, answer in closed)
+        assert b"--header-timeout-s" in closed[0][1]
+        assert watch.slowest < 1
+
+
+async def unfinished_bodies(port: int, clients: int, size: int, chunked: bool, hold: float) -> list[bytes]:
+    """`clients` POSTs of a `size`-byte body sending all of it but the last byte, then waiting `hold`
+    seconds; what each got back (b"" when nothing)."""
+    async def one():
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        framing = b"Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}".encode()
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + framing +
+                     b"\r\n\r\n")
+        piece = b" " * (1 << 20)
+        try:
+            for _ in range((size - 1) // len(piece)):
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                await writer.drain()
+            return await asyncio.wait_for(reader.read(200), hold)
+        except (ConnectionError, TimeoutError):
+            return b""
+        finally:
+            writer.close()
+
+    return await asyncio.gather(*(one() for _ in range(clients)))
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_unfinished_bodies_are_held_within_the_byte_budget(tmp_path, chunked):
+    """Scaled from 100 clients x 32 MB (3.6 GB): 24 x 8 MB (192 MB unbounded) against a 32 MiB budget."""
+    with front_door("--max-body-bytes-in-flight", str(32 << 20), "--max-request-bytes", str(16 << 20),
+                    log_path=tmp_path / "api.log") as (base, proc):
+        watch = Watch(base, proc.pid)
+        try:
+            answers = asyncio.run(unfinished_bodies(int(base.rsplit(":", 1)[1]), 24, 8 << 20, chunked, 3))
+        finally:
+            watch.stop()
+        refused = [a for a in answers if a.startswith(b"HTTP/1.1 429")]
+        assert len(refused) >= 24 - 5, answers
+        assert watch.peak_mb - watch.before_mb < 32 + 24, (watch.before_mb, watch.peak_mb)
+        assert watch.slowest < 1
+        reply = requests.post(base + "/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2},
+                              timeout=10)
+        assert reply.status_code == 200, reply.text     # the budget is whole again
+
+
+def test_a_body_that_stops_arriving_gets_408(tmp_path):
+    with front_door("--body-timeout-s", "1", log_path=tmp_path / "api.log") as (base, _):
+        began = time.monotonic()
+        answers = asyncio.run(unfinished_bodies(int(base.rsplit(":", 1)[1]), 1, 1 << 21, False, 10))
+        assert answers[0].startswith(b"HTTP/1.1 408 Request Timeout"), answers
+        assert time.monotonic() - began < 5
+
+
+async def idle_connections(port: int, count: int, then) -> object:
+    """Open `count` connections that send nothing, run `then()` in a thread meanwhile, close them."""
+    writers = []
+    for _ in range(count):
+        writers.append((await asyncio.open_connection("127.0.0.1", port))[1])
+    try:
+        return await asyncio.to_thread(then)
+    finally:
+        for writer in writers:
+            writer.close()
+
+
+def test_idle_connections_past_the_descriptor_limit_do_not_lock_clients_out(tmp_path):
+    """Scaled from 1,100 idle connections against 1,024 descriptors: 400 against 256 (128 kept for the
+    pool, the engine and files: 128 client connections)."""
+    log_path = tmp_path / "api.log"
+    with front_door(log_path=log_path, nofile=256) as (base, _):
+        assert "RLIMIT_NOFILE 256: at most 128 client connections" in log_path.read_text()
+
+        def bystander():
+            took = health_seconds(base)
+            reply = requests.post(base + "/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2},
+                                  timeout=10)
+            return took, reply.status_code
+
+        took, status = asyncio.run(idle_connections(int(base.rsplit(":", 1)[1]), 400, bystander))
+        assert status == 200 and took < 1
