@@ -12,7 +12,7 @@ MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker
            "tokworker.parsers.reasoning", "tokworker.parsers.template_parsers", "tokworker.sse.chat",
            "tokworker.frontend.client", "tokworker.protocol.endpoints", "tokworker.templates.owned",
            "tokworker.worker.endpoint_lock", "tokworker.worker.preflight", "tests.cuts",
-           "tokworker.worker.sessions"]
+           "tokworker.worker.sessions", "tokworker.api.plan", "tokworker.api.limits", "tokworker.engines.http"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -149,7 +149,8 @@ def _add_limit_flags(api: argparse.ArgumentParser) -> None:
 
     server, engine = ServerLimits(), EngineLimits()
     api.add_argument("--max-body-bytes-in-flight", type=int, default=256 << 20,
-                     help="bytes of request bodies being received, all clients together; past it 429 (default: 256 MiB)")
+                     help="bytes of request bodies being received, all clients together; past it 429 "
+                          "(default: 256 MiB)")
     api.add_argument("--body-timeout-s", type=float, default=60.0,
                      help="seconds a request body may take to arrive; past it 408 (default: 60)")
     api.add_argument("--header-timeout-s", type=float, default=server.header_timeout,

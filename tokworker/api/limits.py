@@ -9,9 +9,9 @@ open (below the process's descriptor limit).
 A client sees each bound as an HTTP answer where HTTP allows one: a head not complete within
 `header_timeout` gets 408 and the connection closes; a body not complete within `body_timeout` gets 408; a
 body that would take the process's bodies past their budget gets 429, before its first byte is read when
-its Content-Length says so (413 when that alone is past the budget); a connection past the limit first closes the oldest idle connection (one
-waiting between requests, then one still sending its head), and when every connection is busy with a
-request the new one gets 503 and is closed.
+its Content-Length says so (413 when that alone is past the budget); a connection past the limit first
+closes the oldest idle connection (one waiting between requests, then one still sending its head), and when
+every connection is busy with a request the new one gets 503 and is closed.
 """
 
 from __future__ import annotations

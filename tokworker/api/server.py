@@ -25,7 +25,7 @@ from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
 from tokworker.api.limits import BodyBudget
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
-                                plan_responses)
+                                plan_responses, priced)
 from tokworker.api.render import RenderTier, json_response
 from tokworker.api.derender import DerenderTier
 from tokworker.api.requests import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, MessagesRequest,
@@ -35,6 +35,7 @@ from tokworker.frontend.errors import PoolError
 from tokworker.protocol.messages import ErrorCode
 
 log = logging.getLogger("tokworker.api")
+PRICED_CHAT, PRICED_COMPLETION = priced(plan_chat), priced(plan_completion)    # n and prompt lists fan out
 
 
 class ApiOptions(msgspec.Struct, kw_only=True):
@@ -76,7 +77,9 @@ class Api:
     async def start(self) -> None:
         await self.engine.start(self.pool)
         max_len = self.options.max_model_len or self.engine.max_model_len or 32768
-        self.served = Served(self.names[0], self.pool.info.tool_parser, max_len)
+        self.served = Served(self.names[0], self.pool.info.tool_parser, max_len,
+                             max_choices=min(self.options.max_concurrent_requests, self.pool.max_streams),
+                             room=self._room)
         self.generations = Generations(self)
         self._loop_task = asyncio.create_task(self.serving.run(), name="tokworker-step-loop")
         self._loop_task.add_done_callback(_report_crash)
@@ -109,10 +112,15 @@ class Api:
 
     # ------------------------------------------------------------ generation routes
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self.generations.handle(request, ChatCompletionRequest, plan_chat)
+        return await self.generations.handle(request, ChatCompletionRequest, PRICED_CHAT)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self.generations.handle(request, CompletionRequest, plan_completion)
+        return await self.generations.handle(request, CompletionRequest, PRICED_COMPLETION)
+
+    def _room(self) -> int:
+        """Choices a request may open now: each counts as a request and as a pool stream."""
+        return min(self.options.max_concurrent_requests - self.serving.exchanges,
+                   self.pool.max_streams - self.pool.open_streams)
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         return await self.generations.handle(request, ResponsesRequest, plan_responses)

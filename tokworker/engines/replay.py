@@ -8,11 +8,17 @@ The reply of a request is `script(prompt_text, sampling)` when a script is given
 The reply is encoded with the model's tokenizer and ends with its eos. Each step, a constrained request's
 token is checked against the mask the pool gave for that step (the masks reach the engine, as they would a
 real sampler), and each token gets a logprob and alternatives when the request asked for them.
+
+The shortest text is found in a thread of the engine's own, never on the event loop: a constraint's DFA can
+take a second or two of CPU to build (regex_dfa prices and bounds that work, and caches it by pattern), and
+requests waiting for one take turns there while the loop serves everyone else.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from tokworker.constrain.regex_dfa import compile_dfa
@@ -35,13 +41,23 @@ class ReplayEngine(InProcessEngine):
         self.script = script
         self.step_interval = step_interval
         self.max_model_len = max_model_len
+        # one thread: compile_dfa's cache is never shared between threads, and compiles take turns
+        self._compiler = ThreadPoolExecutor(1, thread_name_prefix="replay-compile")
+
+    async def close(self) -> None:
+        await super().close()
+        self._compiler.shutdown(wait=False, cancel_futures=True)
 
     async def prepare(self, running: Running) -> None:
         text = None
         if self.script is not None:
             text = self.script(await self.pool.decode(running.prompt_ids), running.sampling)
         if text is None:
-            text = shortest_match(running.constraint.pattern) if running.constraint is not None else REPLY
+            if running.constraint is None:
+                text = REPLY
+            else:
+                text = await asyncio.get_running_loop().run_in_executor(self._compiler, shortest_match,
+                                                                        running.constraint.pattern)
         running.script = await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
 
     def step(self, batch: list[Running]) -> list[EngineOutput]:
