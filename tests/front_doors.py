@@ -1,8 +1,8 @@
 """What the front door's bound tests share: `tokworker api` as a real process on a free loopback port (with
 its own RLIMIT_NOFILE when asked), its resident memory read from /proc, a bystander's /health timed, and a
 stand-in HTTP engine (vLLM's tokens-only routes on aiohttp, in a thread of the test process) whose
-misbehaviour the test chooses: `hang` (never sends response headers), `huge_error` (answers 500 and streams
-an endless body) or `ok` (a short reply)."""
+misbehaviour the test chooses: `hang` (never sends response headers), `stall` (sends its headers and one
+token, then nothing), `huge_error` (answers 500 and streams an endless body) or `ok` (a short reply)."""
 
 from __future__ import annotations
 
@@ -121,6 +121,10 @@ class StandInEngine:
                     self.error_bytes_sent += len(chunk)
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
+            if self.mode == "stall":
+                event = {"request_id": body["request_id"], "choices": [{"token_ids": [72]}]}
+                await response.write(b"data: " + msgspec.json.encode(event) + b"\n\n")
+                await asyncio.sleep(3600)
             event = {"request_id": body["request_id"], "choices": [{"token_ids": [72, 101], "finish_reason": "length"}]}
             await response.write(b"data: " + msgspec.json.encode(event) + b"\n\ndata: [DONE]\n\n")
             self.served += 1

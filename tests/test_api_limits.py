@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import subprocess
+import sys
 import threading
 import time
 
@@ -155,6 +157,18 @@ async def idle_connections(port: int, count: int, then) -> object:
     finally:
         for writer in writers:
             writer.close()
+
+
+def test_a_connection_limit_past_the_descriptor_limit_is_refused_at_start():
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    done = subprocess.run([sys.executable, "-m", "tokworker.cli", "api", "--port", "0", "--max-connections", "5000"],
+                          capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "tokworker api: --max-connections 5000 does not fit under RLIMIT_NOFILE 256 with 128 descriptors kept for "
+        "the pool, the engine and files (at most 128)")
 
 
 def test_idle_connections_past_the_descriptor_limit_do_not_lock_clients_out(tmp_path):

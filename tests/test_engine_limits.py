@@ -79,6 +79,18 @@ def test_an_engine_that_never_sends_headers_times_out(engine, tmp_path):
         assert wait_until(lambda: engine.open == 0, 5)         # the connection went with the request
 
 
+def test_an_engine_that_stops_sending_mid_stream_times_out(engine, tmp_path):
+    engine.mode = "stall"
+    with front_door("--engine", "vllm", "--engine-url", engine.url, "--engine-read-timeout-s", "1",
+                    log_path=tmp_path / "api.log") as (base, _):
+        began = time.monotonic()
+        reply = requests.post(base + "/v1/completions", json=COMPLETION, timeout=30)
+        assert reply.status_code == 504, reply.text
+        assert "sent nothing for 1 s (--engine-read-timeout-s)" in reply.json()["error"]["message"]
+        assert time.monotonic() - began < 4
+        assert wait_until(lambda: engine.open == 0, 5)
+
+
 def test_an_engines_endless_error_body_is_read_only_up_to_its_bound(engine, tmp_path):
     """Before, an engine answering 500 with a 2 GB body was read whole (4.2 GB peak)."""
     engine.mode = "huge_error"
