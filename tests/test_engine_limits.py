@@ -104,3 +104,28 @@ def test_an_engines_endless_error_body_is_read_only_up_to_its_bound(engine, tmp_
         assert engine.error_bytes_sent < 64 << 20               # it stopped reading: the engine's writes stopped
         assert rss_mb(proc.pid) - before < 40
         assert health_seconds(base) < 1
+
+
+def test_an_abort_while_add_waits_for_headers_ends_both(engine):
+    """abort() of a request whose add() still waits for the engine's headers: the add ends at once with an
+    EngineError, and the engine's connection is closed."""
+    from tokworker.engines.base import EngineError, SamplingParams
+    from tokworker.engines.vllm import VllmEngine
+
+    engine.mode = "hang"
+
+    async def run():
+        vllm = VllmEngine(engine.url)
+        await vllm.start(None)
+        try:
+            adding = asyncio.ensure_future(vllm.add("r1", [1, 2, 3], SamplingParams(max_tokens=2)))
+            await asyncio.sleep(0.3)
+            vllm.abort(["r1"])
+            with pytest.raises(EngineError, match="aborted before the engine answered"):
+                await asyncio.wait_for(adding, 2)
+            return vllm.running()
+        finally:
+            await vllm.close()
+
+    assert asyncio.run(run()) == 0
+    assert wait_until(lambda: engine.open == 0, 5)

@@ -22,7 +22,6 @@ import resource
 
 import msgspec
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from tokworker.api.errors import ApiError
 from tokworker.protocol.messages import ErrorCode
@@ -142,7 +141,7 @@ def raw_answer(status: int, reason: str, code: str, message: str) -> bytes:
             f"Connection: close\r\n\r\n").encode() + body
 
 
-class GuardedHandler(RequestHandler):
+class GuardedHandler(web.RequestHandler):
     """aiohttp's connection protocol with a deadline on each request's head and the server's connection limit."""
 
     def connection_made(self, transport) -> None:
@@ -220,6 +219,10 @@ class GuardedServer(web.Server):
             self.refused += 1
             return False
         self.evicted += 1
+        if not victim.idle():                      # it was sending a head: say why it goes
+            victim.transport.write(raw_answer(503, "Service Unavailable", ErrorCode.OVERLOADED,
+                                              "the server closed this connection to make room: it was still "
+                                              "sending its request's head (--max-connections)"))
         victim.force_close()
         self._connections.pop(victim, None)
         return True

@@ -189,6 +189,9 @@ class HttpEngine(Engine):
                         return
             raise EngineError(ErrorCode.INTERNAL, f"{self.name} ended the stream before the request finished")
         except asyncio.CancelledError:
+            if not accepted.done():                # aborted (or closed) while its add() waits: that add ends too
+                accepted.set_exception(EngineError(ErrorCode.UNAVAILABLE, f"{self.name}: the request was aborted "
+                                                                          f"before the engine answered"))
             raise
         except Exception as failure:               # whatever it is, the request ends with it: nothing hangs
             error = _engine_error(failure, self.name, self.url, self.max_event_bytes, self.limits)
