@@ -37,6 +37,53 @@ def health_seconds(base: str, timeout: float = 10) -> float:
     return time.monotonic() - began
 
 
+BYSTANDER = """
+import sys, time, http.client
+host, port = sys.argv[1], int(sys.argv[2])
+while True:
+    began = time.monotonic()
+    try:
+        connection = http.client.HTTPConnection(host, port, timeout=30)
+        connection.request("GET", "/health")
+        ok = connection.getresponse().status == 200
+        connection.close()
+    except Exception:
+        ok = False
+    print(time.monotonic() - began if ok else "inf", flush=True)
+    time.sleep(0.1)
+"""
+
+
+class Watch:
+    """While an attack runs: a bystander process's GET /health on a fresh connection every 0.1 s (`slowest`:
+    the slowest answer, inf for none; a process of its own, so the attacking test's own work cannot slow it)
+    and the server's RSS (`peak_mb`, polled in a thread)."""
+
+    def __init__(self, base: str, pid: int):
+        self.pid = pid
+        self.peak_mb = self.before_mb = rss_mb(pid)
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        self.bystander = subprocess.Popen([sys.executable, "-c", BYSTANDER, host, port], stdout=subprocess.PIPE,
+                                          text=True)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.slowest = 0.0
+
+    def _run(self) -> None:
+        while not self.done.wait(0.1):
+            self.peak_mb = max(self.peak_mb, rss_mb(self.pid))
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(30)
+        self.bystander.terminate()
+        out, _ = self.bystander.communicate(timeout=30)
+        times = [float(line) for line in out.split()]
+        assert times, "the bystander asked nothing"
+        self.slowest = max(times)
+
+
 @contextlib.contextmanager
 def front_door(*flags: str, log_path, nofile: int | None = None, timeout: float = 120):
     """`tokworker api FLAGS` on a free port (replay engine unless the flags name one); yields (base URL,

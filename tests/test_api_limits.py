@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import socket
 import subprocess
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
-from front_doors import front_door, health_seconds, rss_mb
+from front_doors import Watch, front_door, health_seconds, rss_mb
 
 pytestmark = pytest.mark.slow
 
@@ -28,31 +29,6 @@ def descriptors():
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
     yield
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
-class Watch:
-    """Polls a process's RSS (the peak) and a bystander's /health (the slowest) in a thread while an attack runs."""
-
-    def __init__(self, base: str, pid: int):
-        self.base, self.pid = base, pid
-        self.peak_mb = self.before_mb = rss_mb(pid)
-        self.slowest = 0.0
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.done.wait(0.1):
-            self.peak_mb = max(self.peak_mb, rss_mb(self.pid))
-            try:
-                took = health_seconds(self.base, timeout=30)
-            except Exception:                      # no answer at all is the slowest
-                took = float("inf")
-            self.slowest = max(self.slowest, took)
-
-    def stop(self) -> None:
-        self.done.set()
-        self.thread.join(30)
 
 
 async def slowloris(port: int, connections: int, seconds: float) -> list[tuple[float, bytes]]:
@@ -98,26 +74,29 @@ def test_slowloris_heads_are_closed_after_the_header_timeout(tmp_path):
         assert watch.slowest < 1
 
 
-async def unfinished_bodies(port: int, clients: int, size: int, chunked: bool, hold: float) -> list[bytes]:
-    """`clients` POSTs of a `size`-byte body sending all of it but the last byte, then waiting `hold`
-    seconds; what each got back (b"" when nothing)."""
-    async def one():
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        framing = b"Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}".encode()
-        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + framing +
-                     b"\r\n\r\n")
-        piece = b" " * (1 << 20)
-        try:
-            for _ in range((size - 1) // len(piece)):
-                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
-                await writer.drain()
-            return await asyncio.wait_for(reader.read(200), hold)
-        except (ConnectionError, TimeoutError):
-            return b""
-        finally:
-            writer.close()
+def unfinished_bodies(port: int, clients: int, size: int, chunked: bool, hold: float) -> list[bytes]:
+    """`clients` POSTs at once of a `size`-byte body sending all of it but the last byte, then waiting `hold`
+    seconds; what each got back (b"" when nothing). A client whose sending fails reads the answer that came
+    before (as urllib3 does)."""
+    def one(_) -> bytes:
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            framing = b"Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}".encode()
+            client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                           framing + b"\r\n\r\n")
+            piece, wait = b" " * (1 << 20), hold
+            try:
+                for _ in range((size - 1) // len(piece)):
+                    client.sendall(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+            except OSError:
+                wait = 1
+            client.settimeout(wait)
+            try:
+                return client.recv(200)
+            except OSError:
+                return b""
 
-    return await asyncio.gather(*(one() for _ in range(clients)))
+    with ThreadPoolExecutor(clients) as pool:
+        return list(pool.map(one, range(clients)))
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
@@ -127,7 +106,7 @@ def test_unfinished_bodies_are_held_within_the_byte_budget(tmp_path, chunked):
                     log_path=tmp_path / "api.log") as (base, proc):
         watch = Watch(base, proc.pid)
         try:
-            answers = asyncio.run(unfinished_bodies(int(base.rsplit(":", 1)[1]), 24, 8 << 20, chunked, 3))
+            answers = unfinished_bodies(int(base.rsplit(":", 1)[1]), 24, 8 << 20, chunked, 3)
         finally:
             watch.stop()
         refused = [a for a in answers if a.startswith(b"HTTP/1.1 429")]
@@ -142,7 +121,7 @@ def test_unfinished_bodies_are_held_within_the_byte_budget(tmp_path, chunked):
 def test_a_body_that_stops_arriving_gets_408(tmp_path):
     with front_door("--body-timeout-s", "1", log_path=tmp_path / "api.log") as (base, _):
         began = time.monotonic()
-        answers = asyncio.run(unfinished_bodies(int(base.rsplit(":", 1)[1]), 1, 1 << 21, False, 10))
+        answers = unfinished_bodies(int(base.rsplit(":", 1)[1]), 1, 1 << 21, False, 10)
         assert answers[0].startswith(b"HTTP/1.1 408 Request Timeout"), answers
         assert time.monotonic() - began < 5
 
@@ -224,7 +203,6 @@ def test_schema_compiles_leave_the_loop_free(tmp_path):
                 "model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40,
                 "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema(i)}}})
 
-        from concurrent.futures import ThreadPoolExecutor
         watch = Watch(base, proc.pid)
         try:
             with ThreadPoolExecutor(4) as clients:

@@ -28,6 +28,8 @@ from tokworker.protocol.messages import ErrorCode
 
 log = logging.getLogger("tokworker.api")
 RESERVED_DESCRIPTORS = 128         # the pool's sockets, the listening socket, logs, pipes, the event loop's own
+DISCARD_BYTES = 256 * 1024         # of a refused body, read and dropped so its client reads the answer (as Go's)
+CLOSE_AFTER = web.RequestKey("tokworker.close_after", bool)
 
 
 class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,12 +108,12 @@ class BodyBudget:
                     size = len(body) + len(chunk)
                     if size > max_size:
                         raise self._refuse(request, ErrorCode.TOO_LARGE, f"the request body is over {max_size} "
-                                                                         f"bytes (--max-request-bytes)")
+                                                                         f"bytes (--max-request-bytes)", size)
                     if size > taken:
                         if self.held + size - taken > self.max_bytes:
                             raise self._refuse(request, ErrorCode.OVERLOADED,
                                                f"request bodies being received hold {self.held} bytes, the "
-                                               f"server's limit (--max-body-bytes-in-flight)")
+                                               f"server's limit (--max-body-bytes-in-flight)", size)
                         self.held += size - taken
                         taken = size
                     body += chunk
@@ -124,8 +126,14 @@ class BodyBudget:
         return bytes(body)
 
     @staticmethod
-    def _refuse(request: web.BaseRequest, code: str, message: str) -> ApiError:
-        request.protocol.close()           # the rest of this body is not wanted: no keep-alive after the answer
+    def _refuse(request: web.BaseRequest, code: str, message: str, received: int = 0) -> ApiError:
+        """The rest of this body is not wanted: no keep-alive after the answer, and when more than
+        DISCARD_BYTES of it may follow (or its length is unknown), no reading it just to drop it (aiohttp
+        would, for up to 10 s, at a client's full speed: a hundred refused 32 MB bodies stalled the loop
+        seconds): the connection closes once the answer is written."""
+        request.protocol.close()
+        declared = request.content_length
+        request[CLOSE_AFTER] = declared is None or declared - received > DISCARD_BYTES
         return ApiError(code, message)
 
 
@@ -173,6 +181,12 @@ class GuardedHandler(web.RequestHandler):
             self.head_bytes += len(data)
             if self.head_timer is None:
                 self._arm()
+
+    async def finish_response(self, request, response, start_time):
+        answered = await super().finish_response(request, response, start_time)
+        if request.get(CLOSE_AFTER):       # a refused body's rest is not read (BodyBudget._refuse)
+            self.force_close()
+        return answered
 
     def connection_lost(self, exc) -> None:
         if self.head_timer is not None:
