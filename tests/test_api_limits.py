@@ -189,6 +189,21 @@ def test_fan_out_is_priced_before_any_work(tmp_path):
         assert rss_mb(proc.pid) - before < 20
 
 
+def test_a_thousand_choices_within_the_limits_are_served(tmp_path):
+    """8 prompts x n 128: the replay engine encodes its reply once for all 1,024 (before, each choice's own
+    encode overran the pool's in-flight bound: 429)."""
+    with front_door(log_path=tmp_path / "api.log") as (base, proc):
+        watch = Watch(base, proc.pid)
+        try:
+            reply = requests.post(base + "/v1/completions", timeout=60, json={
+                "model": "m", "prompt": [[1, 2]] * 8, "n": 128, "max_tokens": 4})
+        finally:
+            watch.stop()
+        assert reply.status_code == 200, reply.text
+        assert len(reply.json()["choices"]) == 1024
+        assert watch.slowest < 1
+
+
 def test_schema_compiles_leave_the_loop_free(tmp_path):
     """Before, a JSON Schema string with maxLength ~1,000 had the replay engine build its DFA on the API
     event loop (1.3-1.7 s of CPU each): eight such requests stalled /health 5.6 s. Scaled to four (the

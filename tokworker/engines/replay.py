@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -26,6 +27,7 @@ from tokworker.engines.base import EngineError, EngineOutput, SamplingParams
 from tokworker.engines.inprocess import InProcessEngine, Running, allowed
 from tokworker.protocol.messages import ErrorCode
 
+SCRIPTS_KEPT = 256      # replies kept encoded (REPLY and the shortest text of each recent constraint)
 REPLY = "This reply is scripted: tokworker's replay engine plays it back one token per step, it is not a model."
 
 
@@ -43,22 +45,38 @@ class ReplayEngine(InProcessEngine):
         self.max_model_len = max_model_len
         # one thread: compile_dfa's cache is never shared between threads, and compiles take turns
         self._compiler = ThreadPoolExecutor(1, thread_name_prefix="replay-compile")
+        # the ids of a reply every such request shares (None: REPLY; else a constraint's pattern), as one
+        # future each, so a thousand choices of one request encode (and compile) once, not a thousand times
+        self._scripts: OrderedDict[str | None, asyncio.Future] = OrderedDict()
 
     async def close(self) -> None:
         await super().close()
         self._compiler.shutdown(wait=False, cancel_futures=True)
 
     async def prepare(self, running: Running) -> None:
-        text = None
         if self.script is not None:
             text = self.script(await self.pool.decode(running.prompt_ids), running.sampling)
-        if text is None:
-            if running.constraint is None:
-                text = REPLY
-            else:
-                text = await asyncio.get_running_loop().run_in_executor(self._compiler, shortest_match,
-                                                                        running.constraint.pattern)
-        running.script = await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
+            if text is not None:
+                running.script = await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
+                return
+        key = running.constraint.pattern if running.constraint is not None else None
+        kept = self._scripts.get(key)
+        if kept is None:
+            kept = self._scripts[key] = asyncio.ensure_future(self._encoded(key))
+            kept.add_done_callback(lambda done: done.cancelled() or done.exception() is None
+                                   or self._scripts.pop(key, None))
+            while len(self._scripts) > SCRIPTS_KEPT:
+                self._scripts.popitem(last=False)
+        else:
+            self._scripts.move_to_end(key)
+        running.script = await asyncio.shield(kept)        # shared: step() only reads it
+
+    async def _encoded(self, pattern: str | None) -> list[int]:
+        """The ids of REPLY (pattern None) or of the shortest text `pattern` accepts, eos last."""
+        text = REPLY
+        if pattern is not None:
+            text = await asyncio.get_running_loop().run_in_executor(self._compiler, shortest_match, pattern)
+        return await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
 
     def step(self, batch: list[Running]) -> list[EngineOutput]:
         outputs, vocab_size = [], self.pool.info.vocab_size
