@@ -11,7 +11,8 @@ real sampler), and each token gets a logprob and alternatives when the request a
 
 The shortest text is found in a thread of the engine's own, never on the event loop: a constraint's DFA can
 take a second or two of CPU to build (regex_dfa prices and bounds that work, and caches it by pattern), and
-requests waiting for one take turns there while the loop serves everyone else.
+requests waiting for one take turns there while the loop serves everyone else. The ids of REPLY and of the
+last SCRIPTS_KEPT constraints' texts are encoded once and shared by every request that plays them.
 """
 
 from __future__ import annotations
