@@ -227,3 +227,22 @@ def test_schema_compiles_leave_the_loop_free(tmp_path):
         assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies if r.status_code != 200]
         assert all(r.json()["choices"][0]["message"]["content"] == '{"name": ""}' for r in replies), replies[0].text
         assert watch.slowest < 1, watch.slowest
+
+
+def test_the_flags_defaults_are_the_declared_ones():
+    """cli.py repeats the limits' defaults (its parser imports no aiohttp): they agree."""
+    from tokworker.api.limits import ServerLimits
+    from tokworker.api.server import ApiOptions
+    from tokworker.cli import _parser
+    from tokworker.engines.http import EngineLimits
+
+    args = _parser().parse_args(["api"])
+    server, engine, options = ServerLimits(), EngineLimits(), ApiOptions()
+    assert (args.header_timeout_s, args.keepalive_timeout_s, args.max_connections) == \
+        (server.header_timeout, server.keepalive_timeout, server.max_connections)
+    assert (args.max_body_bytes_in_flight, args.body_timeout_s) == (options.max_body_bytes_in_flight,
+                                                                    options.body_timeout)
+    assert (args.engine_connect_timeout_s, args.engine_header_timeout_s, args.engine_read_timeout_s,
+            args.engine_error_bytes, args.engine_max_connections) == \
+        (engine.connect_timeout, engine.header_timeout, engine.read_timeout, engine.error_bytes,
+         engine.max_connections)

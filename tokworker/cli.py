@@ -143,36 +143,33 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _add_limit_flags(api: argparse.ArgumentParser) -> None:
-    """The server's and the HTTP engines' bounds (tokworker/api/limits.py, tokworker/engines/http.py)."""
-    from tokworker.api.limits import ServerLimits
-    from tokworker.engines.http import EngineLimits
-
-    server, engine = ServerLimits(), EngineLimits()
+    """The server's and the HTTP engines' bounds: ServerLimits (tokworker/api/limits.py), ApiOptions and
+    EngineLimits (tokworker/engines/http.py) declare them; their defaults are repeated here so that building
+    the parser imports no aiohttp (tests/test_api_limits.py checks they agree)."""
     api.add_argument("--max-body-bytes-in-flight", type=int, default=256 << 20,
                      help="bytes of request bodies being received, all clients together; past it 429 "
                           "(default: 256 MiB)")
     api.add_argument("--body-timeout-s", type=float, default=60.0,
                      help="seconds a request body may take to arrive; past it 408 (default: 60)")
-    api.add_argument("--header-timeout-s", type=float, default=server.header_timeout,
-                     help=f"seconds a request's head may take to arrive; past it 408 and the connection closes "
-                          f"(default: {server.header_timeout:g})")
-    api.add_argument("--keepalive-timeout-s", type=float, default=server.keepalive_timeout,
-                     help=f"seconds an idle connection is kept (default: {server.keepalive_timeout:g})")
+    api.add_argument("--header-timeout-s", type=float, default=10.0,
+                     help="seconds a request's head may take to arrive; past it 408 and the connection closes "
+                          "(default: 10)")
+    api.add_argument("--keepalive-timeout-s", type=float, default=75.0,
+                     help="seconds an idle connection is kept (default: 75)")
     api.add_argument("--max-connections", type=int, default=None,
                      help="client connections open at once (default: RLIMIT_NOFILE less the descriptors the pool, "
                           "the engine and files need); past it the oldest idle one is closed, else 503")
-    api.add_argument("--engine-connect-timeout-s", type=float, default=engine.connect_timeout,
-                     help=f"seconds to connect to an HTTP engine (default: {engine.connect_timeout:g})")
-    api.add_argument("--engine-header-timeout-s", type=float, default=engine.header_timeout,
-                     help=f"seconds an HTTP engine may take to send its response headers; past it 504 "
-                          f"(default: {engine.header_timeout:g})")
-    api.add_argument("--engine-read-timeout-s", type=float, default=engine.read_timeout,
-                     help=f"seconds an HTTP engine may send nothing within a streamed response; past it the request "
-                          f"ends with an error (default: {engine.read_timeout:g})")
-    api.add_argument("--engine-error-bytes", type=int, default=engine.error_bytes,
-                     help=f"bytes read of an HTTP engine's error body (default: {engine.error_bytes})")
-    api.add_argument("--engine-max-connections", type=int, default=engine.max_connections,
-                     help=f"connections to an HTTP engine at once (default: {engine.max_connections})")
+    api.add_argument("--engine-connect-timeout-s", type=float, default=10.0,
+                     help="seconds to connect to an HTTP engine (default: 10)")
+    api.add_argument("--engine-header-timeout-s", type=float, default=60.0,
+                     help="seconds an HTTP engine may take to send its response headers; past it 504 (default: 60)")
+    api.add_argument("--engine-read-timeout-s", type=float, default=300.0,
+                     help="seconds an HTTP engine may send nothing within a streamed response; past it the request "
+                          "ends with an error (default: 300)")
+    api.add_argument("--engine-error-bytes", type=int, default=64 << 10,
+                     help="bytes read of an HTTP engine's error body (default: 64 KiB)")
+    api.add_argument("--engine-max-connections", type=int, default=256,
+                     help="connections to an HTTP engine at once (default: 256)")
 
 
 def _api(args: argparse.Namespace) -> int:
