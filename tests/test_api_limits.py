@@ -246,3 +246,17 @@ def test_the_flags_defaults_are_the_declared_ones():
             args.engine_error_bytes, args.engine_max_connections) == \
         (engine.connect_timeout, engine.header_timeout, engine.read_timeout, engine.error_bytes,
          engine.max_connections)
+
+
+def test_a_slow_body_is_not_held_to_the_header_timeout(tmp_path):
+    """The head's deadline ends with the head: a body arriving over 2 s under --header-timeout-s 1 is served."""
+    with front_door("--header-timeout-s", "1", log_path=tmp_path / "api.log") as (base, _):
+        body = b'{"model": "m", "prompt": "hi", "max_tokens": 2}'
+        with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1]))) as client:
+            client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(body))
+            for piece in (body[:10], body[10:20], body[20:]):
+                time.sleep(0.7)
+                client.sendall(piece)
+            client.settimeout(10)
+            assert client.recv(200).startswith(b"HTTP/1.1 200 OK")

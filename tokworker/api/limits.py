@@ -155,6 +155,7 @@ class GuardedHandler(web.RequestHandler):
     def connection_made(self, transport) -> None:
         self.head_bytes = 0                # bytes of the next head received so far
         self.head_timer = None
+        self.body = None                   # the last request's body (aiohttp's StreamReader)
         super().connection_made(transport)
         manager = self._manager
         if not manager.admit(self):
@@ -170,9 +171,11 @@ class GuardedHandler(web.RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         parsed = self._request_count
-        busy = self._request_in_progress or self._messages
+        body = self.body                           # still arriving: these are its bytes, not a head's
+        busy = self._request_in_progress or self._messages or body is not None and not body.is_eof()
         super().data_received(data)
         if self._request_count != parsed:          # a head is complete: its deadline is met
+            self.body = self._messages[-1][1] if self._messages else None
             self.head_bytes = 0
             if self.head_timer is not None:
                 self.head_timer.cancel()
