@@ -113,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
                           "client holding the most is closed")
     api.add_argument("--derender-idle-s", type=float, default=300.0,
                      help="seconds a streamed derender sequence may wait for its next chunk before it is closed")
+    _add_limit_flags(api)
     api.add_argument("--replay-step-interval", type=float, default=0.01,
                      help="seconds per step of the replay engine (default: 0.01)")
     api.add_argument("--api-key", action="extend", nargs="+", metavar="KEY",
@@ -173,21 +174,56 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if healthy(workers) else 1
 
 
+def _add_limit_flags(api: argparse.ArgumentParser) -> None:
+    """The server's and the HTTP engines' bounds: ServerLimits (tokworker/api/limits.py), ApiOptions and
+    EngineLimits (tokworker/engines/http.py) declare them; their defaults are repeated here so that building
+    the parser imports no aiohttp (tests/test_api_limits.py checks they agree)."""
+    api.add_argument("--max-body-bytes-in-flight", type=int, default=256 << 20,
+                     help="bytes of request bodies being received, all clients together; past it 429 "
+                          "(default: 256 MiB)")
+    api.add_argument("--body-timeout-s", type=float, default=60.0,
+                     help="seconds a request body may take to arrive; past it 408 (default: 60)")
+    api.add_argument("--header-timeout-s", type=float, default=10.0,
+                     help="seconds a request's head may take to arrive; past it 408 and the connection closes "
+                          "(default: 10)")
+    api.add_argument("--keepalive-timeout-s", type=float, default=75.0,
+                     help="seconds an idle connection is kept (default: 75)")
+    api.add_argument("--max-connections", type=int, default=None,
+                     help="client connections open at once (default: RLIMIT_NOFILE less the descriptors the pool, "
+                          "the engine and files need); past it the oldest idle one is closed, else 503")
+    api.add_argument("--engine-connect-timeout-s", type=float, default=10.0,
+                     help="seconds to connect to an HTTP engine (default: 10)")
+    api.add_argument("--engine-header-timeout-s", type=float, default=60.0,
+                     help="seconds an HTTP engine may take to send its response headers; past it 504 (default: 60)")
+    api.add_argument("--engine-read-timeout-s", type=float, default=300.0,
+                     help="seconds an HTTP engine may send nothing within a streamed response; past it the request "
+                          "ends with an error (default: 300)")
+    api.add_argument("--engine-error-bytes", type=int, default=64 << 10,
+                     help="bytes read of an HTTP engine's error body (default: 64 KiB)")
+    api.add_argument("--engine-max-connections", type=int, default=256,
+                     help="connections to an HTTP engine at once (default: 256)")
+
+
 def _api(args: argparse.Namespace) -> int:
     import logging
 
     import uvloop
 
     from tokworker.api.access import api_keys
+    from tokworker.api.limits import ServerLimits
     from tokworker.api.run import engine_for, serve_http
     from tokworker.api.workers_at import workers_at_from
     from tokworker.api.server import ApiOptions
+    from tokworker.engines.http import EngineLimits
     from tokworker.worker.options import DEFAULT_MODEL_DIR, settings
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         engine = engine_for(args.engine, args.engine_url, replay_step_interval=args.replay_step_interval,
-                            max_model_len=args.max_model_len)
+                            max_model_len=args.max_model_len, limits=EngineLimits(
+                                connect_timeout=args.engine_connect_timeout_s,
+                                header_timeout=args.engine_header_timeout_s, read_timeout=args.engine_read_timeout_s,
+                                error_bytes=args.engine_error_bytes, max_connections=args.engine_max_connections))
         workers_at = workers_at_from(args)
         keys = api_keys(args.api_key)
     except ValueError as exc:
@@ -203,9 +239,17 @@ def _api(args: argparse.Namespace) -> int:
                          derender_max_streams=args.derender_max_streams, api_key=keys,
                          metrics_open=args.metrics_open, allowed_origins=args.allowed_origins,
                          allowed_methods=args.allowed_methods, allowed_headers=args.allowed_headers,
-                         allow_credentials=args.allow_credentials, health_interval=args.health_interval)
-    uvloop.run(serve_http(workers_at or spawn, options, engine, host=args.host, port=args.port,
-                          model_root=args.model_dir or ("" if workers_at else str(DEFAULT_MODEL_DIR))))
+                         allow_credentials=args.allow_credentials, health_interval=args.health_interval,
+                         max_body_bytes_in_flight=args.max_body_bytes_in_flight, body_timeout=args.body_timeout_s)
+    limits = ServerLimits(header_timeout=args.header_timeout_s, keepalive_timeout=args.keepalive_timeout_s,
+                          max_connections=args.max_connections)
+    try:
+        uvloop.run(serve_http(workers_at or spawn, options, engine, host=args.host, port=args.port,
+                              model_root=args.model_dir or ("" if workers_at else str(DEFAULT_MODEL_DIR)),
+                              limits=limits))
+    except ValueError as exc:              # a limit that cannot hold (--max-connections past RLIMIT_NOFILE)
+        print(f"tokworker api: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

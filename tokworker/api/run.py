@@ -1,7 +1,10 @@
 """`tokworker api`: spawn the pool, start the engine, serve HTTP until SIGTERM or SIGINT (either drains; a
 second signal stops at once).
 
-    await serve_http(pool_options, ApiOptions(...), engine, host="127.0.0.1", port=8000)
+    await serve_http(pool_options, ApiOptions(...), engine, host="127.0.0.1", port=8000, limits=ServerLimits())
+
+The server's connections are bounded below the descriptor limit (limits.py): RLIMIT_NOFILE is read at start
+and the log says how many client connections it allows.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import signal
 
 from aiohttp import web
 
+from tokworker.api.limits import RESERVED_DESCRIPTORS, GuardedRunner, ServerLimits, connection_limit
 from tokworker.api.server import AccessLogger, Api, ApiOptions
 from tokworker.api.workers_at import WorkersAt
 
@@ -22,8 +26,9 @@ GC_YOUNG = 50_000                         # allocations between two young-genera
 
 
 def engine_for(name: str, url: str | None = None, *, replay_step_interval: float = 0.01,
-               max_model_len: int | None = None):
-    """The engine named on the command line (ValueError names the known ones)."""
+               max_model_len: int | None = None, limits=None):
+    """The engine named on the command line (ValueError names the known ones); `limits`: an HTTP engine's
+    EngineLimits (its defaults when None)."""
     if name == "replay":
         from tokworker.engines.replay import ReplayEngine
         return ReplayEngine(step_interval=replay_step_interval, max_model_len=max_model_len or 32768)
@@ -31,26 +36,33 @@ def engine_for(name: str, url: str | None = None, *, replay_step_interval: float
         raise ValueError(f"unknown engine {name!r}: one of {', '.join(ENGINES)}")
     if not url:
         raise ValueError(f"--engine {name} needs --engine-url (where the engine listens)")
+    from tokworker.engines.http import EngineLimits
+    limits = limits or EngineLimits()
     if name == "llama.cpp":
         from tokworker.engines.llama_cpp import LlamaCppEngine
-        return LlamaCppEngine(url)
+        return LlamaCppEngine(url, limits=limits)
     if name == "vllm":
         from tokworker.engines.vllm import VllmEngine
-        return VllmEngine(url)
+        return VllmEngine(url, limits=limits)
     from tokworker.engines.sglang import SglangEngine
-    return SglangEngine(url)
+    return SglangEngine(url, limits=limits)
 
 
 async def serve_http(spawn: dict | WorkersAt, options: ApiOptions, engine, *, host: str = "127.0.0.1",
-                     port: int = 8000, ready=None, model_root: str = "", signals: bool = True) -> None:
+                     port: int = 8000, ready=None, model_root: str = "", signals: bool = True,
+                     limits: ServerLimits = ServerLimits()) -> None:
     """Run until SIGTERM or SIGINT (with `signals`: drain: no new requests, those in flight run at most
     options.drain_timeout, then end with finish_reason "abort"; a second signal stops at once), or until
     cancelled. `spawn`: TokenizerPool.spawn's keyword arguments, or the running daemons to connect to
-    (WorkersAt).
-    `ready(port)` is called once serving."""
+    (WorkersAt). `ready(port)` is called once serving. ValueError when `limits.max_connections` does not
+    fit under RLIMIT_NOFILE."""
     from tokworker.frontend import TokenizerPool
     from tokworker.worker.preflight import check_spawn
 
+    reserve = RESERVED_DESCRIPTORS + getattr(engine, "max_connections", 0)
+    max_connections, nofile = connection_limit(limits.max_connections, reserve)
+    log.info("RLIMIT_NOFILE %d: at most %d client connections (--max-connections), %d descriptors kept for the "
+             "pool, the engine and files", nofile, max_connections, nofile - max_connections)
     if isinstance(spawn, WorkersAt):      # running daemons (--workers-at): they checked their model at start
         opening = spawn.connect()
     else:
@@ -69,8 +81,9 @@ async def serve_http(spawn: dict | WorkersAt, options: ApiOptions, engine, *, ho
         api = Api(pool, engine, options, model_root=model_root)
         await api.start()
         # the drain has ended every response by cleanup: what still runs then (a second signal) is cut
-        runner = web.AppRunner(api.app(), handler_cancellation=True, access_log_class=AccessLogger,
-                               access_log=logging.getLogger("tokworker.api.access"), shutdown_timeout=1.0)
+        runner = GuardedRunner(api.app(), limits, max_connections, handler_cancellation=True,
+                               access_log_class=AccessLogger, access_log=logging.getLogger("tokworker.api.access"),
+                               shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()

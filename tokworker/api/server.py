@@ -30,9 +30,10 @@ from tokworker.api.errorlog import ErrorLog
 from tokworker.api.errors import NOT_FOUND, ApiError, check_vocabulary, vllm_body
 from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
 from tokworker.api.health import EngineHealth
+from tokworker.api.limits import BodyBudget
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
-                                plan_responses, request_template_kwargs)
+                                plan_responses, priced, request_template_kwargs)
 from tokworker.api.render import RenderTier, json_response
 from tokworker.api.derender import DerenderTier
 from tokworker.api.requests import (MAX_DEPTH, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
@@ -47,6 +48,7 @@ log = logging.getLogger("tokworker.api")
 IGNORED_LOGGED = 1024                   # distinct unknown fields logged (each once), then no more
 JSON_TYPES = ("application/json", "application/octet-stream")    # or none, or a +json type
 RETRY_AFTER_S = "1"                      # a 503's Retry-After: the engine's health is polled about this often
+PRICED_CHAT, PRICED_COMPLETION = priced(plan_chat), priced(plan_completion)    # n and prompt lists fan out
 
 
 class ApiOptions(msgspec.Struct, kw_only=True):
@@ -70,6 +72,8 @@ class ApiOptions(msgspec.Struct, kw_only=True):
     allowed_headers: list[str] = msgspec.field(default_factory=lambda: ["*"])
     allow_credentials: bool = False
     health_interval: float = 1.0             # seconds between two polls of the engine's health (health.py)
+    max_body_bytes_in_flight: int = 256 * 1024 * 1024  # request bodies being received, all clients together
+    body_timeout: float = 60.0               # seconds a request body may take to arrive (limits.py)
 
 
 class Api:
@@ -97,11 +101,14 @@ class Api:
         self.access = Access(options.api_key, metrics_open=options.metrics_open,
                              allowed_origins=options.allowed_origins, allowed_methods=options.allowed_methods,
                              allowed_headers=options.allowed_headers, allow_credentials=options.allow_credentials)
+        self.bodies = BodyBudget(options.max_body_bytes_in_flight, options.body_timeout)
 
     async def start(self) -> None:
         await self.engine.start(self.pool)
         max_len = self.options.max_model_len or self.engine.max_model_len or 32768
-        self.served = Served(self.names[0], self.pool.info.tool_parser, max_len, self.pool.info.vocab_size)
+        self.served = Served(self.names[0], self.pool.info.tool_parser, max_len, self.pool.info.vocab_size,
+                             max_choices=min(self.options.max_concurrent_requests, self.pool.max_streams),
+                             room=self._room)
         self.generations = Generations(self)
         self._loop_task = asyncio.create_task(self.serving.run(), name="tokworker-step-loop")
         self._loop_task.add_done_callback(_report_crash)
@@ -146,10 +153,15 @@ class Api:
 
     # ------------------------------------------------------------ generation routes
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self.generations.handle(request, ChatCompletionRequest, plan_chat)
+        return await self.generations.handle(request, ChatCompletionRequest, PRICED_CHAT)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self.generations.handle(request, CompletionRequest, plan_completion)
+        return await self.generations.handle(request, CompletionRequest, PRICED_COMPLETION)
+
+    def _room(self) -> int:
+        """Choices a request may open now: each counts as a request and as a pool stream."""
+        return min(self.options.max_concurrent_requests - self.serving.exchanges,
+                   self.pool.max_streams - self.pool.open_streams)
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         return await self.generations.handle(request, ResponsesRequest, plan_responses)
@@ -161,11 +173,7 @@ class Api:
         declared = request.content_type
         if "Content-Type" in request.headers and declared not in JSON_TYPES and not declared.endswith("+json"):
             raise ApiError.invalid(f"the body is declared {declared!r} (Content-Type): send JSON, as application/json")
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise ApiError(ErrorCode.TOO_LARGE, f"the request body is over {self.options.max_request_bytes} bytes "
-                                                f"(--max-request-bytes)") from None
+        return await self.bodies.read(request, self.options.max_request_bytes)
 
     def decode(self, raw: bytes, kind: type):
         if nesting_over(raw, MAX_DEPTH):

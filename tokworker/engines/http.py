@@ -9,6 +9,11 @@ besides closing the connection, for an engine that has an abort route. add() ret
 answered 200, so a refusal (a bad grammar, a prompt too long, a full server) is add()'s EngineError; a
 failure after that is an output with finish "error". Nothing here blocks the loop: the one read per event
 is aiohttp's.
+
+Every wait on the engine is bounded (EngineLimits): connecting, its response headers (a request the engine
+never answers ends with code timeout, and its connection is closed), each read of a streamed response, and
+the bytes read of an error body. An add() cancelled before the engine answered (its client went away) closes
+its connection at once, so clients giving up cannot exhaust the bounded connection pool.
 """
 
 from __future__ import annotations
@@ -35,18 +40,33 @@ encode = msgspec.json.encode
 DONE = b"[DONE]"
 
 
+class EngineLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """How long and how much the adapter waits on an HTTP engine (each a `tokworker api` flag):
+    `connect_timeout` seconds to open a connection; `header_timeout` seconds from sending a request (a free
+    pooled connection included) to the engine's response headers; `read_timeout` seconds between two reads of
+    a streamed response (a long prefill is a wait before the first event); `error_bytes` of an error
+    response's body read (the rest is never read: the connection is closed); `max_connections` to the
+    engine at once."""
+
+    connect_timeout: float = 10.0
+    header_timeout: float = 60.0
+    read_timeout: float = 300.0
+    error_bytes: int = 64 * 1024
+    max_connections: int = 256
+
+
 class HttpEngine(Engine):
     """An engine reached over HTTP at `url`; subclasses set `name`, `route` and implement body() and read()."""
 
     route = "/"
     health_route = "/health"                        # llama-server's, vLLM's and SGLang's: 200 when ready
 
-    def __init__(self, url: str, *, max_connections: int = 256, connect_timeout: float = 10.0,
-                 max_event_bytes: int = 4 << 20, health_timeout: float = 2.0):
+    def __init__(self, url: str, *, limits: EngineLimits = EngineLimits(), max_event_bytes: int = 4 << 20,
+                 health_timeout: float = 2.0):
         super().__init__()
         self.url = url.rstrip("/")
-        self.max_connections = max_connections
-        self.connect_timeout = connect_timeout
+        self.limits = limits
+        self.max_connections = limits.max_connections
         self.max_event_bytes = max_event_bytes     # one SSE line (SGLang's default events grow with the output)
         self.health_timeout = health_timeout
         self.vocab_size = 1 << 62                  # the pool's, from start(): an id past it is the engine's error
@@ -62,12 +82,14 @@ class HttpEngine(Engine):
         if pool is not None:
             self.vocab_size = pool.info.vocab_size
         # aiohttp refuses a line past twice its read buffer: that bounds one event in bytes
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.max_connections),
-                                             timeout=aiohttp.ClientTimeout(sock_connect=self.connect_timeout),
+        limits = self.limits
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limits.max_connections),
+                                             timeout=aiohttp.ClientTimeout(sock_connect=limits.connect_timeout,
+                                                                           sock_read=limits.read_timeout),
                                              read_bufsize=self.max_event_bytes // 2)
         try:
             await self.probe(pool)
-        except (aiohttp.ClientError, OSError, ValueError) as error:
+        except (aiohttp.ClientError, OSError, ValueError, asyncio.TimeoutError) as error:
             await self.session.close()
             raise EngineError(ErrorCode.ENGINE_UNAVAILABLE, f"{self.name} at {self.url} does not answer: {error}")
         except BaseException:
@@ -80,11 +102,28 @@ class HttpEngine(Engine):
         models = (await self.get_json("/v1/models")).get("data") or [{}]
         self.max_model_len = models[0].get("max_model_len")
 
-    async def get_json(self, path: str):
-        async with self.session.get(self.url + path) as response:
+    async def get_json(self, path: str, max_bytes: int = 4 << 20):
+        """GET a JSON document of at most `max_bytes` (ValueError past it, or on another status than 200)."""
+        async with asyncio.timeout(self.limits.header_timeout):
+            response = await self.session.get(self.url + path)
+        async with response:
             if response.status != 200:
-                raise ValueError(f"GET {path} answered {response.status}")
-            return await response.json(content_type=None)
+                raise ValueError(f"GET {path} answered {response.status}: {await self.error_text(response)}")
+            raw = await read_bounded(response, max_bytes + 1)
+            if len(raw) > max_bytes:
+                raise ValueError(f"GET {path} answered more than {max_bytes} bytes")
+            return msgspec.json.decode(raw)
+
+    async def error_text(self, response) -> str:
+        """The readable part of an error response's body, of which at most `error_bytes` are read."""
+        raw = await read_bounded(response, self.limits.error_bytes)
+        response.close()                           # the rest is never read: the connection goes
+        return message(raw)
+
+    async def request(self, path: str, body: dict):
+        """POST `body` and wait for the engine's response headers, at most `header_timeout` seconds."""
+        async with asyncio.timeout(self.limits.header_timeout):
+            return await self.session.post(self.url + path, data=encode(body), headers=JSON)
 
     async def close(self) -> None:
         for task in list(self.tasks.values()):
@@ -132,7 +171,11 @@ class HttpEngine(Engine):
         task = asyncio.create_task(self._stream(request_id, body, sampling, accepted))
         self.tasks[request_id] = task
         task.add_done_callback(lambda _: self.forget(request_id))
-        await accepted                     # the engine's refusal is add()'s
+        try:
+            await accepted                 # the engine's refusal is add()'s
+        except BaseException:
+            task.cancel()                  # cancelled before the engine answered: its connection goes now
+            raise
 
     def forget(self, request_id: str) -> None:
         """The request's task ended (finished, failed or aborted): drop what was kept for it."""
@@ -156,41 +199,63 @@ class HttpEngine(Engine):
         import aiohttp
 
         try:
-            async with self.session.post(self.url + path, data=encode(body), headers=JSON) as response:
+            async with await self.request(path, body) as response:
                 if response.status != 200:
                     log.warning("%s %s answered %d: %s", self.name, path, response.status,
-                                message(await response.read()))
+                                await self.error_text(response))
         except (aiohttp.ClientError, OSError) as error:      # the closed connection aborts it all the same
             log.warning("%s %s failed: %s", self.name, path, error)
 
     async def _stream(self, request_id: str, body: dict, sampling: SamplingParams, accepted: asyncio.Future):
         read = self.read
         try:
-            async with self.session.post(self.url + self.route, data=encode(body), headers=JSON) as response:
+            async with await self.request(self.route, body) as response:
                 if response.status != 200:
                     raise EngineError(STATUS_CODES.get(response.status, ErrorCode.ENGINE_ERROR),
-                                      f"{self.name} answered {response.status}: {message(await response.read())}")
+                                      f"{self.name} answered {response.status}: {await self.error_text(response)}")
                 accepted.set_result(None)
                 async for line in response.content:
                     if line.startswith(DATA) and read(request_id, line[6:].rstrip(), sampling):
                         return
             raise EngineError(ErrorCode.ENGINE_ERROR, f"{self.name} ended the stream before the request finished")
         except asyncio.CancelledError:
+            if not accepted.done():                # aborted (or closed) while its add() waits: that add ends too
+                accepted.set_exception(EngineError(ErrorCode.UNAVAILABLE, f"{self.name}: the request was aborted "
+                                                                          f"before the engine answered"))
             raise
         except Exception as failure:               # whatever it is, the request ends with it: nothing hangs
-            error = _engine_error(failure, self.name, self.url, self.max_event_bytes)
+            error = _engine_error(failure, self.name, self.url, self.max_event_bytes, self.limits)
             if not accepted.done():
                 accepted.set_exception(error)
             else:
                 self.emit(request_id, [], finish="error", error=error)
 
 
-def _engine_error(failure: Exception, name: str, url: str, max_event_bytes: int) -> EngineError:
+async def read_bounded(response, limit: int) -> bytes:
+    """At most `limit` bytes of a response's body (each read bounded by the session's read timeout)."""
+    chunks, size = [], 0
+    while size < limit and (chunk := await response.content.read(limit - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _engine_error(failure: Exception, name: str, url: str, max_event_bytes: int,
+                  limits: EngineLimits) -> EngineError:
     import aiohttp
     from aiohttp.http_exceptions import LineTooLong
 
     if isinstance(failure, EngineError):
         return failure
+    if isinstance(failure, aiohttp.ConnectionTimeoutError):  # these three are TimeoutErrors: first
+        return EngineError(ErrorCode.UNAVAILABLE, f"{name} at {url}: no connection within "
+                                                  f"{limits.connect_timeout:g} s (--engine-connect-timeout-s)")
+    if isinstance(failure, aiohttp.ServerTimeoutError):
+        return EngineError(ErrorCode.TIMEOUT, f"{name} at {url} sent nothing for {limits.read_timeout:g} s "
+                                              f"(--engine-read-timeout-s)")
+    if isinstance(failure, asyncio.TimeoutError):
+        return EngineError(ErrorCode.TIMEOUT, f"{name} at {url} sent no response headers within "
+                                              f"{limits.header_timeout:g} s (--engine-header-timeout-s)")
     if isinstance(failure, LineTooLong):
         return EngineError(ErrorCode.ENGINE_ERROR, f"{name} sent an event over {max_event_bytes} bytes")
     if isinstance(failure, asyncio.TimeoutError):

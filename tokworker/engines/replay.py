@@ -8,11 +8,19 @@ The reply of a request is `script(prompt_text, sampling)` when a script is given
 The reply is encoded with the model's tokenizer and ends with its eos. Each step, a constrained request's
 token is checked against the mask the pool gave for that step (the masks reach the engine, as they would a
 real sampler), and each token gets a logprob and alternatives when the request asked for them.
+
+The shortest text is found in a thread of the engine's own, never on the event loop: a constraint's DFA can
+take a second or two of CPU to build (regex_dfa prices and bounds that work, and caches it by pattern), and
+requests waiting for one take turns there while the loop serves everyone else. The ids of REPLY and of the
+last SCRIPTS_KEPT constraints' texts are encoded once and shared by every request that plays them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from tokworker.constrain.regex_dfa import compile_dfa
@@ -20,6 +28,7 @@ from tokworker.engines.base import EngineError, EngineOutput, SamplingParams
 from tokworker.engines.inprocess import InProcessEngine, Running, allowed
 from tokworker.protocol.messages import ErrorCode
 
+SCRIPTS_KEPT = 256      # replies kept encoded (REPLY and the shortest text of each recent constraint)
 REPLY = "This reply is scripted: tokworker's replay engine plays it back one token per step, it is not a model."
 
 
@@ -35,14 +44,40 @@ class ReplayEngine(InProcessEngine):
         self.script = script
         self.step_interval = step_interval
         self.max_model_len = max_model_len
+        # one thread: compile_dfa's cache is never shared between threads, and compiles take turns
+        self._compiler = ThreadPoolExecutor(1, thread_name_prefix="replay-compile")
+        # the ids of a reply every such request shares (None: REPLY; else a constraint's pattern), as one
+        # future each, so a thousand choices of one request encode (and compile) once, not a thousand times
+        self._scripts: OrderedDict[str | None, asyncio.Future] = OrderedDict()
+
+    async def close(self) -> None:
+        await super().close()
+        self._compiler.shutdown(wait=False, cancel_futures=True)
 
     async def prepare(self, running: Running) -> None:
-        text = None
         if self.script is not None:
             text = self.script(await self.pool.decode(running.prompt_ids), running.sampling)
-        if text is None:
-            text = shortest_match(running.constraint.pattern) if running.constraint is not None else REPLY
-        running.script = await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
+            if text is not None:
+                running.script = await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
+                return
+        key = running.constraint.pattern if running.constraint is not None else None
+        kept = self._scripts.get(key)
+        if kept is None:
+            kept = self._scripts[key] = asyncio.ensure_future(self._encoded(key))
+            kept.add_done_callback(lambda done: done.cancelled() or done.exception() is None
+                                   or self._scripts.pop(key, None))
+            while len(self._scripts) > SCRIPTS_KEPT:
+                self._scripts.popitem(last=False)
+        else:
+            self._scripts.move_to_end(key)
+        running.script = await asyncio.shield(kept)        # shared: step() only reads it
+
+    async def _encoded(self, pattern: str | None) -> list[int]:
+        """The ids of REPLY (pattern None) or of the shortest text `pattern` accepts, eos last."""
+        text = REPLY
+        if pattern is not None:
+            text = await asyncio.get_running_loop().run_in_executor(self._compiler, shortest_match, pattern)
+        return await self.pool.encode(text) + list(self.pool.info.eos_token_ids[:1])
 
     def step(self, batch: list[Running]) -> list[EngineOutput]:
         outputs, vocab_size = [], self.pool.info.vocab_size

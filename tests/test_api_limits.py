@@ -1,0 +1,262 @@
+"""The HTTP server's own bounds (tokworker/api/limits.py), each attack through a real `tokworker api` process
+and real sockets, scaled down where the mechanism shows at a smaller size: slowloris heads closed after
+--header-timeout-s; bodies that never finish held within --max-body-bytes-in-flight (RSS read from /proc)
+and answered 408 after --body-timeout-s; more idle connections than the descriptor limit allows while a
+bystander is still served within 1 s."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from front_doors import Watch, front_door, health_seconds, rss_mb
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def descriptors():
+    """The test process itself opens hundreds of sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def slowloris(port: int, connections: int, seconds: float) -> list[tuple[float, bytes]]:
+    """`connections` connections each sending a never-ending request head one byte every 0.1 s; for each,
+    when the server closed it (None: still open after `seconds`) and what it answered."""
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 10_000
+
+    async def one():
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        began = time.monotonic()
+        answer = asyncio.ensure_future(reader.read())
+        try:
+            for i in range(int(seconds / 0.1)):
+                if answer.done():
+                    break
+                try:
+                    writer.write(head[i:i + 1])
+                    await writer.drain()
+                except ConnectionError:
+                    break
+                await asyncio.wait([answer], timeout=0.1)
+            if not answer.done():
+                answer.cancel()
+                return None, b""
+            return time.monotonic() - began, await answer
+        finally:
+            writer.close()
+
+    return await asyncio.gather(*(one() for _ in range(connections)))
+
+
+def test_slowloris_heads_are_closed_after_the_header_timeout(tmp_path):
+    """Before, 1,000 connections sending their heads byte by byte were all still open after 90 s."""
+    with front_door("--header-timeout-s", "1", log_path=tmp_path / "api.log") as (base, proc):
+        watch = Watch(base, proc.pid)
+        try:
+            closed = asyncio.run(slowloris(int(base.rsplit(":", 1)[1]), 300, 6))
+        finally:
+            watch.stop()
+        assert all(when is not None and when < 3 for when, _ in closed), sorted(w or 99 for w, _ in closed)[-5:]
+        assert all(answer.startswith(b"HTTP/1.1 408 Request Timeout") for _, answer in closed)
+        assert b"--header-timeout-s" in closed[0][1]
+        assert watch.slowest < 1
+
+
+def unfinished_bodies(port: int, clients: int, size: int, chunked: bool, hold: float) -> list[bytes]:
+    """`clients` POSTs at once of a `size`-byte body sending all of it but the last byte, then waiting `hold`
+    seconds; what each got back (b"" when nothing). A client whose sending fails reads the answer that came
+    before (as urllib3 does)."""
+    def one(_) -> bytes:
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            framing = b"Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}".encode()
+            client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                           framing + b"\r\n\r\n")
+            piece, wait = b" " * (1 << 20), hold
+            try:
+                for _ in range((size - 1) // len(piece)):
+                    client.sendall(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+            except OSError:
+                wait = 1
+            client.settimeout(wait)
+            try:
+                return client.recv(200)
+            except OSError:
+                return b""
+
+    with ThreadPoolExecutor(clients) as pool:
+        return list(pool.map(one, range(clients)))
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_unfinished_bodies_are_held_within_the_byte_budget(tmp_path, chunked):
+    """Scaled from 100 clients x 32 MB (3.6 GB): 24 x 8 MB (192 MB unbounded) against a 32 MiB budget."""
+    with front_door("--max-body-bytes-in-flight", str(32 << 20), "--max-request-bytes", str(16 << 20),
+                    log_path=tmp_path / "api.log") as (base, proc):
+        watch = Watch(base, proc.pid)
+        try:
+            answers = unfinished_bodies(int(base.rsplit(":", 1)[1]), 24, 8 << 20, chunked, 3)
+        finally:
+            watch.stop()
+        refused = [a for a in answers if a.startswith(b"HTTP/1.1 429")]
+        assert len(refused) >= 24 - 5, answers
+        assert watch.peak_mb - watch.before_mb < 32 + 24, (watch.before_mb, watch.peak_mb)
+        assert watch.slowest < 1
+        reply = requests.post(base + "/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2},
+                              timeout=10)
+        assert reply.status_code == 200, reply.text     # the budget is whole again
+
+
+def test_a_body_that_stops_arriving_gets_408(tmp_path):
+    with front_door("--body-timeout-s", "1", log_path=tmp_path / "api.log") as (base, _):
+        began = time.monotonic()
+        answers = unfinished_bodies(int(base.rsplit(":", 1)[1]), 1, 1 << 21, False, 10)
+        assert answers[0].startswith(b"HTTP/1.1 408 Request Timeout"), answers
+        assert time.monotonic() - began < 5
+
+
+async def idle_connections(port: int, count: int, then) -> object:
+    """Open `count` connections that send nothing, run `then()` in a thread meanwhile, close them."""
+    writers = []
+    for _ in range(count):
+        writers.append((await asyncio.open_connection("127.0.0.1", port))[1])
+    try:
+        return await asyncio.to_thread(then)
+    finally:
+        for writer in writers:
+            writer.close()
+
+
+def test_a_connection_limit_past_the_descriptor_limit_is_refused_at_start():
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    done = subprocess.run([sys.executable, "-m", "tokworker.cli", "api", "--port", "0", "--max-connections", "5000"],
+                          capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "tokworker api: --max-connections 5000 does not fit under RLIMIT_NOFILE 256 with 128 descriptors kept for "
+        "the pool, the engine and files (at most 128)")
+
+
+def test_idle_connections_past_the_descriptor_limit_do_not_lock_clients_out(tmp_path):
+    """Scaled from 1,100 idle connections against 1,024 descriptors: 400 against 256 (128 kept for the
+    pool, the engine and files: 128 client connections)."""
+    log_path = tmp_path / "api.log"
+    with front_door(log_path=log_path, nofile=256) as (base, _):
+        assert "RLIMIT_NOFILE 256: at most 128 client connections" in log_path.read_text()
+
+        def bystander():
+            took = health_seconds(base)
+            reply = requests.post(base + "/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2},
+                                  timeout=10)
+            return took, reply.status_code
+
+        took, status = asyncio.run(idle_connections(int(base.rsplit(":", 1)[1]), 400, bystander))
+        assert status == 200 and took < 1
+
+
+def test_fan_out_is_priced_before_any_work(tmp_path):
+    """Before, one 20 KB completion (4,096 prompts x n 128) ran 41 s, got both workers declared hung and left
+    the API process at 634 MB; a 1 KB one (200 x 128) stalled a bystander 16 s."""
+    with front_door("--max-concurrent-requests", "50", log_path=tmp_path / "api.log") as (base, proc):
+        before = rss_mb(proc.pid)
+        for prompts, n, status in ((4096, 128, 413), (200, 128, 413), (8, 8, 413), (2, 4, 200)):
+            began = time.monotonic()
+            reply = requests.post(base + "/v1/completions", timeout=30, json={
+                "model": "m", "prompt": [[1, 2]] * prompts, "n": n, "max_tokens": 4})
+            assert reply.status_code == status, reply.text
+            assert time.monotonic() - began < 1
+            if status == 413:
+                assert reply.json()["error"]["param"] == "n"
+                assert f"{prompts} prompts x n {n} is {prompts * n} choices" in reply.json()["error"]["message"]
+            else:
+                assert len(reply.json()["choices"]) == prompts * n
+        reply = requests.post(base + "/v1/completions", timeout=30, json={
+            "model": "m", "prompt": "hi", "n": 2, "max_tokens": 10 ** 6})
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == "max_tokens", reply.text
+        assert rss_mb(proc.pid) - before < 20
+
+
+def test_a_thousand_choices_within_the_limits_are_served(tmp_path):
+    """8 prompts x n 128: the replay engine encodes its reply once for all 1,024 (before, each choice's own
+    encode overran the pool's in-flight bound: 429)."""
+    with front_door(log_path=tmp_path / "api.log") as (base, proc):
+        watch = Watch(base, proc.pid)
+        try:
+            reply = requests.post(base + "/v1/completions", timeout=60, json={
+                "model": "m", "prompt": [[1, 2]] * 8, "n": 128, "max_tokens": 4})
+        finally:
+            watch.stop()
+        assert reply.status_code == 200, reply.text
+        assert len(reply.json()["choices"]) == 1024
+        assert watch.slowest < 1
+
+
+def test_schema_compiles_leave_the_loop_free(tmp_path):
+    """Before, a JSON Schema string with maxLength ~1,000 had the replay engine build its DFA on the API
+    event loop (1.3-1.7 s of CPU each): eight such requests stalled /health 5.6 s. Scaled to four (the
+    workers' own compiles of these constraints take longer, off the API process)."""
+    def schema(i: int) -> dict:                     # a distinct pattern each: no cache helps
+        return {"type": "object", "properties": {"name": {"type": "string", "maxLength": 1000 + i}},
+                "required": ["name"]}
+
+    with front_door("--workers", "2", "--max-queue-wait", "120", log_path=tmp_path / "api.log") as (base, proc):
+        def ask(i: int):
+            return requests.post(base + "/v1/chat/completions", timeout=120, json={
+                "model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema(i)}}})
+
+        watch = Watch(base, proc.pid)
+        try:
+            with ThreadPoolExecutor(4) as clients:
+                replies = list(clients.map(ask, range(4)))
+        finally:
+            watch.stop()
+        assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies if r.status_code != 200]
+        assert all(r.json()["choices"][0]["message"]["content"] == '{"name": ""}' for r in replies), replies[0].text
+        assert watch.slowest < 1, watch.slowest
+
+
+def test_the_flags_defaults_are_the_declared_ones():
+    """cli.py repeats the limits' defaults (its parser imports no aiohttp): they agree."""
+    from tokworker.api.limits import ServerLimits
+    from tokworker.api.server import ApiOptions
+    from tokworker.cli import _parser
+    from tokworker.engines.http import EngineLimits
+
+    args = _parser().parse_args(["api"])
+    server, engine, options = ServerLimits(), EngineLimits(), ApiOptions()
+    assert (args.header_timeout_s, args.keepalive_timeout_s, args.max_connections) == \
+        (server.header_timeout, server.keepalive_timeout, server.max_connections)
+    assert (args.max_body_bytes_in_flight, args.body_timeout_s) == (options.max_body_bytes_in_flight,
+                                                                    options.body_timeout)
+    assert (args.engine_connect_timeout_s, args.engine_header_timeout_s, args.engine_read_timeout_s,
+            args.engine_error_bytes, args.engine_max_connections) == \
+        (engine.connect_timeout, engine.header_timeout, engine.read_timeout, engine.error_bytes,
+         engine.max_connections)
+
+
+def test_a_slow_body_is_not_held_to_the_header_timeout(tmp_path):
+    """The head's deadline ends with the head: a body arriving over 2 s under --header-timeout-s 1 is served."""
+    with front_door("--header-timeout-s", "1", log_path=tmp_path / "api.log") as (base, _):
+        body = b'{"model": "m", "prompt": "hi", "max_tokens": 2}'
+        with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1]))) as client:
+            client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(body))
+            for piece in (body[:10], body[10:20], body[20:]):
+                time.sleep(0.7)
+                client.sendall(piece)
+            client.settimeout(10)
+            assert client.recv(200).startswith(b"HTTP/1.1 200 OK")

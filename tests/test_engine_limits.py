@@ -1,0 +1,129 @@
+"""The HTTP engine adapters' bounds, through `tokworker api --engine vllm` (a real process) in front of a
+stand-in engine that misbehaves: one that never sends its response headers cannot keep connections once
+their clients gave up, nor hold a waiting client past --engine-header-timeout-s; one that answers 500 with an
+endless body costs the API process only --engine-error-bytes of it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+import requests
+
+from front_doors import StandInEngine, front_door, health_seconds, rss_mb
+
+pytestmark = pytest.mark.slow
+COMPLETION = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 2}
+
+
+@pytest.fixture
+def engine():
+    standin = StandInEngine()
+    yield standin
+    standin.close()
+
+
+def wait_until(check, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+async def give_up(base: str, clients: int, after: float) -> int:
+    """`clients` completions at once, each abandoned (its connection closed) after `after` seconds; how many
+    were abandoned rather than answered."""
+    async with aiohttp.ClientSession() as session:
+        async def one():
+            try:
+                async with asyncio.timeout(after):
+                    async with session.post(base + "/v1/completions", json=COMPLETION) as response:
+                        await response.read()
+                        return 0
+            except TimeoutError:
+                return 1
+        return sum(await asyncio.gather(*(one() for _ in range(clients))))
+
+
+def test_clients_giving_up_on_a_silent_engine_release_its_connections(engine, tmp_path):
+    """Scaled from 400 clients against the default 256 connections: 40 against 8. Before, each abandoned
+    request kept its engine connection, so the pool filled and the next good request hung."""
+    engine.mode = "hang"
+    with front_door("--engine", "vllm", "--engine-url", engine.url, "--engine-max-connections", "8",
+                    "--engine-header-timeout-s", "600", log_path=tmp_path / "api.log") as (base, _):
+        for clients in (8, 40):                     # exactly the pool, then five times it at once
+            assert asyncio.run(give_up(base, clients, 0.5)) == clients
+            assert wait_until(lambda: engine.open == 0, 15), f"{engine.open} engine connections still open"
+        engine.mode = "ok"
+        reply = requests.post(base + "/v1/completions", json=COMPLETION, timeout=30)   # served, not hung
+        assert reply.status_code == 200, reply.text
+        assert engine.served == 1
+
+
+def test_an_engine_that_never_sends_headers_times_out(engine, tmp_path):
+    engine.mode = "hang"
+    with front_door("--engine", "vllm", "--engine-url", engine.url, "--engine-header-timeout-s", "1",
+                    log_path=tmp_path / "api.log") as (base, _):
+        began = time.monotonic()
+        reply = requests.post(base + "/v1/completions", json=COMPLETION, timeout=30)
+        took = time.monotonic() - began
+        assert reply.status_code == 504, reply.text
+        assert "no response headers within 1 s" in reply.json()["error"]["message"]
+        assert 1 <= took < 4
+        assert wait_until(lambda: engine.open == 0, 5)         # the connection went with the request
+
+
+def test_an_engine_that_stops_sending_mid_stream_times_out(engine, tmp_path):
+    engine.mode = "stall"
+    with front_door("--engine", "vllm", "--engine-url", engine.url, "--engine-read-timeout-s", "1",
+                    log_path=tmp_path / "api.log") as (base, _):
+        began = time.monotonic()
+        reply = requests.post(base + "/v1/completions", json=COMPLETION, timeout=30)
+        assert reply.status_code == 504, reply.text
+        assert "sent nothing for 1 s (--engine-read-timeout-s)" in reply.json()["error"]["message"]
+        assert time.monotonic() - began < 4
+        assert wait_until(lambda: engine.open == 0, 5)
+
+
+def test_an_engines_endless_error_body_is_read_only_up_to_its_bound(engine, tmp_path):
+    """Before, an engine answering 500 with a 2 GB body was read whole (4.2 GB peak)."""
+    engine.mode = "huge_error"
+    with front_door("--engine", "vllm", "--engine-url", engine.url, log_path=tmp_path / "api.log") as (base, proc):
+        before = rss_mb(proc.pid)
+        for _ in range(4):
+            reply = requests.post(base + "/v1/completions", json=COMPLETION, timeout=30)
+            assert reply.status_code == 502, reply.text          # the engine's failure: a bad gateway
+            assert "vllm answered 500: xxxx" in reply.json()["error"]["message"]
+        assert wait_until(lambda: engine.open == 0, 5)
+        assert engine.error_bytes_sent < 64 << 20               # it stopped reading: the engine's writes stopped
+        assert rss_mb(proc.pid) - before < 40
+        assert health_seconds(base) < 1
+
+
+def test_an_abort_while_add_waits_for_headers_ends_both(engine):
+    """abort() of a request whose add() still waits for the engine's headers: the add ends at once with an
+    EngineError, and the engine's connection is closed."""
+    from tokworker.engines.base import EngineError, SamplingParams
+    from tokworker.engines.vllm import VllmEngine
+
+    engine.mode = "hang"
+
+    async def run():
+        vllm = VllmEngine(engine.url)
+        await vllm.start(None)
+        try:
+            adding = asyncio.ensure_future(vllm.add("r1", [1, 2, 3], SamplingParams(max_tokens=2)))
+            await asyncio.sleep(0.3)
+            vllm.abort(["r1"])
+            with pytest.raises(EngineError, match="aborted before the engine answered"):
+                await asyncio.wait_for(adding, 2)
+            return vllm.running()
+        finally:
+            await vllm.close()
+
+    assert asyncio.run(run()) == 0
+    assert wait_until(lambda: engine.open == 0, 5)
