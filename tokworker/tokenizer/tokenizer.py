@@ -66,6 +66,8 @@ class Tokenizer:
         # AddedVocabulary.split), as the models were prompted (mistral-common), not doubled as tokenizers does
         self._space_is_prefix = normalizers.is_dummy_prefix(normalizer) if prefix_after_special is None \
             else prefix_after_special
+        if self._space_is_prefix and longest_tokens_first:      # llama.cpp gives no such space a meaning
+            raise ValueError("prefix_after_special and longest_tokens_first cannot be combined")
         self.added = AddedVocabulary(specs, model.vocab, normalize, keep_added_ids, longest_tokens_first)
         self.added_tokens: dict[str, int] = dict(self.added.ids)
         self.special_ids: frozenset[int] = self.added.special_ids
