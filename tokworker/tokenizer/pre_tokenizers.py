@@ -149,9 +149,9 @@ class Split:
                 out.extend(filter(None, fast_ascii(piece)))
             elif fast is not None:
                 # a few non-ASCII characters: faster through the twin with stand-ins; past about one byte in
-                # eight beyond ASCII, replacing them costs more than the twin saves (measured on Cyrillic)
+                # six beyond ASCII, replacing them costs more than the twin saves (measured on Cyrillic)
                 found = None
-                if stand_ins is not None and (len(piece.encode("utf-8")) - len(piece)) * 8 <= len(piece):
+                if stand_ins is not None and (len(piece.encode("utf-8")) - len(piece)) * 6 <= len(piece):
                     found = self._by_stand_ins(piece)
                 out.extend(found if found is not None else filter(None, fast(piece)))
             else:
