@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.report import write_markdown, write_plot
 
-SECTIONS = ["encode", "chat", "stream", "writers", "pool", "constrain", "front_door", "llama_cpp", "gguf_load",
+SECTIONS = ["encode", "chat", "cold_prompt", "stream", "writers", "pool", "constrain", "front_door", "llama_cpp", "gguf_load",
             "render_tier", "http_engines"]
 WITH_VLLM = ("beside_vllm", "render_tier", "http_engines")      # the sections --vllm-python's install measures
 

@@ -257,3 +257,37 @@ def test_regex_diffs_are_right_for_the_installed_regex():
     atoms = unicode._atoms("tokenizers")
     for atom in ("gc:L", "gc:N", "perl:s", "sc:HANI"):
         assert atoms.regex_members(atom) == charset.measure_regex(atoms.regex_expression(atom))
+
+
+# -- ASCII stand-ins: other text through the ASCII twin -------------------------------------------------
+MOSTLY_ASCII = st.lists(st.one_of(st.sampled_from(["the", " cat", "'s", " 42", "\n", "  ", ".", "x1"]), TEXT),
+                        max_size=12).map("".join)
+
+
+@pytest.mark.parametrize("pattern", TOKENIZERS_PATTERNS + [CL100K])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=MOSTLY_ASCII)
+def test_stand_ins_split_like_the_regex_module_and_tokenizers(pattern, text):
+    """Text that is not all ASCII, through the twin with stand-ins (where every character has one): the
+    pieces equal the `regex` pattern's and tokenizers' own; so does Split.split, whichever way it goes."""
+    from tokworker.tokenizer.pre_tokenizers import Split
+    split = Split.from_spec({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated"})
+    if split._fast is None:
+        return
+    expected = list(filter(None, split._fast(text)))
+    if split._stand_ins is not None and not text.isascii():
+        assert split._by_stand_ins(text) in (None, expected)
+    assert split.split([text]) == expected
+    if pattern != CL100K:                 # tokenizers' Oniguruma has no possessive quantifiers
+        assert expected == reference_pieces(pattern, text)
+
+
+def test_stand_ins_cover_accented_letters_and_emoji_and_refuse_what_a_class_singles_out():
+    from tokworker.tokenizer.pre_tokenizers import Split
+    qwen = Split.from_spec({"type": "Split", "pattern": {"Regex": QWEN}, "behavior": "Isolated"})
+    assert qwen._by_stand_ins("naïve café 🚀 β's") == ["naïve", " café", " 🚀", " β", "'s"]
+    text = "the naïve model reads 42 words, then one more line\n" * 3
+    assert qwen.split([text]) == qwen._by_stand_ins(text) == list(filter(None, qwen._fast(text)))
+    deepseek = Split.from_spec({"type": "Split", "pattern": {"Regex": DEEPSEEK[1]}, "behavior": "Isolated"})
+    assert deepseek._stand_ins is not None and deepseek._stand_ins.ascii_text("ab日本") is None   # its own class
+    assert deepseek.split(["ab日本cd"]) == ["ab", "日本", "cd"]

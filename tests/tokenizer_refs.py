@@ -4,6 +4,7 @@ vocabulary costs about a second on both sides)."""
 from __future__ import annotations
 
 import functools
+from collections import Counter
 
 from tests.realdata import vocabulary
 
@@ -56,26 +57,28 @@ def trained(model, trainer, corpus, normalizer=None, pre_tokenizer=None, decoder
 def trained_ids(ours, reference, text: str, add_special_tokens: bool = False) -> list[int]:
     """`tokenizers`' ids for `text` as the model's training stack reads it. With SentencePiece's dummy-prefix
     normalizer a space right after a special token is that prefix (mistral-common's prompts, see
-    tests/test_trained_ids.py), where tokenizers prepends one more "▁": the text between special tokens is
-    encoded piece by piece (as tokenizers does inside one encode), each without that space."""
+    tests/test_trained_ids.py), where tokenizers prepends one more "▁": that space is left out, unless another
+    special token starts on it. The text is encoded in pieces cut after each such space, each piece ending
+    with its special token (so every other token keeps the neighbours it has in the whole text)."""
     from tokworker.tokenizer.normalizers import is_dummy_prefix
     if not is_dummy_prefix(ours.normalizer):
         return reference.encode(text, add_special_tokens=add_special_tokens).ids
     special = {i: token.content for i, token in reference.get_added_tokens_decoder().items()
                if token.special and not token.normalized}
     encoding = reference.encode(text, add_special_tokens=False)
-    if not any(special.get(i) is not None and text[end:end + 1] == " " for (_, end), i in
-               zip(encoding.offsets, encoding.ids)):       # nothing to read differently (and pieces encoded
-        return reference.encode(text, add_special_tokens=add_special_tokens).ids    # alone lose single_word
-    ids, cursor = [], 0                                                              # neighbours)
-    for (start, end), token_id in zip(encoding.offsets, encoding.ids):
-        content = special.get(token_id)
-        if content is None or content not in text[start:end]:       # byte fallback pieces are not matches
-            continue
-        if cursor < start:
-            ids += reference.encode(text[cursor:start], add_special_tokens=False).ids
-        ids.append(token_id)
-        cursor = end + (text[end:end + 1] == " ")
+    # an added token's match is a word of its own, holding its content (a model piece with the same id, or a
+    # byte-fallback piece, is neither)
+    words = Counter(encoding.word_ids)
+    matches = [(start, end) for (start, end), token_id, word in zip(encoding.offsets, encoding.ids, encoding.word_ids)
+               if token_id in special and special[token_id] in text[start:end] and words[word] == 1]
+    cuts = [end for (_, end), (after, _) in zip(matches, matches[1:] + [(None, None)])
+            if text[end:end + 1] == " " and after != end]
+    if not cuts:
+        return reference.encode(text, add_special_tokens=add_special_tokens).ids
+    ids, cursor = [], 0
+    for end in cuts:
+        ids += reference.encode(text[cursor:end], add_special_tokens=False).ids
+        cursor = end + 1
     if cursor < len(text):
         ids += reference.encode(text[cursor:], add_special_tokens=False).ids
     if add_special_tokens:                   # SentencePiece conversions put BOS first and nothing after

@@ -120,6 +120,8 @@ class AddedVocabulary:
             self.ids[token.content] = token_id
             self.tokens[token_id] = token
         self.special_ids = frozenset(i for c, i in self.ids.items() if c in self.special_contents)
+        # the ones whose matching (last) definition is special: control tokens a template writes
+        self._control_ids = frozenset(i for i, token in self.tokens.items() if token.special)
         # leftmost-longest finds the same matches unless a token's end can start another token
         self._longest_first = longest_first and _overlapping(self.ids)
         self._build(normalize)
@@ -147,21 +149,17 @@ class AddedVocabulary:
 
         split_special=True leaves special tokens as ordinary text (tokenizers' encode_special_tokens).
         `spans` are the ranges of `text` where no added token may match (literal text). With
-        `space_is_prefix` (a normalizer that writes SentencePiece's dummy prefix), text right after a
-        special token drops one leading space before it is normalized: the space a template writes there
-        ("[INST] " + content) stands for the prefix the training stack gave content encoded on its own."""
+        `space_is_prefix` (a normalizer that writes SentencePiece's dummy prefix), one space right after a
+        special token is not text at all: the space a template writes there ("[INST] " + content) stands
+        for the prefix the training stack gave content encoded on its own, so it is dropped before the
+        search for the next added token (an added " " does not match it, an lstrip does not reach it)."""
         raw = self._raw_plain if split_special else self._raw
         normalized = self._normalized_plain if split_special else self._normalized
-        special_ids, after_special = self.special_ids, False
-        for start, piece, token_id in self._find(text, raw, spans):
+        prefix_after = self._control_ids if space_is_prefix and not split_special else frozenset()
+        for start, piece, token_id in self._find(text, raw, spans, prefix_after):
             if token_id is not None:
-                after_special = token_id in special_ids
                 yield None, token_id, False
                 continue
-            if space_is_prefix and after_special and piece.startswith(" "):
-                start, piece = start + 1, piece[1:]
-                if not piece:
-                    continue
             piece_spans = spans.within(start, start + len(piece)) if spans is not None else None
             if normalize is not None:
                 normalized_piece = normalize(piece)
@@ -180,8 +178,10 @@ class AddedVocabulary:
                 elif sub_piece:
                     yield sub_piece, None, start == 0 and sub_start == 0
 
-    def _find(self, text: str, matcher: _Matcher, spans: LiteralSpans | None):
-        """(start, text, None) gaps and (start, content, id) matches covering `text` in order."""
+    def _find(self, text: str, matcher: _Matcher, spans: LiteralSpans | None, prefix_after=frozenset()):
+        """(start, text, None) gaps and (start, content, id) matches covering `text` in order, except one
+        space right after a match whose id is in `prefix_after`, which neither a gap nor a match covers
+        unless another such match starts on it (a control token is never the prefix)."""
         if self._longest_first and matcher.pattern is not None:
             yield from _longest_first(text, matcher, spans)
             return
@@ -191,6 +191,7 @@ class AddedVocabulary:
             return
         search, match_at, ids, tokens = matcher.pattern.search, matcher.pattern.match, matcher.ids, self.tokens
         cursor = position = 0
+        prefix = -1                  # where a space taken as the prefix is, until the next match is known
         while True:
             match = search(text, position)
             if match is None:
@@ -211,6 +212,14 @@ class AddedVocabulary:
             if token.single_word and ((start and _is_word_char(text[start - 1]))
                                       or (stop < len(text) and _is_word_char(text[stop]))):
                 continue
+            if prefix >= 0:
+                if start == prefix and token_id not in prefix_after:    # that space is not text: search past it
+                    cursor = position = prefix + 1
+                    prefix = -1
+                    continue
+                if start > prefix:
+                    cursor = prefix + 1
+                prefix = -1
             # The next search starts at this match's own end, as tokenizers' does, however much whitespace
             # rstrip takes: a token inside that whitespace matches again. Its split overlaps this one unless it
             # lstrips, which starts it at the end of what was taken (an empty split, which yields no token).
@@ -225,6 +234,10 @@ class AddedVocabulary:
             if start < stop:
                 yield start, match.group(), token_id
             cursor = stop
+            if token_id in prefix_after and text.startswith(" ", stop):    # (after an rstrip, never a space)
+                prefix = stop
+        if prefix >= 0:
+            cursor = prefix + 1
         if cursor < len(text):
             yield cursor, text[cursor:], None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+from functools import cached_property
 
 import regex
 
@@ -65,6 +66,86 @@ def _translate(pattern: str) -> str:
             out.append(char)
             i += 1
     return "".join(out)
+
+
+class StandIns(dict):
+    """Code point -> an ASCII character that no part of `pattern` tells from it (the same answer from every
+    character class, property, escape and literal of the pattern, and from `\\w`, `.` and `\\n`, which
+    boundaries and anchors read). A text with every character replaced by its stand-in matches the
+    pattern at the same places, so the pattern's ASCII twin, run on it, gives the original's spans: how a
+    piece holding a few accented letters or an emoji avoids the slower `regex` module. Filled as
+    characters are met (bounded); a character without a stand-in (a CJK text's, for a pattern with a
+    class of its own for them) raises NoStandIn, and the caller falls back to `regex`."""
+
+    def __init__(self, pattern: str):
+        super().__init__()
+        self._atoms = _atoms(pattern) + ["\\w", ".", "\\n"]
+        self._lost: set[int] = set()
+
+    @cached_property
+    def _tests(self):
+        return [regex.compile(atom).fullmatch for atom in self._atoms]
+
+    @cached_property
+    def _by_signature(self) -> dict:
+        found = {}
+        for char in reversed(_ASCII):
+            found[self._signature(char)] = char
+        return found
+
+    def _signature(self, char: str) -> tuple:
+        return tuple(test(char) is not None for test in self._tests)
+
+    def __missing__(self, code: int) -> str:
+        if code in self._lost:
+            raise NoStandIn
+        stand_in = self._by_signature.get(self._signature(chr(code)))
+        if len(self) + len(self._lost) >= _STAND_IN_LIMIT:
+            self.clear()
+            self._lost.clear()
+        if stand_in is None:
+            self._lost.add(code)
+            raise NoStandIn
+        self[code] = stand_in
+        return stand_in
+
+    def ascii_text(self, text: str) -> str | None:
+        """`text` with its non-ASCII characters replaced by their stand-ins, or None when one has none."""
+        try:
+            return _NON_ASCII_RUN(self._replace, text)
+        except NoStandIn:
+            return None
+
+    def _replace(self, run: re.Match) -> str:
+        return run.group().translate(self)
+
+
+class NoStandIn(Exception):
+    """A character that every ASCII character differs from somewhere in the pattern."""
+
+
+_NON_ASCII_RUN = re.compile("[^\\x00-\\x7f]+").sub
+_STAND_IN_LIMIT = 1 << 16
+
+
+def _atoms(pattern: str) -> list[str]:
+    """Every class, property escape, character escape and literal character of `pattern`, each a pattern
+    of one character. Syntax characters come out as literals too: an extra atom only makes stand-ins
+    rarer, never wrong."""
+    version = "(?V1)" if "(?V1)" in pattern else ""
+    body = _VERSION_PREFIX.sub("", pattern)
+    atoms, i = [], 0
+    while i < len(body):
+        if body[i] == "[":
+            end = _class_end(body, i)
+        elif body[i] == "\\":
+            end = _escape_end(body, i)
+        else:
+            end = i + 1
+        atom = body[i:end]
+        atoms.append(version + (atom if atom[0] in "[\\" else regex.escape(atom)))
+        i = end
+    return list(dict.fromkeys(atoms))
 
 
 def _escape_end(body: str, i: int) -> int:

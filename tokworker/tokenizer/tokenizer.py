@@ -66,6 +66,8 @@ class Tokenizer:
         # AddedVocabulary.split), as the models were prompted (mistral-common), not doubled as tokenizers does
         self._space_is_prefix = normalizers.is_dummy_prefix(normalizer) if prefix_after_special is None \
             else prefix_after_special
+        if self._space_is_prefix and longest_tokens_first:      # llama.cpp gives no such space a meaning
+            raise ValueError("prefix_after_special and longest_tokens_first cannot be combined")
         self.added = AddedVocabulary(specs, model.vocab, normalize, keep_added_ids, longest_tokens_first)
         self.added_tokens: dict[str, int] = dict(self.added.ids)
         self.special_ids: frozenset[int] = self.added.special_ids
@@ -200,13 +202,18 @@ class Tokenizer:
         (whitespace-only ones excepted): that text is encoded exactly as if the added token did not exist
         (caller text cannot forge control tokens). A zero-width span (p, p) forbids an added token across
         position p. Whitespace absorbed by a neighbouring token's lstrip/rstrip behaves as in encode."""
+        checked = self._checked_spans(text, spans)
+        return self._encode(text, add_special_tokens, False, LiteralSpans(checked) if checked else None)
+
+    @staticmethod
+    def _checked_spans(text: str, spans) -> list[tuple[int, int]]:
         checked = []
         for span in spans:
             start, end = span
             if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= len(text)):
                 raise ValueError(f"literal span {span!r} is not a (start, end) range of the text")
             checked.append((start, end))
-        return self._encode(text, add_special_tokens, False, LiteralSpans(checked) if checked else None)
+        return checked
 
     def _encode(self, text, add_special_tokens, split_special_tokens, spans: LiteralSpans | None) -> list[int]:
         _check_text(text)
@@ -239,9 +246,16 @@ class Tokenizer:
         return ids
 
     def _encode_normalized(self, text: str, at_start: bool, out: list[int]) -> None:
+        self._encode_words(self._words(text, at_start), out)
+
+    def _words(self, text: str, at_start: bool) -> list[str]:
+        """The model's units of one normalized piece: where the pre-tokenizer (and independent_pieces) cut."""
         words = self.pre_tokenizer.split([text], at_start) if self.pre_tokenizer is not None else [text]
         if self._pieces is not None:
             words = [piece for word in words for piece in self._pieces(word)]
+        return words
+
+    def _encode_words(self, words, out: list[int]) -> None:
         cache, word_ids = self._cache, self._word_ids
         get = cache.get
         for word in words:
@@ -253,6 +267,64 @@ class Tokenizer:
                         cache.clear()
                     cache[word] = ids
             out += ids
+
+    # ------------------------------------------------------------------ encoding in parts
+    def encode_parts(self, text: str, parts: int, spans=None, split_special_tokens: bool = False) -> list[list]:
+        """`text` cut into at most `parts` runs of about equal length, only where the pipeline cuts anyway:
+        each run is a list of added-token ids (int) and the model's words (str, as the pre-tokenizer cut
+        them), so encoding each run apart (encode_run, on any worker holding this vocabulary) and joining
+        the ids gives exactly encode(text) (encode_with_literal_spans(text, spans) when `spans` is given),
+        without the post-processor's tokens. Finding the cuts is the added-token search, the normalizer and
+        the pre-tokenizer: the model's merges, the rest of the work, are what the runs carry off.
+
+        >>> from pathlib import Path
+        >>> import tokworker
+        >>> tok = Tokenizer.from_dir(Path(tokworker.__file__).parent / "data" / "default")
+        >>> runs = tok.encode_parts("Hello world, hello again", 2)
+        >>> runs
+        [['Hello', ' world', ','], [' hello', ' again']]
+        >>> [i for run in runs for i in tok.encode_run(run)] == tok.encode("Hello world, hello again")
+        True
+        """
+        if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
+            raise ValueError(f"parts must be a positive int, not {parts!r}")
+        _check_text(text)
+        checked = self._checked_spans(text, spans) if spans is not None else []
+        literal = LiteralSpans(checked) if checked else None
+        items: list = []
+        for piece, token_id, at_start in self.added.split(text, self._normalize, split_special_tokens, literal,
+                                                          self._space_is_prefix):
+            if token_id is not None:
+                items.append(token_id)
+            else:
+                items += self._words(piece, at_start)
+        size = sum(1 if type(item) is int else len(item) for item in items)
+        runs, run, filled, share = [], [], 0, size / parts
+        for item in items:
+            run.append(item)
+            filled += 1 if type(item) is int else len(item)
+            if filled >= share * (len(runs) + 1) and len(runs) < parts - 1:
+                runs.append(run)
+                run = []
+        if run or not runs:
+            runs.append(run)
+        return runs
+
+    def encode_run(self, run) -> list[int]:
+        """The ids of one run of encode_parts (added-token ids as they are, words through the model)."""
+        ids: list[int] = []
+        words: list[str] = []
+        for item in run:
+            if type(item) is int:
+                if words:
+                    self._encode_words(words, ids)
+                    words = []
+                ids.append(item)
+            else:
+                words.append(item)
+        if words:
+            self._encode_words(words, ids)
+        return ids
 
     def _model_word_ids(self, word: str) -> list[int]:
         if self._byte_level_words:
