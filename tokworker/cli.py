@@ -248,6 +248,9 @@ def _api(args: argparse.Namespace) -> int:
                               model_root=args.model_dir or ("" if workers_at else str(DEFAULT_MODEL_DIR)),
                               limits=limits))
     except ValueError as exc:              # a limit that cannot hold (--max-connections past RLIMIT_NOFILE)
+        from tokworker.protocol.messages import CodedError
+        if isinstance(exc, CodedError):    # the model cannot be served: main's one line, exit 1
+            raise
         print(f"tokworker api: {exc}", file=sys.stderr)
         return 2
     return 0

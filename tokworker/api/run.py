@@ -59,15 +59,14 @@ async def serve_http(spawn: dict | WorkersAt, options: ApiOptions, engine, *, ho
     from tokworker.frontend import TokenizerPool
     from tokworker.worker.preflight import check_spawn
 
+    remote = isinstance(spawn, WorkersAt)  # running daemons (--workers-at): they checked their model at start
+    if not remote:
+        check_spawn(spawn)                # what would fail every request fails here, in one line
     reserve = RESERVED_DESCRIPTORS + getattr(engine, "max_connections", 0)
     max_connections, nofile = connection_limit(limits.max_connections, reserve)
     log.info("RLIMIT_NOFILE %d: at most %d client connections (--max-connections), %d descriptors kept for the "
              "pool, the engine and files", nofile, max_connections, nofile - max_connections)
-    if isinstance(spawn, WorkersAt):      # running daemons (--workers-at): they checked their model at start
-        opening = spawn.connect()
-    else:
-        check_spawn(spawn)                # what would fail every request fails here, in one line
-        opening = TokenizerPool.spawn(**spawn)
+    opening = spawn.connect() if remote else TokenizerPool.spawn(**spawn)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     drain = asyncio.Event()
