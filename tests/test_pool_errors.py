@@ -4,7 +4,6 @@ failed stream tells step() its code and message (a chunked stream as an OpenAI-s
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

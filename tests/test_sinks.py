@@ -14,7 +14,7 @@ import pytest
 from tokworker.frontend.sinks import SinkSender
 from tokworker.protocol.endpoints import sinks_path
 from tokworker.worker.sessions import process_peer, session_key
-from tokworker.worker.sinks import END, Sink, SinkTable
+from tokworker.worker.sinks import Sink, SinkTable
 
 
 def chunks(data: bytes) -> list[bytes]:

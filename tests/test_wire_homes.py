@@ -22,7 +22,7 @@ import requests
 from aiohttp import web
 from hypothesis import example, given, settings, strategies as st
 
-from api_server import TOOLS, Server, running, script as scenario_script
+from api_server import TOOLS, running, script as scenario_script
 from tests.test_wire_formats import SCRIPTS, TOKENIZER, events, logprobs_for
 from tokworker.api.server import ApiOptions
 from tokworker.engines.base import EngineError, EngineOutput

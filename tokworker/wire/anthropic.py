@@ -21,7 +21,7 @@ import msgspec
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, Usage
 
-from .common import CALL, REASONING, TEXT, Collected, event, json, pieces
+from .common import CALL, REASONING, TEXT, Collected, OneChoiceHome, event, json, pieces
 
 _DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
           b'"delta":{"type":"%s","%s":%s}}\n\n')
@@ -187,24 +187,13 @@ def error_json(status: int, message: str) -> bytes:
     return json({"type": "error", "error": {"type": kind, "message": message}})
 
 
-class MessagesHome:
+class MessagesHome(OneChoiceHome):
     """Everything /v1/messages writes; an error mid-stream is Anthropic's `error` event (its last)."""
 
     api = "anthropic"
     id_prefix = "msg_"
-
-    def writer(self, chunk_format: ChunkFormat, params: StreamParams, prompt_ids=None, tokenizer=None):
-        return MessagesWriter(chunk_format, params, len(prompt_ids) if prompt_ids is not None else 0)
-
-    def whole(self, chunk_format: ChunkFormat, params: StreamParams, prompt_ids=None, tokenizer=None):
-        return MessagesWhole(chunk_format, params, len(prompt_ids) if prompt_ids is not None else 0)
-
-    def body(self, chunk_format: ChunkFormat, fragments: list[bytes], usages, prompt_tokens=None,
-             prompt_ids=None) -> bytes:
-        return fragments[0]
-
-    def tail(self, chunk_format: ChunkFormat, usages, include_usage: bool, prompt_tokens=None) -> bytes:
-        return b""
+    writer_class = MessagesWriter
+    whole_class = MessagesWhole
 
     def error_event(self, chunk_format: ChunkFormat, status: int, code: str, message: str,
                     param: str | None = None, sequence: int = 0) -> bytes:

@@ -125,6 +125,26 @@ class Collected:
                 for item in self.items if item[0] == CALL]
 
 
+class OneChoiceHome:
+    """What a format whose response is one choice shares (Responses, Messages): its writer and gatherer
+    take the prompt's token count, the body is the choice's own JSON, and nothing follows its last event."""
+
+    writer_class: type
+    whole_class: type
+
+    def writer(self, chunk_format, params, prompt_ids=None, tokenizer=None):
+        return self.writer_class(chunk_format, params, len(prompt_ids) if prompt_ids is not None else 0)
+
+    def whole(self, chunk_format, params, prompt_ids=None, tokenizer=None):
+        return self.whole_class(chunk_format, params, len(prompt_ids) if prompt_ids is not None else 0)
+
+    def body(self, chunk_format, fragments: list[bytes], usages, prompt_tokens=None, prompt_ids=None) -> bytes:
+        return fragments[0]
+
+    def tail(self, chunk_format, usages, include_usage: bool, prompt_tokens=None) -> bytes:
+        return b""
+
+
 # OpenAI's error body: `type` follows the HTTP status (another 4xx: invalid_request_error, a 5xx: server_error).
 OPENAI_TYPE = {403: "permission_error", 429: "rate_limit_error"}     # as OpenAI's own (its 401 too)
 

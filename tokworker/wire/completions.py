@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, Usage
 
-from .chat import ChatHome, usage_event, whole_body
-from .common import TEXT, Collected, json, openai_usage
+from .chat import ChatHome, ChatWhole, usage_event, whole_body
+from .common import TEXT, json, openai_usage
 
 
 _PLAIN_TAIL = b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
@@ -92,22 +92,14 @@ def completion_logprobs(entries, offset: int) -> tuple[dict, int]:
             "top_logprobs": [{t.token: t.logprob for t in e.top_logprobs} for e in entries]}, at
 
 
-class CompletionWhole:
-    """One choice of a whole text_completion, gathered from the updates its stream would write."""
+class CompletionWhole(ChatWhole):
+    """One choice of a whole text_completion, gathered as chat's; `prefix`: the echoed prompt's text."""
 
-    __slots__ = ("index", "collected", "logprobs", "token_ids", "prefix")
+    __slots__ = ("prefix",)
 
     def __init__(self, chunk_format: ChunkFormat, params: StreamParams, prompt_text: str = ""):
-        self.index = chunk_format.index
-        self.collected = Collected()
-        self.logprobs = params.logprobs is not None
-        self.token_ids = chunk_format.token_ids
+        super().__init__(chunk_format, params)
         self.prefix = prompt_text
-
-    def add(self, update: StreamUpdate, ids) -> None:
-        self.collected.add(update)
-        if self.token_ids:
-            self.collected.ids += ids
 
     def fragment(self) -> bytes:
         c = self.collected

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, Usage
 
-from .common import CALL, REASONING, TEXT, event, json, openai_error, pieces
+from .common import CALL, REASONING, TEXT, OneChoiceHome, event, json, openai_error, pieces
 
 # The delta events are most of a response: each item's delta events share their bytes up to the delta
 # (encoded once per item); the sequence number goes last.
@@ -222,25 +222,14 @@ class ResponsesWhole:
         return json(self.writer.response)
 
 
-class ResponsesHome:
+class ResponsesHome(OneChoiceHome):
     """Everything /v1/responses writes. Its errors are OpenAI's body before the headers; mid-stream an
     `error` event, then `response.failed` (the last event, as response.completed would have been)."""
 
     api = "responses"
     id_prefix = "resp_"
-
-    def writer(self, chunk_format: ChunkFormat, params: StreamParams, prompt_ids=None, tokenizer=None):
-        return ResponsesWriter(chunk_format, params, len(prompt_ids) if prompt_ids is not None else 0)
-
-    def whole(self, chunk_format: ChunkFormat, params: StreamParams, prompt_ids=None, tokenizer=None):
-        return ResponsesWhole(chunk_format, params, len(prompt_ids) if prompt_ids is not None else 0)
-
-    def body(self, chunk_format: ChunkFormat, fragments: list[bytes], usages, prompt_tokens=None,
-             prompt_ids=None) -> bytes:
-        return fragments[0]
-
-    def tail(self, chunk_format: ChunkFormat, usages, include_usage: bool, prompt_tokens=None) -> bytes:
-        return b""
+    writer_class = ResponsesWriter
+    whole_class = ResponsesWhole
 
     def error_event(self, chunk_format: ChunkFormat, status: int, code: str, message: str,
                     param: str | None = None, sequence: int = 0) -> bytes:
