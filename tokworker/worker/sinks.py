@@ -25,6 +25,7 @@ import struct
 import time
 from collections import deque
 
+from tokworker.wire.common import http_chunk
 from tokworker.worker.sessions import process_peer, session_key
 
 END = b"0\r\n\r\n"
@@ -55,13 +56,13 @@ class Sink:
     def write(self, data: bytes) -> None:
         """One event (or several) as one HTTP chunk."""
         if data and self.failed is None:
-            self._send(b"%x\r\n%b\r\n" % (len(data), data))
+            self._send(http_chunk(data))
 
     def end(self, tail: bytes = b"") -> None:
         """The response's last bytes, then the chunked body's end; the socket closes once they are out."""
         if self.failed is None and not self.ending:
             if tail:
-                self._send(b"%x\r\n%b\r\n" % (len(tail), tail))
+                self._send(http_chunk(tail))
             self.ending = True
             self._send(END)
 
