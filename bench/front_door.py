@@ -177,11 +177,13 @@ async def _streams(url: str, count: int, tokens: int, server: int, engine: int, 
     cpu_all = _cpu(server, engine) - cpu0
     (api0, work0, ev0, rss), (api1, work1, ev1) = marks["begin"], marks["end"]
     window = max(ev1 - ev0, 1)
-    return {"streams": count, "tokens": sum(events), "window_tokens": window,
-            "api_us_per_token": round((api1 - api0) / window * 1e6, 2),
-            "worker_us_per_token": round((work1 - work0) / window * 1e6, 2),
-            "setup_ms": round((cpu_all - (api1 - api0)) / count * 1e3, 3), "rss_mb": round(rss, 1),
-            "tokens_per_event": round(sum(events) / max(sum(sent), 1), 3)}
+    row = {"streams": count, "tokens": sum(events), "window_tokens": window,
+           "api_us_per_token": round((api1 - api0) / window * 1e6, 2),
+           "worker_us_per_token": round((work1 - work0) / window * 1e6, 2),
+           "setup_ms": round((cpu_all - (api1 - api0)) / count * 1e3, 3), "rss_mb": round(rss, 1)}
+    if token_ends is not None:
+        row["tokens_per_event"] = round(sum(events) / max(sum(sent), 1), 3)
+    return row
 
 
 async def _first_bytes(url: str, count: int) -> list[dict]:

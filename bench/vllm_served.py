@@ -51,7 +51,6 @@ def standin(rpc_port: int, script: list[int], step_s: float) -> None:
     import msgspec
     import zmq
 
-    from vllm.sampling_params import SamplingParams  # noqa: F401  (the ADD decoder's types)
     from vllm.utils.network_utils import make_zmq_socket
     from vllm.v1.engine import (EngineCoreEvent, EngineCoreEventType, EngineCoreOutput, EngineCoreOutputs,
                                 EngineCoreReadyResponse, EngineCoreRequest, EngineCoreRequestType, FinishReason,
@@ -237,41 +236,47 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
         vllm = VllmServer(python, script, STEP_S)
     except RuntimeError as error:
         return [{"case": "failed", "reason": str(error)[-2000:]}]
-    server, url, engine = _server("serve")
-    direct, direct_url, direct_engine = _server("serve", "--direct")
+    started = []
     rows = []
     try:
-        worker, direct_worker = _children(server.pid)[0], _children(direct.pid)[0]
-        texts = {name: asyncio.run(_one_text(where, 60)) for name, where in (("vllm", vllm.url), ("tokworker", url))}
+        for flags in ((), ("--direct",)):
+            started.append(_server("serve", *flags))
+        (server, url, engine), (direct, direct_url, direct_engine) = started
+        sides = {"vllm": (vllm.url, vllm.pid, None, None),
+                 "forwarded": (url, server.pid, engine, _children(server.pid)[0]),
+                 "direct": (direct_url, direct.pid, direct_engine, _children(direct.pid)[0])}
+        texts = [asyncio.run(_one_text(where, 60)) for where in (vllm.url, url)]
         for count in counts:
             # the servers take turns and each keeps its best round: a shared machine's noise only adds CPU
-            runs = {"vllm": [], "forwarded": [], "direct": []}
+            runs = {name: [] for name in sides}
             length = tokens * max(1, count // 256)
             for _ in range(3):
-                runs["vllm"].append(asyncio.run(_streams(vllm.url, count, length, vllm.pid, None, None, ends)))
-                runs["forwarded"].append(asyncio.run(_streams(url, count, length, server.pid, engine, worker, ends)))
-                runs["direct"].append(asyncio.run(_streams(direct_url, count, length, direct.pid, direct_engine,
-                                                           direct_worker, ends)))
-            best = {name: min([r for r in found if r["window_tokens"] >= 10 * count] or found,
-                              key=lambda r: r["api_us_per_token"]) for name, found in runs.items()}
-            vllm_us, api_us, direct_us = (best[name]["api_us_per_token"] for name in ("vllm", "forwarded", "direct"))
+                for name, (where, pid, skip, worker) in sides.items():
+                    runs[name].append(asyncio.run(_streams(where, count, length, pid, skip, worker, ends)))
+            vllm_run, forwarded, direct_run = (
+                min([r for r in found if r["window_tokens"] >= 10 * count] or found,
+                    key=lambda r: r["api_us_per_token"]) for found in runs.values())
+            vllm_us = vllm_run["api_us_per_token"]
             rows.append({
                 "case": "streams", "streams": count, "tokens_per_stream": length,
                 "vllm_served_api_us_per_token": vllm_us,
-                "api_us_per_token": api_us, "worker_us_per_token": best["forwarded"]["worker_us_per_token"],
-                "direct_api_us_per_token": direct_us,
-                "direct_worker_us_per_token": best["direct"]["worker_us_per_token"],
-                "vllm_served_ratio": round(vllm_us / api_us, 2),
-                "vllm_served_ratio_direct": round(vllm_us / direct_us, 2),
-                "vllm_served_ratio_tier": round(vllm_us / (api_us + best["forwarded"]["worker_us_per_token"]), 2),
-                "vllm_tokens_per_event": best["vllm"]["tokens_per_event"],
-                "tokworker_tokens_per_event": best["forwarded"]["tokens_per_event"],
-                "vllm_rss_mb": best["vllm"]["rss_mb"], "rss_mb": best["forwarded"]["rss_mb"],
-                "window_tokens": {name: best[name]["window_tokens"] for name in best},
+                "api_us_per_token": forwarded["api_us_per_token"],
+                "worker_us_per_token": forwarded["worker_us_per_token"],
+                "direct_api_us_per_token": direct_run["api_us_per_token"],
+                "direct_worker_us_per_token": direct_run["worker_us_per_token"],
+                "vllm_served_ratio": round(vllm_us / forwarded["api_us_per_token"], 2),
+                "vllm_served_ratio_direct": round(vllm_us / direct_run["api_us_per_token"], 2),
+                "vllm_served_ratio_tier": round(
+                    vllm_us / (forwarded["api_us_per_token"] + forwarded["worker_us_per_token"]), 2),
+                "vllm_tokens_per_event": vllm_run["tokens_per_event"],
+                "tokworker_tokens_per_event": forwarded["tokens_per_event"],
+                "vllm_rss_mb": vllm_run["rss_mb"], "rss_mb": forwarded["rss_mb"],
+                "vllm_window_tokens": vllm_run["window_tokens"], "window_tokens": forwarded["window_tokens"],
+                "direct_window_tokens": direct_run["window_tokens"],
                 "load_1min": round(os.getloadavg()[0], 2),
-                "same_text": texts["vllm"] == texts["tokworker"] and bool(texts["vllm"])})
+                "same_text": texts[0] == texts[1] != ""})
     finally:
-        for process in (server, direct):
+        for process, _, _ in started:
             process.terminate()
             process.wait(30)
         vllm.stop()
