@@ -10,7 +10,7 @@ Three parts:
   running request, the next id of SCRIPT (a JSON list of ids: the reply, then the eos), with the first
   output's QUEUED/SCHEDULED events and prefill stats and a SchedulerStats per step, as vLLM's scheduler
   does when stats are on (`vllm serve`'s default). It ends a request with "length" at its max_tokens, "stop"
-  at the eos (unless ignore_eos), drops aborted ones, and answers get_supported_tasks.
+  at the eos (unless ignore_eos), drops aborted ones, and answers the utility calls `vllm serve` makes.
 - `VllmServer`: `vllm serve DIR --data-parallel-size-local 0 --data-parallel-address 127.0.0.1
   --data-parallel-rpc-port PORT` (one API server in this process, no local engine: it waits for a remote
   headless engine on PORT, the stand-in). DIR is a copy of tokworker's default tokenizer folder (the same
@@ -18,9 +18,9 @@ Three parts:
 - `run`: `tokworker api` (defaults, and `--direct-streaming`) on the replay engine (bench/front_door.py's
   server, same reply, same 20 ms step) and vLLM's server take turns, three rounds each per S, each keeping
   its best round; S concurrent aiohttp SSE clients read each stream to its end (bench/front_door.py's
-  `_streams`, counting streamed tokens from the text, since a lagging vLLM merges several tokens into one
-  event). The API process's CPU (all its threads; tokworker's replay engine thread left out) per streamed
-  token, in the window where all S streams run.
+  `_streams`, counting streamed tokens from the text, since a server that falls behind may merge several
+  tokens into one event). The API process's CPU (all its threads; tokworker's replay engine thread left
+  out) per streamed token, in the window where all S streams run.
 
 `python -m bench --only vllm_served --vllm-python /work/venv/vllm/bin/python [--quick]`.
 """
@@ -36,7 +36,6 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
 SERVED_MODEL = "bench"                  # the name bench/front_door.py's clients ask for
 # the default tokenizer's family shape, no weights: vLLM's ModelConfig reads the architecture and sizes
 CONFIG = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
