@@ -35,6 +35,7 @@ import os
 import subprocess
 import sys
 import time
+from bisect import bisect_right
 from pathlib import Path
 
 from bench.pool import TOOLS, new_chats
@@ -132,13 +133,18 @@ def _children(pid: int) -> list[int]:
         return [int(p) for p in f.read().split()]
 
 
-async def _streams(url: str, count: int, tokens: int, server: int, engine: int, worker: int) -> dict:
+async def _streams(url: str, count: int, tokens: int, server: int, engine: int, worker: int,
+                   token_ends: list[int] | None = None) -> dict:
+    """With `token_ends` (the streamed text's length after each token of the reply), what is counted is
+    tokens, read from each event's text, not events: a server that falls behind may merge tokens."""
     import aiohttp
 
     started = [asyncio.Event() for _ in range(count)]
-    events = [0] * count
+    events = [0] * count            # events, or tokens with token_ends
+    chars, sent = [0] * count, [0] * count
     marks: dict = {}
     all_running = asyncio.Event()
+    loads = json.loads
 
     async def one(i: int, session) -> None:
         body = {"model": "bench", "stream": True, "max_tokens": tokens, "ignore_eos": True,
@@ -148,7 +154,13 @@ async def _streams(url: str, count: int, tokens: int, server: int, engine: int, 
                 raise RuntimeError(f"stream {i}: HTTP {response.status}: {await response.text()}")
             async for line in response.content:
                 if line.startswith(b"data: {"):
-                    events[i] += 1
+                    sent[i] += 1
+                    if token_ends is None:
+                        events[i] += 1
+                    else:
+                        for choice in loads(line[6:])["choices"]:
+                            chars[i] += len(choice["delta"].get("content") or "")
+                        events[i] = bisect_right(token_ends, chars[i])
                     if not started[i].is_set():
                         started[i].set()
                         if all(e.is_set() for e in started):
@@ -165,10 +177,13 @@ async def _streams(url: str, count: int, tokens: int, server: int, engine: int, 
     cpu_all = _cpu(server, engine) - cpu0
     (api0, work0, ev0, rss), (api1, work1, ev1) = marks["begin"], marks["end"]
     window = max(ev1 - ev0, 1)
-    return {"streams": count, "tokens": sum(events), "window_tokens": window,
-            "api_us_per_token": round((api1 - api0) / window * 1e6, 2),
-            "worker_us_per_token": round((work1 - work0) / window * 1e6, 2),
-            "setup_ms": round((cpu_all - (api1 - api0)) / count * 1e3, 3), "rss_mb": round(rss, 1)}
+    row = {"streams": count, "tokens": sum(events), "window_tokens": window,
+           "api_us_per_token": round((api1 - api0) / window * 1e6, 2),
+           "worker_us_per_token": round((work1 - work0) / window * 1e6, 2),
+           "setup_ms": round((cpu_all - (api1 - api0)) / count * 1e3, 3), "rss_mb": round(rss, 1)}
+    if token_ends is not None:
+        row["tokens_per_event"] = round(sum(events) / max(sum(sent), 1), 3)
+    return row
 
 
 async def _first_bytes(url: str, count: int) -> list[dict]:
@@ -256,7 +271,7 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
                 runs["direct"].append(asyncio.run(_streams(direct_url, count, length, direct.pid, direct_engine,
                                                            direct_worker)))
                 runs["floor"].append(asyncio.run(_streams(floor_url, count, length, floor.pid, None, None)))
-            best = {name: min((r for r in found if r["window_tokens"] >= 10 * count) or found,
+            best = {name: min([r for r in found if r["window_tokens"] >= 10 * count] or found,
                               key=lambda r: r["api_us_per_token"]) for name, found in runs.items()}
             row = {"case": "streams", **best["forwarded"]}
             row.update(floor_us_per_token=best["floor"]["api_us_per_token"],

@@ -1,0 +1,291 @@
+"""vLLM 0.33's own `vllm serve` API process beside `tokworker api`, HTTP included on both sides, in one run.
+
+vLLM's API process (FastAPI/uvicorn, OpenAIServingChat, AsyncLLM and its output processor) runs on this
+machine's CPU when its engine core is another process speaking the engine core's ZeroMQ/msgpack protocol.
+Three parts:
+- `standin` (run by vLLM's python: `python bench/vllm_served.py standin PORT SCRIPT STEP_S`): a scripted
+  engine core. It answers the front end's handshake as a remote headless engine does (HELLO, the init
+  message, the ready response on the input socket, READY), then every STEP_S seconds sends one
+  `EngineCoreOutputs` (vLLM's own msgspec types and encoder, so the wire is exact) carrying, for every
+  running request, the next id of SCRIPT (a JSON list of ids: the reply, then the eos), with the first
+  output's QUEUED/SCHEDULED events and prefill stats and a SchedulerStats per step, as vLLM's scheduler
+  does when stats are on (`vllm serve`'s default). It ends a request with "length" at its max_tokens, "stop"
+  at the eos (unless ignore_eos), drops aborted ones, and answers the utility calls `vllm serve` makes.
+- `VllmServer`: `vllm serve DIR --data-parallel-size-local 0 --data-parallel-address 127.0.0.1
+  --data-parallel-rpc-port PORT` (one API server in this process, no local engine: it waits for a remote
+  headless engine on PORT, the stand-in). DIR is a copy of tokworker's default tokenizer folder (the same
+  vocabulary as the front door's replay engine) with a small config.json, as vLLM needs one (no weights).
+- `run`: `tokworker api` (defaults, and `--direct-streaming`) on the replay engine (bench/front_door.py's
+  server, same reply, same 20 ms step) and vLLM's server take turns, three rounds each per S, each keeping
+  its best round; S concurrent aiohttp SSE clients read each stream to its end (bench/front_door.py's
+  `_streams`, counting streamed tokens from the text, since a server that falls behind may merge several
+  tokens into one event). The API process's CPU (all its threads; tokworker's replay engine thread left
+  out) per streamed token, in the window where all S streams run.
+
+`python -m bench --only vllm_served --vllm-python /work/venv/vllm/bin/python [--quick]`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SERVED_MODEL = "bench"                  # the name bench/front_door.py's clients ask for
+# the default tokenizer's family shape, no weights: vLLM's ModelConfig reads the architecture and sizes
+CONFIG = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+          "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+          "num_hidden_layers": 1, "vocab_size": 4096, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
+          "rope_theta": 1000000, "torch_dtype": "bfloat16", "tie_word_embeddings": True, "eos_token_id": 2}
+
+
+# --- the stand-in engine core (vLLM's python) ---------------------------------------------------------------
+
+def standin(rpc_port: int, script: list[int], step_s: float) -> None:
+    import msgspec
+    import zmq
+
+    from vllm.utils.network_utils import make_zmq_socket
+    from vllm.v1.engine import (EngineCoreEvent, EngineCoreEventType, EngineCoreOutput, EngineCoreOutputs,
+                                EngineCoreReadyResponse, EngineCoreRequest, EngineCoreRequestType, FinishReason,
+                                UtilityOutput)
+    from vllm.v1.engine.utils import EngineHandshakeMetadata
+    from vllm.v1.metrics.stats import PrefillStats, SchedulerStats
+    from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
+
+    identity = (0).to_bytes(2, "little")        # data-parallel rank 0
+    hello = {"local": False, "headless": True}  # a remote engine; with no local ones it must be headless
+    ctx = zmq.Context()
+    handshake = make_zmq_socket(ctx, f"tcp://127.0.0.1:{rpc_port}", zmq.DEALER, bind=False, identity=identity,
+                                linger=5000)
+    handshake.send(msgspec.msgpack.encode({"status": "HELLO", **hello}))
+    addresses = msgspec.msgpack.decode(handshake.recv(), type=EngineHandshakeMetadata).addresses
+    inputs = make_zmq_socket(ctx, addresses.inputs[0], zmq.DEALER, bind=False, identity=identity)
+    outputs = make_zmq_socket(ctx, addresses.outputs[0], zmq.PUSH, linger=4000)
+    ready = EngineCoreReadyResponse(
+        max_model_len=CONFIG["max_position_embeddings"], num_gpu_blocks=65536, block_size=16,
+        dp_stats_address=None, dtype="bfloat16", vllm_version="0.33.0", world_size=1, data_parallel_size=1,
+        tensor_parallel_size=1, pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=0,
+        max_num_seqs=4096, max_num_batched_tokens=65536, instance_id="standin", supports_lora=False, max_loras=0)
+    inputs.send(msgspec.msgpack.encode(ready))           # lets the front end's ROUTER talk to us
+    handshake.send(msgspec.msgpack.encode({"status": "READY", **hello}))
+
+    add_decoder, generic_decoder, encoder = MsgpackDecoder(EngineCoreRequest), MsgpackDecoder(), MsgpackEncoder()
+    utilities = {"get_supported_tasks": ("generate",), "reset_mm_cache": None, "reset_encoder_cache": None,
+                 "is_sleeping": False, "is_scheduler_paused": False}       # the calls `vllm serve` makes
+    running: dict[str, list] = {}       # request id -> [ids sent, max_tokens, stop ids, arrival, prompt length]
+    last = len(script) - 1
+    eos = script[-1]
+
+    def take_inputs() -> None:
+        while inputs.poll(0):
+            kind, *frames = inputs.recv_multipart(copy=False)
+            kind = EngineCoreRequestType(bytes(kind.buffer))
+            if kind == EngineCoreRequestType.ADD:
+                request = add_decoder.decode(frames)
+                params = request.sampling_params
+                stops = set() if params.ignore_eos else {eos}
+                running[request.request_id] = [0, params.max_tokens, stops, time.monotonic(),
+                                               len(request.prompt_token_ids)]
+            elif kind == EngineCoreRequestType.ABORT:
+                for request_id in generic_decoder.decode(frames):
+                    running.pop(request_id, None)
+            elif kind == EngineCoreRequestType.UTILITY:
+                _, call_id, method, _ = generic_decoder.decode(frames)
+                output = UtilityOutput(call_id, result=UtilityResult(utilities[method])) if method in utilities \
+                    else UtilityOutput(call_id, failure_message=f"the stand-in engine has no {method}")
+                outputs.send_multipart(encoder.encode(EngineCoreOutputs(utility_output=output)))
+
+    def step() -> None:
+        now, batch, done = time.monotonic(), [], []
+        for request_id, state in running.items():
+            sent, max_tokens, stops, arrival, prompt = state
+            token = script[min(sent, last)]
+            state[0] = sent = sent + 1
+            finish = FinishReason.STOP if token in stops else FinishReason.LENGTH if sent >= max_tokens else None
+            first = sent == 1
+            batch.append(EngineCoreOutput(
+                request_id, [token], finish_reason=finish,
+                events=[EngineCoreEvent(EngineCoreEventType.QUEUED, arrival),
+                        EngineCoreEvent(EngineCoreEventType.SCHEDULED, now)] if first else None,
+                prefill_stats=PrefillStats(prompt, prompt) if first else None))
+            if finish is not None:
+                done.append(request_id)
+        for request_id in done:
+            del running[request_id]
+        stats = SchedulerStats(num_running_reqs=len(running) + len(done))
+        outputs.send_multipart(encoder.encode(EngineCoreOutputs(outputs=batch, scheduler_stats=stats)))
+
+    due = time.monotonic() + step_s
+    while True:
+        wait = due - time.monotonic()
+        if wait > 0 and inputs.poll(wait * 1000):
+            take_inputs()
+            continue
+        take_inputs()
+        if running:
+            step()
+        due = max(due + step_s, time.monotonic())       # a late step is not made up by a burst
+
+
+# --- vLLM's API server (this project's python) --------------------------------------------------------------
+
+def model_folder() -> Path:
+    """tokworker's default tokenizer folder copied beside a config.json vLLM takes as a model."""
+    from tokworker.worker.options import DEFAULT_MODEL_DIR
+
+    folder = Path(tempfile.mkdtemp(prefix="tokworker-vllm-served-"))
+    for path in Path(DEFAULT_MODEL_DIR).iterdir():
+        shutil.copy(path, folder / path.name)
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    return folder
+
+
+class VllmServer:
+    """The stand-in engine core and `vllm serve` (one API server, the remote engine the stand-in) on free
+    loopback ports: `url`, `pid` (the API process), `stop()`."""
+
+    def __init__(self, python: str, script: list[int], step_s: float, timeout: float = 300):
+        from bench.vllm_render import environment
+        from tools.llama_server import free_port, wait_healthy
+
+        self.folder = model_folder()
+        (self.folder / "script.json").write_text(json.dumps(script))
+        rpc_port, port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = tempfile.TemporaryFile()
+        env = environment()
+        self.engine = subprocess.Popen([python, str(Path(__file__).resolve()), "standin", str(rpc_port),
+                                        str(self.folder / "script.json"), str(step_s)],
+                                       env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.server = subprocess.Popen(
+            [python, "-m", "vllm.entrypoints.cli.main", "serve", str(self.folder), "--host", "127.0.0.1",
+             "--port", str(port), "--served-model-name", SERVED_MODEL, "--data-parallel-size-local", "0",
+             "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(rpc_port)],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.pid = self.server.pid
+        try:
+            wait_healthy(self.url + "/v1/models", self.server, timeout)
+            if self.engine.poll() is not None:
+                raise RuntimeError("the stand-in engine exited")
+        except RuntimeError:
+            self.stop()
+            self.log.seek(0)
+            raise RuntimeError("vLLM's server did not start:\n"
+                               + self.log.read().decode(errors="replace")[-4000:]) from None
+
+    def stop(self) -> None:
+        from tools.llama_server import stop
+
+        stop(self.server, 30)
+        self.engine.terminate()
+        self.engine.wait(30)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# --- the driver ---------------------------------------------------------------------------------------------
+
+def _reply_ids() -> tuple[list[int], list[int]]:
+    """The front door's reply as the replay engine plays it (its ids, then the eos), and the length of the
+    text the first k+1 ids stream (a token still mid-character streams nothing yet)."""
+    from bench.front_door import TEXT
+    from tokworker import Tokenizer
+    from tokworker.worker.options import DEFAULT_MODEL_DIR
+
+    tokenizer = Tokenizer.from_dir(DEFAULT_MODEL_DIR)
+    ids = tokenizer.encode(TEXT)
+    ends, text = [], ""
+    for k in range(len(ids)):
+        text = tokenizer.decode(ids[:k + 1]).rstrip("\ufffd")
+        ends.append(len(text))
+    return ids + list(tokenizer.eos_token_ids[:1]), ends
+
+
+async def _one_text(url: str, tokens: int) -> str:
+    """One streamed chat's content, for `same_text`."""
+    import aiohttp
+
+    body = {"model": SERVED_MODEL, "stream": True, "max_tokens": tokens, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "Stream 0, please."}]}
+    text = []
+    async with aiohttp.ClientSession() as session, session.post(url + "/v1/chat/completions", json=body) as response:
+        async for line in response.content:
+            if line.startswith(b"data: {"):
+                for choice in json.loads(line[6:])["choices"]:
+                    text.append(choice["delta"].get("content") or "")
+    return "".join(text)
+
+
+def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[dict]:
+    import asyncio
+
+    from bench.front_door import STEP_S, _children, _server, _streams
+
+    if not python:
+        return [{"case": "skipped", "reason": "no --vllm-python given"}]
+    counts = [1, 64, 256] if quick else [1, 64, 256, 1024]
+    tokens = 40 if quick else 150           # per stream; 1,024 streams get more (their start takes seconds)
+    script, ends = _reply_ids()
+    try:
+        vllm = VllmServer(python, script, STEP_S)
+    except RuntimeError as error:
+        return [{"case": "failed", "reason": str(error)[-2000:]}]
+    started = []
+    rows = []
+    try:
+        for flags in ((), ("--direct",)):
+            started.append(_server("serve", *flags))
+        (server, url, engine), (direct, direct_url, direct_engine) = started
+        sides = {"vllm": (vllm.url, vllm.pid, None, None),
+                 "forwarded": (url, server.pid, engine, _children(server.pid)[0]),
+                 "direct": (direct_url, direct.pid, direct_engine, _children(direct.pid)[0])}
+        texts = [asyncio.run(_one_text(where, 60)) for where in (vllm.url, url)]
+        for count in counts:
+            # the servers take turns and each keeps its best round: a shared machine's noise only adds CPU
+            runs = {name: [] for name in sides}
+            length = tokens * max(1, count // 256)
+            for _ in range(3):
+                for name, (where, pid, skip, worker) in sides.items():
+                    runs[name].append(asyncio.run(_streams(where, count, length, pid, skip, worker, ends)))
+            vllm_run, forwarded, direct_run = (
+                min([r for r in found if r["window_tokens"] >= 10 * count] or found,
+                    key=lambda r: r["api_us_per_token"]) for found in runs.values())
+            vllm_us = vllm_run["api_us_per_token"]
+            rows.append({
+                "case": "streams", "streams": count, "tokens_per_stream": length,
+                "vllm_served_api_us_per_token": vllm_us,
+                "api_us_per_token": forwarded["api_us_per_token"],
+                "worker_us_per_token": forwarded["worker_us_per_token"],
+                "direct_api_us_per_token": direct_run["api_us_per_token"],
+                "direct_worker_us_per_token": direct_run["worker_us_per_token"],
+                "vllm_served_ratio": round(vllm_us / forwarded["api_us_per_token"], 2),
+                "vllm_served_ratio_direct": round(vllm_us / direct_run["api_us_per_token"], 2),
+                "vllm_served_ratio_tier": round(
+                    vllm_us / (forwarded["api_us_per_token"] + forwarded["worker_us_per_token"]), 2),
+                "vllm_tokens_per_event": vllm_run["tokens_per_event"],
+                "tokworker_tokens_per_event": forwarded["tokens_per_event"],
+                "vllm_rss_mb": vllm_run["rss_mb"], "rss_mb": forwarded["rss_mb"],
+                "vllm_window_tokens": vllm_run["window_tokens"], "window_tokens": forwarded["window_tokens"],
+                "direct_window_tokens": direct_run["window_tokens"],
+                "load_1min": round(os.getloadavg()[0], 2),
+                "same_text": texts[0] == texts[1] != ""})
+    finally:
+        for process, _, _ in started:
+            process.terminate()
+            process.wait(30)
+        vllm.stop()
+    return rows
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["standin"]:
+        standin(int(sys.argv[2]), json.loads(Path(sys.argv[3]).read_text()), float(sys.argv[4]))
+    else:       # python -m bench.vllm_served [--quick] VLLM_PYTHON
+        flags = sys.argv[1:]
+        for row in run(quick="--quick" in flags, python=next((f for f in flags if f != "--quick"), None)):
+            print(json.dumps(row))
