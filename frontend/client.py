@@ -33,7 +33,7 @@ from pathlib import Path
 import zmq
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
-from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Encode, ErrorCode, Forward, OpenStream, Render,
+from tokworker.protocol.messages import (CloseStreams, StreamError, Compile, Decode, Encode, ErrorCode, Forward, OpenStream, Render,
                                RenderReply, Stats, StatsReply)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, guide
 from tokworker.frontend.errors import InvalidRequest, NoSuchSocket, Overloaded, PoolError, ShuttingDown, WorkerLost
@@ -387,8 +387,9 @@ class TokenizerPool:
             if self.streams.get(old.id) is old:
                 del self.streams[old.id]
 
-    async def close_stream(self, *stream_ids: str) -> None:
-        """Drop streams (aborted requests): no more output; their iterators end."""
+    async def close_stream(self, *stream_ids: str, error: StreamError | None = None) -> None:
+        """Drop streams (aborted requests): no more output; their iterators end. `error`: a stream whose
+        worker writes its client's socket (direct) first ends its response with it, in its format."""
         groups: dict[WorkerLink, list[str]] = {}
         for stream_id in stream_ids:
             stream = self.streams.pop(stream_id, None)     # closed by the caller: later ids are an error
@@ -396,7 +397,7 @@ class TokenizerPool:
                 continue
             stream.close()
             groups.setdefault(stream.link, []).append(stream_id)
-        futures = [link.request(encode_request(CloseStreams(stream_ids=ids)), stateful=True)
+        futures = [link.request(encode_request(CloseStreams(stream_ids=ids, error=error)), stateful=True)
                    for link, ids in groups.items() if not link.down]
         results = await asyncio.gather(*futures, return_exceptions=True)
         for result in results:

@@ -303,10 +303,23 @@ class ForwardReply(_Reply, tag="forward"):
     sse: bytes = b""
 
 
+class StreamError(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Why a response failed, as its client is told: the HTTP status its API maps the failure to, the
+    ErrorCode value, the message, and the request field at fault."""
+
+    status: int
+    code: str
+    message: str = ""
+    param: str | None = None
+
+
 class CloseStreams(_Request, tag="close"):
-    """Drop streams without output (the request was aborted or its client went away)."""
+    """Drop streams without output (the request was aborted or its client went away). With `error`, a
+    stream whose worker writes its client's socket (direct streaming) first ends its response with that
+    error, in its wire format (the API process cannot: the worker owns the body's bytes)."""
 
     stream_ids: list[str]
+    error: StreamError | None = None
 
 
 class CloseReply(_Reply, tag="close"):

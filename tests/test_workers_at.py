@@ -107,8 +107,8 @@ def test_two_front_doors_on_one_ipc_daemon(tmp_path):
     doors = []
     try:
         wait_held(daemon, bind)
-        doors.append(_front_door("--workers-at", bind))
-        doors.append(_front_door("--workers-at", bind, "--direct-streaming"))
+        doors.append(_front_door("--workers-at", bind, "--no-direct-streaming"))
+        doors.append(_front_door("--workers-at", bind))             # direct: the default on ipc daemons
         for door, port in doors:
             client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=60)
             messages = [{"role": "user", "content": "Hello!"}]

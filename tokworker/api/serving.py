@@ -19,7 +19,7 @@ from tokworker.api.errors import ApiError
 from tokworker.api.metrics import Metrics
 from tokworker.frontend.errors import PoolError
 from tokworker.protocol.deltas import ChunkFormat
-from tokworker.protocol.messages import ErrorCode
+from tokworker.protocol.messages import ErrorCode, StreamError
 from tokworker.wire import home
 from tokworker.wire.common import http_chunk
 
@@ -254,12 +254,15 @@ class Serving:
 
     def fail(self, exchange: Exchange, error: ApiError) -> None:
         """A choice failed: a whole response fails as a whole (its handler answers the error); a streamed one
-        gets the error event and ends."""
+        gets the error event and ends (a direct one from its worker, which owns the body's bytes)."""
         if exchange.closed:
+            return
+        exchange.error = error
+        if exchange.direct:
+            self._drop(exchange, StreamError(error.status, error.code, error.message, error.param))
             return
         if exchange.transport is not None:            # the response began: the error is its last event
             exchange.write(exchange.error_event(error), self.max_buffer_bytes)
-        exchange.error = error
         self._drop(exchange)
 
     def end(self, exchange: Exchange, why: str) -> None:
@@ -270,8 +273,10 @@ class Serving:
         log.info("%s: %s; its engine requests are aborted", exchange.id, why)
         self._drop(exchange)
 
-    def _drop(self, exchange: Exchange) -> None:
-        if exchange.direct and exchange.transport is not None:
+    def _drop(self, exchange: Exchange, error: StreamError | None = None) -> None:
+        """End the exchange now: its engine requests aborted, its streams closed (a direct one's worker
+        first writes `error` to the client), its handler woken."""
+        if exchange.direct and exchange.transport is not None and error is None:
             exchange.transport.close()
         names = [c.name for c in exchange.choices if not c.ended]
         for choice in exchange.choices:
@@ -281,11 +286,11 @@ class Serving:
         if aborted:
             self.engine.abort(aborted)
         if names:
-            asyncio.ensure_future(self._close_streams(names))
+            asyncio.ensure_future(self._close_streams(names, error))
         self._close(exchange)
 
-    async def _close_streams(self, names: list[str]) -> None:
+    async def _close_streams(self, names: list[str], error: StreamError | None = None) -> None:
         try:
-            await self.pool.close_stream(*names)
+            await self.pool.close_stream(*names, error=error)
         except PoolError as error:
             log.debug("closing streams %s: %s", names, error)

@@ -200,6 +200,11 @@ class ResponsesWriter:
     def _emit(self, out: list, name: str, fields: dict) -> None:
         out.append(event(name.encode(), json({"type": name, "sequence_number": self._next(), **fields})))
 
+    @property
+    def sequence(self) -> int:
+        """The events written so far (the next event's sequence_number)."""
+        return self._sequence
+
     def _next(self) -> int:
         number = self._sequence
         self._sequence = number + 1

@@ -320,7 +320,7 @@ class Worker:
         return ForwardReply(sse=self.streams.forward(self.sessions.session(identity), msg.stream_id))
 
     def close_streams(self, identity: bytes, msg: CloseStreams) -> CloseReply:
-        return CloseReply(closed=self.streams.close(self.sessions.session(identity), msg.stream_ids))
+        return CloseReply(closed=self.streams.close(self.sessions.session(identity), msg.stream_ids, msg.error))
 
     def _priced(self, ids: int, what: str) -> None:
         """Opens and steps run on the lane, where nothing can stop them: their work is priced in ids before

@@ -39,15 +39,28 @@ class ServedStream:
     None), the client socket it writes its events to itself (a Sink, or None) and the time it was last
     stepped (for idle eviction)."""
 
-    __slots__ = ("text", "writer", "whole", "sink", "tail", "last_used")
+    __slots__ = ("text", "writer", "whole", "sink", "tail", "last_used", "chunks")
 
-    def __init__(self, text, writer, now: float, sink=None, tail: bytes = b"", whole=None):
+    def __init__(self, text, writer, now: float, sink=None, tail: bytes = b"", whole=None, chunks=None):
         self.text = text
         self.writer = writer
         self.whole = whole
         self.sink = sink
         self.tail = tail
         self.last_used = now
+        self.chunks = chunks                    # its ChunkFormat (a direct stream's errors are written here)
+
+    def fail(self, error) -> bool:
+        """A direct stream's response ends with `error` (a StreamError), in its format; False when its
+        client can no longer be written to."""
+        sink = self.sink
+        if sink.failed is not None or sink.ending:
+            return False
+        fmt = self.chunks
+        sink.write(home(fmt.api).error_event(fmt, error.status, error.code, error.message, error.param,
+                                             getattr(self.writer, "sequence", 0)))
+        sink.end()
+        return True
 
     def step(self, ids, finish: bool, now: float, logprobs=None, reason: str = "length") -> StreamUpdate:
         """This step's ids (and, with `finish`, the engine's end of the stream, for `reason`) -> the one
@@ -168,7 +181,7 @@ class StreamTable:
         now = time.monotonic()
         sink = self.sinks.open(session, msg.stream_id) if msg.sink else None
         tail = home(chunks.api).tail(chunks, [], False) if sink is not None else b""
-        stream = ServedStream(text, None if whole else made, now, sink, tail, made if whole else None)
+        stream = ServedStream(text, None if whole else made, now, sink, tail, made if whole else None, chunks)
         self._finished.pop((session, msg.stream_id), None)
         if stream.replay(msg.replay, now + self.budget_s):
             self._remember_finished(session, msg.stream_id)
@@ -177,7 +190,8 @@ class StreamTable:
         self.count += 1
         self.opened += 1
 
-    def close(self, session: str, stream_ids: list[str]) -> int:
+    def close(self, session: str, stream_ids: list[str], error=None) -> int:
+        """Drop streams; a direct one with `error` (a StreamError) first ends its response with it."""
         streams = self.sessions.get(session)
         closed = 0
         for stream_id in stream_ids:
@@ -185,7 +199,10 @@ class StreamTable:
             if stream is not None:
                 closed += 1
                 if stream.sink is not None:
-                    self.sinks.close(session, stream_id)
+                    if error is not None and stream.fail(error):
+                        self.sinks.release(session, stream_id)      # its last bytes may still wait
+                    else:
+                        self.sinks.close(session, stream_id)
             self._finished.pop((session, stream_id), None)
         self.count -= closed
         if streams is not None and not streams:
