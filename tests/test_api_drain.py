@@ -23,10 +23,10 @@ ENDLESS = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "strea
            "max_tokens": 3000}
 
 
-def start(drain_timeout: float):
+def start(drain_timeout: float, **popen):
     port = free_port()
     proc = tokworker("api", "--served-model-name", "m", "--port", str(port), "--drain-timeout", str(drain_timeout),
-                     "--replay-step-interval", "0.05")
+                     "--replay-step-interval", "0.05", **popen)
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url + "/health", proc, 120)
     return proc, url
@@ -94,6 +94,28 @@ def test_a_second_signal_stops_at_once():
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
         assert time.monotonic() - signalled < 4
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_ctrl_c_to_the_whole_group_drains_without_restarting_workers():
+    """A terminal's Ctrl-C reaches the API process and its workers alike: the workers ignore it (their owner
+    drains), so the open stream ends with abort and [DONE] at the drain timeout, and no worker restarts."""
+    import os
+
+    proc, url = start(drain_timeout=2, start_new_session=True)
+    try:
+        into, started = {}, threading.Event()
+        thread = threading.Thread(target=read_stream, args=(url, dict(ENDLESS), into, started), daemon=True)
+        thread.start()
+        assert started.wait(30)
+        os.killpg(proc.pid, signal.SIGINT)
+        thread.join(30)
+        assert proc.wait(10) == 0
+        assert json.loads(into["lines"][-2].removeprefix("data: "))["choices"][0]["finish_reason"] == "abort"
+        assert into["lines"][-1] == "data: [DONE]"
+        assert "restarting" not in proc.stderr.read()
     finally:
         proc.kill()
         proc.wait()

@@ -173,9 +173,7 @@ class Launcher:
         try:
             slot.proc = subprocess.Popen([self.python, "-m", "tokworker.worker", options_to_json(self.options[index])],
                                          stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd, *self.inherit_fds),
-                                         env={**self._env, READY_FD_ENV: str(write_fd)},
-                                         # a terminal's Ctrl-C reaches the pool's owner, which decides (a drain)
-                                         start_new_session=True)
+                                         env={**self._env, READY_FD_ENV: str(write_fd)})
         except OSError:
             os.close(read_fd)
             raise
@@ -265,7 +263,8 @@ class Launcher:
                     self.options[index].bind, proc.returncode, lived)
 
     def stop(self, grace_s: float = 5.0, drain: bool = False) -> None:
-        """Stop every worker: SIGINT (at once) or, with `drain`, SIGTERM (their open streams finish first);
+        """Stop every worker: SIGQUIT (at once; a worker ignores SIGINT, which a terminal sends the whole
+        group) or, with `drain`, SIGTERM (their open streams finish first);
         wait up to grace_s for clean exits, then SIGKILL what is left."""
         self._stopping.set()
         if self._thread is not None and self._wake_write >= 0:
@@ -275,7 +274,7 @@ class Launcher:
             procs = [s.proc for s in self._slots if s.proc is not None]
         for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM if drain else signal.SIGINT)
+                proc.send_signal(signal.SIGTERM if drain else signal.SIGQUIT)
         deadline = time.monotonic() + grace_s
         for proc in procs:
             try:

@@ -371,20 +371,23 @@ def _wake(sock: socketlib.socket) -> None:
 
 
 def run_worker(options: WorkerOptions) -> int:
-    """Process entry point: limits first, then load, then serve until SIGTERM/SIGINT."""
+    """Process entry point: limits first, then load, then serve until SIGTERM (drain) or SIGQUIT (at once).
+    SIGINT is ignored: a terminal's Ctrl-C reaches the whole process group, and the pool's owner (the
+    daemon, the API process) decides what its workers do, through its launcher."""
     logging.basicConfig(level=options.log_level, format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s")
     stop = [False]
     worker = None
 
     def request_stop(signum, frame):
-        """SIGTERM drains (once it serves); SIGINT, or SIGTERM while loading, stops at once."""
+        """SIGTERM drains (once it serves); SIGQUIT, or SIGTERM while loading, stops at once."""
         if signum == signal.SIGTERM and worker is not None:
             worker.begin_drain()
         else:
             stop[0] = True
 
     signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGQUIT, request_stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     apply_memory_limit(options.memory_limit_mb)
     disable_core_dumps()
     worker = Worker(options)
