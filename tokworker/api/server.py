@@ -29,11 +29,12 @@ from tokworker.api.count_tokens import CountTokens
 from tokworker.api.errorlog import ErrorLog
 from tokworker.api.errors import NOT_FOUND, ApiError, check_vocabulary, vllm_body
 from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
+from tokworker.api.fanout import priced
 from tokworker.api.health import EngineHealth
 from tokworker.api.limits import BodyBudget
 from tokworker.api.metrics import Metrics
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
-                                plan_responses, priced, request_template_kwargs)
+                                plan_responses, request_template_kwargs)
 from tokworker.api.render import RenderTier, json_response
 from tokworker.api.derender import DerenderTier
 from tokworker.api.requests import (MAX_DEPTH, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
