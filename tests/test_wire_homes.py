@@ -217,10 +217,12 @@ class FailingEngine(ReplayEngine):
         await super().prepare(running)
 
 
-@pytest.fixture(scope="module")
-def server():
+@pytest.fixture(scope="module", params=["direct", "forwarded"])
+def server(request):
+    """Streamed bodies written by the workers (the default: a failure's event is the worker's to write,
+    at the API process's word) or forwarded by the API process (which writes it itself)."""
     with running(engine=FailingEngine(scenario_script, step_interval=0.002, max_model_len=4096),
-                 options=ApiOptions(served_model_name=[MODEL])) as server:
+                 options=ApiOptions(served_model_name=[MODEL], direct_streaming=request.param == "direct")) as server:
         yield server
 
 
