@@ -213,3 +213,29 @@ def test_values_the_loader_does_not_use_cost_no_memory(tmp_path, name):
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     assert peak < 256 << 10, f"{peak} bytes allocated reading a {path.stat().st_size}-byte file"
+
+
+def test_an_interrupt_mid_read_comes_out_as_itself(tmp_path):
+    """The load budget's watchdog interrupts a read wherever it is, with views into the mapped file alive in
+    the interrupt's traceback: the map cannot close under them, and the interrupt must come out as itself
+    (it came out as BufferError "cannot close exported pointers exist", so the refusal named no budget).
+    A trace function raises where the watchdog would: inside the reader's take()."""
+    import sys
+
+    small_gguf(tmp_path)
+
+    class Interrupt(Exception):
+        pass
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "take":
+            raise Interrupt
+        return None
+
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(Interrupt):
+            read_metadata(tmp_path / "small.gguf")
+    finally:
+        sys.settrace(None)
+    assert read_metadata(tmp_path / "small.gguf")["tokenizer.chat_template"] == "{{ messages[0]['content'] }}"

@@ -48,6 +48,9 @@ class ScriptedEngine:
     def check_admission(self, n: int = 1, request_id: str | None = None) -> None:
         pass
 
+    async def check_health(self) -> None:
+        """vLLM's /health asks its engine client; the scripted engine is always up."""
+
     async def is_tracing_enabled(self) -> bool:
         return False
 

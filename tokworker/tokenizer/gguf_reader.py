@@ -79,12 +79,19 @@ def read_metadata(path: str | Path, prefixes: tuple[str, ...] = ("general.", "to
             size = handle.seek(0, 2)
             if size < 24:
                 raise MalformedVocabulary(path, f"is not a GGUF file: {size} bytes, shorter than its header")
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                return _Reader(path, memoryview(mapped), nested).metadata(prefixes, keys)
+            except MalformedVocabulary as error:
+                # raised afresh once the map is closed: this one's traceback holds views into it
+                failure = MalformedVocabulary(path, error.problem)
+            finally:
                 try:
-                    return _Reader(path, memoryview(mapped), nested).metadata(prefixes, keys)
-                except MalformedVocabulary as error:
-                    # raised afresh once the map is closed: this one's traceback holds views into it
-                    failure = MalformedVocabulary(path, error.problem)
+                    mapped.close()
+                except BufferError:
+                    # an interrupt (the load budget) went by with views into the map in its traceback: the
+                    # map goes with them, and the interrupt goes on as it came, not as this close's error
+                    pass
     except OSError as error:
         raise MalformedVocabulary(path, f"cannot be read: {error}") from None
     raise failure
