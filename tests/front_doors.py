@@ -137,6 +137,7 @@ class StandInEngine:
         asyncio.set_event_loop(self.loop)
         app = web.Application()
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
         app.router.add_post("/inference/v1/generate", self.generate)
         app.router.add_post("/inference/v1/abort_requests", self.abort)
         self.runner = web.AppRunner(app, handler_cancellation=True)
@@ -149,6 +150,10 @@ class StandInEngine:
 
     async def models(self, request):
         return web.json_response({"data": [{"id": "m", "max_model_len": 4096}]})
+
+    async def health(self, request):
+        """vLLM's /health: 200 while its engine lives, however busy (a hung generation is not a dead engine)."""
+        return web.Response()
 
     async def abort(self, request):
         return web.json_response({})

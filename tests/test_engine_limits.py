@@ -64,6 +64,32 @@ def test_clients_giving_up_on_a_silent_engine_release_its_connections(engine, tm
         assert engine.served == 1
 
 
+def test_a_pool_full_of_slow_requests_is_not_a_dead_engine(engine, tmp_path):
+    """Every engine connection busy with a request still waiting (as at full load with long replies): the
+    health poll has a connection of its own, so /health stays 200 and new requests are not refused with
+    503. Before, the poll queued behind the requests, timed out after 2 s, and the front door refused all."""
+    engine.mode = "hang"
+    with front_door("--engine", "vllm", "--engine-url", engine.url, "--engine-max-connections", "2",
+                    "--health-interval", "0.2", log_path=tmp_path / "api.log") as (base, _):
+        async def hold_and_watch():
+            async with aiohttp.ClientSession() as session:
+                held = [asyncio.create_task(session.post(base + "/v1/completions", json=COMPLETION))
+                        for _ in range(2)]
+                await asyncio.sleep(0.5)
+                statuses = []
+                for _ in range(15):                         # 3 s: past the poll's 2 s timeout
+                    async with session.get(base + "/health") as response:
+                        statuses.append(response.status)
+                    await asyncio.sleep(0.2)
+                for task in held:
+                    task.cancel()
+                await asyncio.gather(*held, return_exceptions=True)
+                return statuses
+        statuses = asyncio.run(hold_and_watch())
+        assert engine.open == 0 or wait_until(lambda: engine.open == 0, 15)
+        assert set(statuses) == {200}, statuses
+
+
 def test_an_engine_that_never_sends_headers_times_out(engine, tmp_path):
     engine.mode = "hang"
     with front_door("--engine", "vllm", "--engine-url", engine.url, "--engine-header-timeout-s", "1",

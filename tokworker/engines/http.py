@@ -71,6 +71,7 @@ class HttpEngine(Engine):
         self.health_timeout = health_timeout
         self.vocab_size = 1 << 62                  # the pool's, from start(): an id past it is the engine's error
         self.session = None
+        self.health_session = None                 # its own connection: a pool full of streams is not a dead engine
         self.tasks: dict[str, asyncio.Task] = {}
         self.kept: dict[str, object] = {}              # what read() keeps per request between its events
         self.posts: set[asyncio.Task] = set()          # abort POSTs in flight (awaited by close)
@@ -87,13 +88,14 @@ class HttpEngine(Engine):
                                              timeout=aiohttp.ClientTimeout(sock_connect=limits.connect_timeout,
                                                                            sock_read=limits.read_timeout),
                                              read_bufsize=self.max_event_bytes // 2)
+        self.health_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1))
         try:
             await self.probe(pool)
         except (aiohttp.ClientError, OSError, ValueError, asyncio.TimeoutError) as error:
-            await self.session.close()
+            await self.close_sessions()
             raise EngineError(ErrorCode.ENGINE_UNAVAILABLE, f"{self.name} at {self.url} does not answer: {error}")
         except BaseException:
-            await self.session.close()
+            await self.close_sessions()
             raise
 
     async def probe(self, pool) -> None:
@@ -129,8 +131,12 @@ class HttpEngine(Engine):
         for task in list(self.tasks.values()):
             task.cancel()
         await asyncio.gather(*self.tasks.values(), *self.posts, return_exceptions=True)
-        if self.session is not None:
-            await self.session.close()
+        await self.close_sessions()
+
+    async def close_sessions(self) -> None:
+        for session in (self.session, self.health_session):
+            if session is not None:
+                await session.close()
 
     def running(self) -> int:
         return len(self.tasks)
@@ -139,10 +145,10 @@ class HttpEngine(Engine):
         """GET the engine's health route: 200 within health_timeout seconds, or not healthy."""
         import aiohttp
 
-        if self.session is None or self.session.closed:
+        if self.health_session is None or self.health_session.closed:
             return False
         try:
-            async with self.session.get(self.url + self.health_route,
+            async with self.health_session.get(self.url + self.health_route,
                                         timeout=aiohttp.ClientTimeout(total=self.health_timeout)) as response:
                 return response.status == 200
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
