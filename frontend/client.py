@@ -30,6 +30,7 @@ import uuid
 from collections import deque
 from pathlib import Path
 
+import msgspec
 import zmq
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
@@ -228,6 +229,78 @@ class TokenizerPool:
                                        add_generation_prompt=add_generation_prompt,
                                        continue_final_message=continue_final_message, chat_template=chat_template,
                                        template_kwargs=template_kwargs, return_text=return_text), timeout)
+
+    async def render_open(self, opens: list[OpenStream], max_model_len: int, messages: list, tools=None, *,
+                          add_generation_prompt: bool = True, continue_final_message: bool = False,
+                          chat_template: str | None = None, documents: list | None = None,
+                          timeout: float | None = None, **template_kwargs) -> tuple[RenderReply, list[StreamHandle]]:
+        """render(), and in the same trip the streams of `opens` (OpenStream messages without a prompt: a
+        `params.max_tokens` of None takes what the context of `max_model_len` tokens leaves) opened on the
+        rendered prompt, all on the worker with the fewest streams; one with `sink` only where that worker
+        takes sockets. The prompt's ids cross the wire once. Their handles come back (step them as open_stream's),
+        or none when the prompt leaves them no room in the context (nothing was opened; the reply has the ids)."""
+        self._check_open()
+        for msg in opens:
+            existing = self.streams.get(msg.stream_id)
+            if existing is not None and not existing.finished:
+                raise InvalidRequest(ErrorCode.STREAM_EXISTS, f"stream {msg.stream_id!r} is already open")
+        if self.open_streams + len(opens) > self.max_streams:
+            raise Overloaded(ErrorCode.OVERLOADED, f"{self.open_streams} streams open, the pool's limit")
+        while True:
+            link = min(self._for_new_work(), key=lambda link: (link.open_streams, link.load))
+            takes_sockets = "sinks" in link.info.capabilities
+            placed = [msgspec.structs.replace(msg, sink=msg.sink and msg.chunks is not None and takes_sockets)
+                      for msg in opens]
+            body = encode_request(Render(messages=messages, tools=tools, documents=documents,
+                                         add_generation_prompt=add_generation_prompt,
+                                         continue_final_message=continue_final_message, chat_template=chat_template,
+                                         template_kwargs=template_kwargs, open=placed, max_model_len=max_model_len))
+            link.check(size=len(body))               # bounded in flight as any render
+            streams = [StreamHandle(msg.stream_id, link, msg.params, None, None, False, msg.chunks, self._retire,
+                                    None, msg.sink) for msg in placed]
+            for stream in streams:
+                link.place(stream)
+                self.streams[stream.id] = stream
+
+            gave_up = []                                # the caller stopped waiting
+
+            def rendered(reply: RenderReply):
+                if not reply.opened:
+                    self._forget(streams)
+                    return reply, []
+                for stream in streams:                  # what a replay on another worker opens it with
+                    stream.opened = True
+                    stream.prompt_ids = reply.ids
+                    if stream.params.max_tokens is None:
+                        stream.params = msgspec.structs.replace(stream.params,
+                                                                max_tokens=max_model_len - len(reply.ids))
+                if gave_up:
+                    self._forget(streams)
+                return reply, streams
+
+            try:
+                return await link.request(body, on_reply=rendered, on_error=lambda _: self._forget(streams),
+                                          timeout=timeout)
+            except ShuttingDown:
+                continue                                     # that worker is draining: render it on another
+            except asyncio.CancelledError:
+                # the worker opens them only when its render is done, after any close sent now: they are
+                # closed when (and if) its reply says they opened
+                gave_up.append(True)
+                if streams[0].opened:
+                    self._forget(streams)
+                raise
+
+    def _forget(self, streams: list[StreamHandle]) -> None:
+        """Handles whose streams nobody will step: out of the table, and closed on their worker if opened."""
+        opened = [stream.id for stream in streams if stream.opened and not stream.finished]
+        for stream in streams:
+            if self.streams.get(stream.id) is stream:
+                del self.streams[stream.id]
+            stream.close()
+        link = streams[0].link
+        if opened and not link.down:
+            link.request(encode_request(CloseStreams(stream_ids=opened)), stateful=True).add_done_callback(quiet)
 
     async def encode(self, texts: str | list[str], *, add_special_tokens: bool = False,
                      split_special_tokens: bool = False, timeout: float | None = None):

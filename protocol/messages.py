@@ -17,7 +17,7 @@ import msgspec
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 
 # 6: a step reply's empty updates are nil; stats count dropped messages (see PROTOCOL.md for the others)
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 ID_FRAME = struct.Struct("<Q")          # a request id frame: 8 bytes, little-endian
 
 
@@ -147,7 +147,10 @@ class StatsReply(_Reply, tag="stats"):
 
 class Render(_Request, tag="render"):
     """Chat messages (and tools) -> prompt ids through the model's chat template. `chat_template` is an
-    untrusted template from the request: refused with FORBIDDEN unless the operator enabled it."""
+    untrusted template from the request: refused with FORBIDDEN unless the operator enabled it.
+    `open`: streams the worker opens on the rendered prompt in the same trip (their `prompt_ids` and
+    `prompt_text` are the render's; a `params.max_tokens` of None becomes what `max_model_len` leaves), when
+    the prompt fits the context; the reply then says `opened`. All open, or none."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
@@ -157,11 +160,14 @@ class Render(_Request, tag="render"):
     chat_template: str | None = None
     template_kwargs: dict[str, Any] = {}
     return_text: bool = False
+    open: list["OpenStream"] = []
+    max_model_len: int = 0
 
 
 class RenderReply(_Reply, tag="render"):
     ids: list[int]
     text: str | None = None
+    opened: bool = False                              # the Render's `open` streams are open
 
 
 class Encode(_Request, tag="encode"):

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tokworker.protocol.deltas import Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
+from tokworker.protocol.deltas import ChunkFormat, Delta, FunctionDelta, StreamParams, StreamUpdate, ToolCallDelta
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, Compile, CompileReply, Decode, DecodeReply,
                                Encode, EncodeReply, Error, ErrorReply, Guide, GuideQuery, GuideReply, GuideResult,
                                Hello, HelloReply, Limits, OpenReply, OpenStream, Render, RenderReply, Stats, StatsReply,
@@ -26,6 +26,10 @@ REQUESTS = [
     Render(messages=[{"role": "user", "content": "hi", "extra": {"nested": [1, 2.5, None, True]}}],
            tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
            add_generation_prompt=False, template_kwargs={"enable_thinking": False}, return_text=True),
+    Render(messages=[{"role": "user", "content": "hi"}], max_model_len=4096,
+           open=[OpenStream(stream_id="c-0", params=StreamParams(max_tokens=None, logprobs=2), sink=True,
+                            chunks=ChunkFormat(id="chatcmpl-1", model="m", created=1, n=2)),
+                 OpenStream(stream_id="c-1", chunks=ChunkFormat(id="chatcmpl-1", model="m", created=1, index=1, n=2))]),
     Encode(texts=["a", "ß 日本 🧑‍🚀", ""], add_special_tokens=True, split_special_tokens=True),
     Decode(ids=[[1, 2, 3], []], skip_special_tokens=True),
     Compile(json_schema={"type": "object", "properties": {"a": {"type": "integer"}}}),
@@ -47,7 +51,7 @@ REPLIES = [
     StatsReply(worker_id="w", index=0, pool_size=2, pid=1, model_fingerprint="f", uptime_s=1.5, draining=False,
                requests=3, errors=1, streams_open=2, streams_opened=9, queue_depth=0, max_rss_kb=1000,
                errors_by_code={"invalid": 1}),
-    RenderReply(ids=[1, 2], text="x"),
+    RenderReply(ids=[1, 2], text="x"), RenderReply(ids=[3], opened=True),
     EncodeReply(ids=[[1], []]),
     DecodeReply(texts=["a", ""]),
     CompileReply(constraint_id="c" * 32, pattern="a+", initial_state=1, vocab_size=151_669, eos_token_ids=[2]),

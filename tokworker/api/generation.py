@@ -20,7 +20,7 @@ from tokworker.api.errors import CONTEXT_LENGTH, ApiError, check_vocabulary
 from tokworker.api.plan import Plan
 from tokworker.api.serving import Choice, Exchange
 from tokworker.frontend.errors import PoolError
-from tokworker.protocol.messages import ErrorCode
+from tokworker.protocol.messages import ErrorCode, OpenStream
 from tokworker.wire import home
 
 EXCHANGE = web.RequestKey("tokworker.exchange", Exchange)
@@ -91,27 +91,30 @@ class Generations:
 
     async def _start(self, request: web.Request, plan: Plan, before: tuple[float, float]
                      ) -> tuple[Exchange, web.StreamResponse | None]:
-        """The prompt phase: render or encode, check against the context, open the streams, hand the
-        requests to the engine, and (streamed) send the headers. `before`: the seconds the body took to
-        read and map, and to wait for its turn (the Server-Timing header's first parts)."""
+        """The prompt phase: render (opening the streams in the same trip) or encode, check against the
+        context, open the streams, hand the requests to the engine, and (streamed) send the headers. `before`:
+        the seconds the body took to read and map, and to wait for its turn (the Server-Timing header's first
+        parts)."""
         exchange = request[EXCHANGE] = Exchange(plan, int(time.time()),
                                                 home(plan.api).id_prefix + secrets.token_hex(12))
+        total = plan.n * (1 if plan.prompts is None else len(plan.prompts))
+        exchange.choices = [Choice(f"{exchange.id}-{index}", index, exchange) for index in range(total)]
         began = time.perf_counter()
-        prompts = await self.prompts(plan)
-        rendered = time.perf_counter()
-        limits = [self.max_tokens(plan, prompt) for prompt in prompts]
+        if plan.render is not None:
+            prompts = [await self._render_open(exchange)]
+            rendered = opened = time.perf_counter()
+            limits = [self.max_tokens(plan, prompts[0])]
+        else:
+            prompts = await self.prompts(plan)
+            rendered = time.perf_counter()
+            limits = [self.max_tokens(plan, prompt) for prompt in prompts]
+            await self._open(exchange, prompts, [msgspec.structs.replace(plan.params, max_tokens=limit)
+                                                 for limit in limits])
+            opened = time.perf_counter()
         exchange.prompt_ids = prompts
         exchange.prompt_tokens = sum(len(p) for p in prompts)
         self.metrics.prompt_tokens += exchange.prompt_tokens
-        total = len(prompts) * plan.n
-        for p, prompt in enumerate(prompts):
-            for j in range(plan.n):
-                index = p * plan.n + j
-                exchange.choices.append(Choice(f"{exchange.id}-{index}", index, exchange))
-        params = [msgspec.structs.replace(plan.params, max_tokens=limit) for limit in limits]
         sampling = [msgspec.structs.replace(plan.sampling, max_tokens=limit) for limit in limits]
-        await self._open(exchange, prompts, params, total)
-        opened = time.perf_counter()
         # admitted: from here on, whatever is cancelled, the exchange ends exactly once (Serving.end)
         self.serving.admit(exchange)
         try:
@@ -181,22 +184,42 @@ class Generations:
             await response.write_eof()
         return response
 
-    async def _open(self, exchange: Exchange, prompts, params, total: int) -> None:
+    def _openings(self, exchange: Exchange, params_of) -> list[OpenStream]:
+        """The OpenStream of each choice (`params_of(choice)`): its chunk format, and whether its worker is to
+        write the client's socket (direct streaming: a streamed response of one choice)."""
+        plan = exchange.plan
+        direct = plan.stream and len(exchange.choices) == 1 and self.options.direct_streaming
+        base = msgspec.structs.replace(exchange.format, n=len(exchange.choices))
+        return [OpenStream(stream_id=c.name, params=params_of(c), chunks=msgspec.structs.replace(base, index=c.index),
+                           sink=direct) for c in exchange.choices]
+
+    async def _render_open(self, exchange: Exchange) -> list[int]:
+        """A chat's prompt rendered and its choices' streams opened on it, in one trip to one worker; the
+        prompt's ids. A prompt that leaves no room in the context opens nothing, and is refused here."""
+        plan = exchange.plan
+        params = msgspec.structs.replace(plan.params, max_tokens=plan.max_tokens)
+        reply, streams = await self.pool.render_open(self._openings(exchange, lambda choice: params),
+                                                     self.api.served.max_model_len, **plan.render)
+        if not streams:
+            self.max_tokens(plan, reply.ids)          # raises: the worker applies the same rule
+        exchange.direct = bool(streams) and streams[0].sink
+        return reply.ids
+
+    async def _open(self, exchange: Exchange, prompts, params) -> None:
+        """Completions: each choice's stream opened on its prompt (any worker)."""
         plan = exchange.plan
         opened = []
-        direct = plan.stream and total == 1 and self.options.direct_streaming
-        base = msgspec.structs.replace(exchange.format, n=total)
 
-        async def open_one(choice: Choice):
-            p = choice.index // plan.n
-            chunks = msgspec.structs.replace(base, index=choice.index)
-            stream = await self.pool.open_stream(choice.name, params[p], prompt_ids=prompts[p], buffer=False,
-                                                 chunks=chunks, sink=direct)
+        async def open_one(msg: OpenStream, prompt: list[int]):
+            stream = await self.pool.open_stream(msg.stream_id, msg.params, prompt_ids=prompt, buffer=False,
+                                                 chunks=msg.chunks, sink=msg.sink)
             exchange.direct = stream.sink
-            opened.append(choice.name)
+            opened.append(msg.stream_id)
 
+        openings = self._openings(exchange, lambda choice: params[choice.index // plan.n])
         try:
-            await asyncio.gather(*(open_one(c) for c in exchange.choices))
+            await asyncio.gather(*(open_one(msg, prompts[c.index // plan.n])
+                                   for msg, c in zip(openings, exchange.choices)))
         except BaseException:
             if opened:
                 await asyncio.shield(self.pool.close_stream(*opened))

@@ -34,7 +34,8 @@ class Handlers:
                        allow_untrusted_template=self.options.allow_request_templates,
                        openai_messages=True)      # requests carry OpenAI-shaped messages: normalized as vLLM does
         text, ids = render_chat_prompt(self.tokenizer, msg.messages, **options)
-        return RenderReply(ids=list(ids), text=text if msg.return_text else None)
+        # the streams it opens read the text (where generation starts); the server drops it after
+        return RenderReply(ids=list(ids), text=text if msg.return_text or msg.open else None)
 
     # ------------------------------------------------------------ encode / decode
     def encode(self, msg: Encode) -> EncodeReply:

@@ -75,13 +75,15 @@ def decode_error(exc: Exception) -> tuple[str, str]:
 
 class Job:
     """A stateless request on its way to the main thread and back: `message` is its ZeroMQ frame (a request
-    id, then the msgpack body); the reply's body, or `error` ((code, message)), is set there."""
+    id, then the msgpack body); the reply's body, or `error` ((code, message)), is set there. `opens`: the
+    streams a render opens on its prompt (Render.open), which the lane opens before it sends the body."""
 
-    __slots__ = ("identity", "request_id", "message", "arrived", "body", "error")
+    __slots__ = ("identity", "request_id", "message", "arrived", "body", "error", "opens")
 
     def __init__(self, identity: bytes, request_id: int, message: zmq.Frame, arrived: float):
         self.identity, self.request_id, self.message, self.arrived = identity, request_id, message, arrived
         self.body = self.error = None
+        self.opens = ()
 
 
 class _Blocked:
@@ -276,6 +278,15 @@ class Lane:
         self.queued -= 1
         self.queued_bytes -= len(job.message)
         header = job.message.buffer[:8].tobytes()
+        if job.error is None and job.opens:
+            if self.worker.sessions.stale(job.identity):   # its client re-sends it on its newer connection
+                job.error = (ErrorCode.STALE, "this connection's session moved to a newer connection")
+            else:
+                self.connections.note(job.identity, job.message)
+                try:
+                    self.worker.open_all(job.identity, job.opens)
+                except Exception as exc:
+                    job.error = error_of(exc)
         if job.error is not None:
             self.error(job.identity, header, *job.error)
         elif job.body is not None:

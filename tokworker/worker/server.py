@@ -32,7 +32,7 @@ from zmq.utils.garbage import gc as zero_copy
 from tokworker.protocol.endpoints import sinks_path
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, CodedError, Compile, Decode, Encode,
                                          ErrorCode, Forward, ForwardReply, Guide, Hello, HelloReply, Limits, OpenReply,
-                                         OpenStream, Render, StatsReply, Step, StepReply, decode_request)
+                                         OpenStream, Render, RenderReply, StatsReply, Step, StepReply, decode_request)
 from tokworker.templates.apply import compile_own_templates
 from tokworker.templates.watchdog import WATCHDOG
 from tokworker.worker.constraints import ConstraintCache
@@ -289,6 +289,10 @@ class Worker:
             if type(msg) is Compile and self.constraints.prepare(msg):  # once, outside any request's budget
                 freeze_heap()                                          # the trie lives as long as the process
             reply = self.budget.run(options.budget_s, self.stateless[type(msg)], msg)
+            if type(msg) is Render and msg.open:
+                job.opens = _opens_on(msg, reply)
+                reply.opened = bool(job.opens)
+                reply.text = reply.text if msg.return_text else None
             job.body = encode_reply(reply, options.max_message_bytes)
         except (Exception, BudgetExceeded) as exc:
             job.error = error_of(exc, options.budget_s)
@@ -315,6 +319,18 @@ class Worker:
         self._priced(len(msg.prompt_ids or ()) + sum(map(len, msg.replay)), "an open (prompt and replay)")
         self.streams.open(self.sessions.session(identity), msg)
         return OpenReply(stream_id=msg.stream_id)
+
+    def open_all(self, identity: bytes, opens: list[OpenStream]) -> None:
+        """A render's streams (Render.open): all open, or none (the first failure is raised)."""
+        opened = []
+        try:
+            for msg in opens:
+                self.open_stream(identity, msg)
+                opened.append(msg.stream_id)
+        except BaseException:
+            if opened:
+                self.streams.close(self.sessions.session(identity), opened)
+            raise
 
     def forward(self, identity: bytes, msg: Forward) -> ForwardReply:
         return ForwardReply(sse=self.streams.forward(self.sessions.session(identity), msg.stream_id))
@@ -393,3 +409,19 @@ def run_worker(options: WorkerOptions) -> int:
     worker = Worker(options)
     worker.serve(stop)
     return 0
+
+
+def _opens_on(msg: Render, reply: RenderReply) -> list[OpenStream]:
+    """A render's streams on its prompt, or none when the prompt leaves them no room in the context (the
+    client then refuses the request in its own words): a max_tokens of None becomes what the context leaves."""
+    prompt, context = len(reply.ids), msg.max_model_len
+    opens = []
+    for open_ in msg.open:
+        params = open_.params
+        if context:
+            if prompt >= context or params.max_tokens is not None and prompt + params.max_tokens > context:
+                return []
+            if params.max_tokens is None:
+                params = msgspec.structs.replace(params, max_tokens=context - prompt)
+        opens.append(msgspec.structs.replace(open_, params=params, prompt_ids=reply.ids, prompt_text=reply.text))
+    return opens

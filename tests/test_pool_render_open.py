@@ -1,0 +1,108 @@
+"""TokenizerPool.render_open: a chat rendered and its streams opened in one trip to one worker. The ids equal
+render()'s, the streams step exactly as streams opened on those ids, a prompt with no room in the context
+opens nothing anywhere, a caller that gives up mid-render leaves no stream behind on any worker, and a
+stream opened so survives its worker's kill -9 (its replay opens it on the render's ids)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from tokworker.frontend import TokenizerPool
+from tokworker.protocol.deltas import StreamParams
+from tokworker.protocol.messages import OpenStream
+
+pytestmark = pytest.mark.slow  # worker processes
+
+CHAT = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Naïve café, 日本語 and 🚀?"}]
+REPLY = "Sure: naïve café, 日本語 and 🚀 — all of them, one token at a time."
+
+
+async def _open_streams(pool: TokenizerPool) -> int:
+    return sum(stats.streams_open for stats in await pool.stats())
+
+
+async def _texts(pool: TokenizerPool, names: list[str], ids: list[int]) -> dict[str, str]:
+    texts = dict.fromkeys(names, "")
+    for token in ids:
+        for name, update in (await pool.step({name: [token] for name in names})).items():
+            texts[name] += "".join(delta.content or "" for delta in update.deltas)
+    for name, update in (await pool.step({}, finish=names)).items():
+        texts[name] += "".join(delta.content or "" for delta in update.deltas)
+    return texts
+
+
+def test_one_trip_equals_render_then_open():
+    async def main():
+        async with await TokenizerPool.spawn(workers=2) as pool:
+            reply_ids = await pool.encode(REPLY)
+            rendered = await pool.render(CHAT)
+            one, streams = await pool.render_open(
+                [OpenStream(stream_id=f"c{i}", params=StreamParams(max_tokens=None)) for i in range(3)], 4096, CHAT)
+            assert one.ids == rendered.ids and one.opened and one.text is None
+            assert {stream.link for stream in streams} == {streams[0].link}        # one worker holds them all
+            assert [stream.params.max_tokens for stream in streams] == [4096 - len(one.ids)] * 3
+            await pool.open_stream("two-trips", StreamParams(), prompt_ids=rendered.ids)
+            texts = await _texts(pool, ["c0", "c1", "c2", "two-trips"], reply_ids)
+            assert set(texts.values()) == {REPLY}
+            assert await _open_streams(pool) == 0
+    asyncio.run(main())
+
+
+def test_no_room_in_the_context_opens_nothing():
+    async def main():
+        async with await TokenizerPool.spawn(workers=1) as pool:
+            prompt = len((await pool.render(CHAT)).ids)
+            for context, max_tokens in ((prompt, None), (prompt + 5, 6), (prompt - 1, 1)):
+                reply, streams = await pool.render_open(
+                    [OpenStream(stream_id="s", params=StreamParams(max_tokens=max_tokens))], context, CHAT)
+                assert (reply.opened, streams, len(reply.ids)) == (False, [], prompt)
+                assert "s" not in pool.streams and pool.open_streams == 0
+            assert await _open_streams(pool) == 0
+            reply, streams = await pool.render_open(                               # exactly full: opens
+                [OpenStream(stream_id="s", params=StreamParams(max_tokens=5))], prompt + 5, CHAT)
+            assert reply.opened and streams[0].params.max_tokens == 5
+            assert await _open_streams(pool) == 1
+    asyncio.run(main())
+
+
+def test_a_caller_giving_up_mid_render_leaves_no_stream():
+    """The worker opens a render's streams only once its render is done, after any close the caller could
+    send when it gives up; the pool closes them when the reply says they opened."""
+    long_chat = [{"role": "user", "content": " ".join(f"word{i} 日本{i}" for i in range(6000))}]
+
+    async def main():
+        async with await TokenizerPool.spawn(workers=1) as pool:
+            for wait in (0, 0.001, 0.005, 0.02, 0.05):
+                task = asyncio.ensure_future(pool.render_open(
+                    [OpenStream(stream_id=f"gone-{wait}-{i}") for i in range(2)], 1 << 20, long_chat))
+                await asyncio.sleep(wait)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            for _ in range(100):                                   # the last render may still be running
+                if await _open_streams(pool) == 0 and pool.open_streams == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert await _open_streams(pool) == 0 and pool.open_streams == 0
+    asyncio.run(main())
+
+
+def test_a_render_opened_stream_survives_its_workers_death():
+    async def main():
+        async with await TokenizerPool.spawn(workers=1) as pool:
+            reply_ids = await pool.encode(REPLY)
+            _, streams = await pool.render_open([OpenStream(stream_id="s")], 4096, CHAT)
+            half = len(reply_ids) // 2
+            text = ""
+            for token in reply_ids[:half]:
+                text += "".join(d.content or "" for d in (await pool.step({"s": [token]}))["s"].deltas)
+            os.kill(pool.launcher.pids[0], signal.SIGKILL)
+            for token in reply_ids[half:]:
+                text += "".join(d.content or "" for d in (await pool.step({"s": [token]}))["s"].deltas)
+            text += "".join(d.content or "" for d in (await pool.step({}, finish=["s"]))["s"].deltas)
+            assert text == REPLY
+            assert pool.links[0].recoveries >= 1
+    asyncio.run(main())
