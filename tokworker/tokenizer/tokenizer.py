@@ -19,6 +19,7 @@ from .added_tokens import AddedVocabulary, LiteralSpans
 from .config import TokenizerConfig
 from .errors import UnsupportedComponent
 from .json_numbers import serde_f64
+from .parts import parts_of, run_ids
 
 _CACHE_LIMIT = 100_000       # words
 _CACHEABLE_WORD = 256        # characters; longer words are merged every time
@@ -268,14 +269,10 @@ class Tokenizer:
                     cache[word] = ids
             out += ids
 
-    # ------------------------------------------------------------------ encoding in parts
+    # ------------------------------------------------------------------ encoding in parts (parts.py)
     def encode_parts(self, text: str, parts: int, spans=None, split_special_tokens: bool = False) -> list[list]:
-        """`text` cut into at most `parts` runs of about equal length, only where the pipeline cuts anyway:
-        each run is a list of added-token ids (int) and the model's words (str, as the pre-tokenizer cut
-        them), so encoding each run apart (encode_run, on any worker holding this vocabulary) and joining
-        the ids gives exactly encode(text) (encode_with_literal_spans(text, spans) when `spans` is given),
-        without the post-processor's tokens. Finding the cuts is the added-token search, the normalizer and
-        the pre-tokenizer: the model's merges, the rest of the work, are what the runs carry off.
+        """`text` cut into at most `parts` runs for other workers to encode apart (encode_run), whose ids
+        joined are exactly encode(text) (encode_with_literal_spans(text, spans) with `spans`); see parts.py.
 
         >>> from pathlib import Path
         >>> import tokworker
@@ -286,45 +283,12 @@ class Tokenizer:
         >>> [i for run in runs for i in tok.encode_run(run)] == tok.encode("Hello world, hello again")
         True
         """
-        if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
-            raise ValueError(f"parts must be a positive int, not {parts!r}")
         _check_text(text)
-        checked = self._checked_spans(text, spans) if spans is not None else []
-        literal = LiteralSpans(checked) if checked else None
-        items: list = []
-        for piece, token_id, at_start in self.added.split(text, self._normalize, split_special_tokens, literal,
-                                                          self._space_is_prefix):
-            if token_id is not None:
-                items.append(token_id)
-            else:
-                items += self._words(piece, at_start)
-        size = sum(1 if type(item) is int else len(item) for item in items)
-        runs, run, filled, share = [], [], 0, size / parts
-        for item in items:
-            run.append(item)
-            filled += 1 if type(item) is int else len(item)
-            if filled >= share * (len(runs) + 1) and len(runs) < parts - 1:
-                runs.append(run)
-                run = []
-        if run or not runs:
-            runs.append(run)
-        return runs
+        return parts_of(self, text, parts, spans, split_special_tokens)
 
     def encode_run(self, run) -> list[int]:
-        """The ids of one run of encode_parts (added-token ids as they are, words through the model)."""
-        ids: list[int] = []
-        words: list[str] = []
-        for item in run:
-            if type(item) is int:
-                if words:
-                    self._encode_words(words, ids)
-                    words = []
-                ids.append(item)
-            else:
-                words.append(item)
-        if words:
-            self._encode_words(words, ids)
-        return ids
+        """The ids of one run of encode_parts."""
+        return run_ids(self, run)
 
     def _model_word_ids(self, word: str) -> list[int]:
         if self._byte_level_words:
