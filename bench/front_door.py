@@ -52,7 +52,7 @@ def _serve(step_interval: float, direct: bool) -> None:
     import uvloop
 
     from tokworker.api.run import serve_http
-    from tokworker.api.server import ApiOptions
+    from tokworker.api.options import ApiOptions
     from tokworker.engines.replay import ReplayEngine
 
     engine = ReplayEngine(lambda prompt, sampling: TEXT, step_interval=step_interval, max_model_len=65536)

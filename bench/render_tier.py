@@ -43,7 +43,7 @@ def _serve(model_dir: str) -> None:
     import uvloop
 
     from tokworker.api.run import serve_http
-    from tokworker.api.server import ApiOptions
+    from tokworker.api.options import ApiOptions
     from tokworker.engines.replay import ReplayEngine
 
     uvloop.run(serve_http({"workers": 1, "model_dir": model_dir, **PARSERS},

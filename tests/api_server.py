@@ -15,7 +15,8 @@ import time
 import uvloop
 from aiohttp import web
 
-from tokworker.api.server import Api, ApiOptions
+from tokworker.api.options import ApiOptions
+from tokworker.api.server import Api
 from tokworker.engines.replay import ReplayEngine
 from tokworker.frontend import TokenizerPool
 

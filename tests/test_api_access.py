@@ -18,7 +18,7 @@ import requests
 
 from api_server import running
 from engine_servers import process
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 from tools.llama_server import free_port
 
 pytestmark = pytest.mark.slow  # a `tokworker api` process and its pool

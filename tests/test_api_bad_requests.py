@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from api_server import SCENARIOS, TOOLS, running
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 
 pytestmark = pytest.mark.slow  # the front door on worker processes
 

@@ -18,7 +18,7 @@ import requests
 
 from api_server import running
 from tokworker.protocol.endpoints import sinks_path
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 
 pytestmark = pytest.mark.slow  # the front door on worker processes
 

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from api_server import running, script
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 from tokworker.engines.replay import ReplayEngine
 
 pytestmark = pytest.mark.slow  # the front door on worker processes

@@ -229,25 +229,6 @@ def test_schema_compiles_leave_the_loop_free(tmp_path):
         assert watch.slowest < 1, watch.slowest
 
 
-def test_the_flags_defaults_are_the_declared_ones():
-    """cli.py repeats the limits' defaults (its parser imports no aiohttp): they agree."""
-    from tokworker.api.limits import ServerLimits
-    from tokworker.api.server import ApiOptions
-    from tokworker.cli import _parser
-    from tokworker.engines.http import EngineLimits
-
-    args = _parser().parse_args(["api"])
-    server, engine, options = ServerLimits(), EngineLimits(), ApiOptions()
-    assert (args.header_timeout_s, args.keepalive_timeout_s, args.max_connections) == \
-        (server.header_timeout, server.keepalive_timeout, server.max_connections)
-    assert (args.max_body_bytes_in_flight, args.body_timeout_s) == (options.max_body_bytes_in_flight,
-                                                                    options.body_timeout)
-    assert (args.engine_connect_timeout_s, args.engine_header_timeout_s, args.engine_read_timeout_s,
-            args.engine_error_bytes, args.engine_max_connections) == \
-        (engine.connect_timeout, engine.header_timeout, engine.read_timeout, engine.error_bytes,
-         engine.max_connections)
-
-
 def test_a_slow_body_is_not_held_to_the_header_timeout(tmp_path):
     """The head's deadline ends with the head: a body arriving over 2 s under --header-timeout-s 1 is served."""
     with front_door("--header-timeout-s", "1", log_path=tmp_path / "api.log") as (base, _):

@@ -16,7 +16,7 @@ import requests
 
 from api_server import SCENARIOS, TOOLS, running
 from tokworker.api.derender import ID_COST, STREAM_COST
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 
 pytestmark = pytest.mark.slow  # a pool and the front door
 

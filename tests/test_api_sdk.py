@@ -17,7 +17,7 @@ import pytest
 
 from api_server import SCENARIOS, TOOLS, running
 from tests.realdata import CHAT_TEMPLATES
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 from tokworker.engines.replay import REPLY
 
 pytestmark = pytest.mark.slow  # the front door on worker processes

@@ -18,7 +18,7 @@ import pytest
 from api_server import running
 from bench import vllm_render
 from realdata import chat_templates, vocabulary
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 
 pytestmark = pytest.mark.slow  # vLLM's render server
 

@@ -16,7 +16,8 @@ MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker
            "tokworker.worker.sessions", "tokworker.api.errors", "tokworker.api.requests", "tokworker.api.plan",
            "tokworker.api.fanout",
            "tokworker.api.errorlog", "tokworker.api.workers_at", "tokworker.api.access", "tokworker.api.metrics",
-           "tokworker.engines.base", "tokworker.api.limits", "tokworker.engines.http"]
+           "tokworker.engines.base", "tokworker.api.limits", "tokworker.engines.http",
+           "tokworker.engines.options", "tokworker.api.options", "tokworker.cli"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -22,7 +22,7 @@ import requests
 from api_server import running
 from tests.llama_cpp import serve, smollm2
 from tests.realdata import CHAT_TEMPLATES
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 from tokworker.engines.llama_cpp import LlamaCppEngine
 
 pytestmark = pytest.mark.slow  # llama-server and a pool

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from api_server import running
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 from tokworker.engines.base import Engine, EngineOutput, Guide, SamplingParams
 from tokworker.engines.inprocess import InProcessEngine, allowed
 from tokworker.engines.replay import ReplayEngine, shortest_match

@@ -24,7 +24,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from api_server import TOOLS, running, script as scenario_script
 from tests.test_wire_formats import SCRIPTS, TOKENIZER, events, logprobs_for
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 from tokworker.engines.base import EngineError, EngineOutput
 from tokworker.engines.replay import ReplayEngine
 from tokworker.protocol.deltas import ChunkFormat, StreamParams

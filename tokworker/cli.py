@@ -1,5 +1,7 @@
-"""The `tokworker` command: `serve` (the daemon), `status` (a running daemon's health and counters),
-`keys` (CurveZMQ key pairs), `demo` (one chat turn)."""
+"""The `tokworker` command: `serve` (the daemon), `api` (the HTTP front door), `status` (a running daemon's
+health and counters), `keys` (CurveZMQ key pairs), `demo` (one chat turn). The settings' flags are made from
+their declarations: WorkerOptions' (worker/options.py) for `serve` and `api`; ApiOptions', ServerLimits'
+(api/options.py) and EngineLimits' (engines/options.py) for `api`."""
 
 from __future__ import annotations
 
@@ -90,51 +92,15 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--engine", default="replay", help="replay (scripted replies, the default), llama.cpp, vllm "
                                                         "or sglang")
     api.add_argument("--engine-url", help="where the engine listens (llama.cpp, vllm, sglang)")
-    api.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
-                     help="the model names requests may give (default: the model folder)")
     api.add_argument("--workers", type=int, default=2, help="tokenizer worker processes (default: 2)")
-    api.add_argument("--max-model-len", type=int, help="context length (default: the engine's)")
-    api.add_argument("--max-request-bytes", type=int, default=32 << 20, help="largest request body in bytes")
-    api.add_argument("--max-concurrent-requests", type=int, default=4096,
-                     help="requests served at once; more get 429")
-    api.add_argument("--max-buffer-bytes", type=int, default=4 << 20,
-                     help="bytes a streamed response may fall behind its client before it is cut")
-    api.add_argument("--direct-streaming", action=argparse.BooleanOptionalAction, default=None,
-                     help="local workers write single-choice streamed responses to the client themselves, so the "
-                          "API process only moves ids (the default where the workers are on this host; "
-                          "--no-direct-streaming forwards every response through the API process)")
-    api.add_argument("--max-queued-bytes", type=int, default=64 << 20,
-                     help="request bytes that may wait for the pool to take their prompts; more get 429")
-    api.add_argument("--derender-state-bytes", type=int, default=64 << 20,
-                     help="bytes of streamed derender sequences kept in the workers (vLLM's render tier routes); "
-                          "past it the least recently used is closed")
-    api.add_argument("--derender-max-streams", type=int, default=1024,
-                     help="streamed derender sequences kept at once, all clients together (at most half the pool's "
-                          "streams: the generation routes keep the rest); past it the least recently used of the "
-                          "client holding the most is closed")
-    api.add_argument("--derender-idle-s", type=float, default=300.0,
-                     help="seconds a streamed derender sequence may wait for its next chunk before it is closed")
-    _add_limit_flags(api)
-    api.add_argument("--replay-step-interval", type=float, default=0.01,
+    api.add_argument("--replay-step-interval", type=float, default=0.01, metavar="SECONDS",
                      help="seconds per step of the replay engine (default: 0.01)")
-    api.add_argument("--api-key", action="extend", nargs="+", metavar="KEY",
-                     help="require one of these keys (repeatable), as `Authorization: Bearer KEY` or `x-api-key: KEY`, "
-                          "on every route but /health; without it VLLM_API_KEY and TOKWORKER_API_KEY are read")
-    api.add_argument("--metrics-open", action="store_true", help="serve /metrics without an API key")
-    api.add_argument("--allowed-origins", type=_json_list, default=["*"], metavar="JSON",
-                     help='CORS: origins allowed, a JSON list (default: ["*"])')
-    api.add_argument("--allowed-methods", type=_json_list, default=["*"], metavar="JSON",
-                     help='CORS: methods allowed, a JSON list (default: ["*"])')
-    api.add_argument("--allowed-headers", type=_json_list, default=["*"], metavar="JSON",
-                     help='CORS: request headers allowed, a JSON list (default: ["*"])')
-    api.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials (cookies)")
-    api.add_argument("--health-interval", type=float, default=1.0, metavar="SECONDS",
-                     help="seconds between two checks of the engine's health; /health answers 503 while it fails "
-                          "(default: 1)")
     api.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     api.add_argument("--enable-auto-tool-choice", action="store_true",
                      help="accepted for vLLM's command lines: tool calls are parsed whenever a request has tools")
     _add_worker_settings(api)
+    for struct, prefix, title, description in _api_settings():
+        _add_declared_flags(api.add_argument_group(title, description), struct, prefix)
     from tokworker.api.workers_at import add_workers_at_flags
     add_workers_at_flags(api)             # last: it refuses the flags above that only a pool of its own reads
 
@@ -175,34 +141,87 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if healthy(workers) else 1
 
 
-def _add_limit_flags(api: argparse.ArgumentParser) -> None:
-    """The server's and the HTTP engines' bounds: ServerLimits (tokworker/api/limits.py), ApiOptions and
-    EngineLimits (tokworker/engines/http.py) declare them; their defaults are repeated here so that building
-    the parser imports no aiohttp (tests/test_api_limits.py checks they agree)."""
-    api.add_argument("--max-body-bytes-in-flight", type=int, default=256 << 20,
-                     help="bytes of request bodies being received, all clients together; past it 429 "
-                          "(default: 256 MiB)")
-    api.add_argument("--body-timeout-s", type=float, default=60.0,
-                     help="seconds a request body may take to arrive; past it 408 (default: 60)")
-    api.add_argument("--header-timeout-s", type=float, default=10.0,
-                     help="seconds a request's head may take to arrive; past it 408 and the connection closes "
-                          "(default: 10)")
-    api.add_argument("--keepalive-timeout-s", type=float, default=75.0,
-                     help="seconds an idle connection is kept (default: 75)")
-    api.add_argument("--max-connections", type=int, default=None,
-                     help="client connections open at once (default: RLIMIT_NOFILE less the descriptors the pool, "
-                          "the engine and files need); past it the oldest idle one is closed, else 503")
-    api.add_argument("--engine-connect-timeout-s", type=float, default=10.0,
-                     help="seconds to connect to an HTTP engine (default: 10)")
-    api.add_argument("--engine-header-timeout-s", type=float, default=60.0,
-                     help="seconds an HTTP engine may take to send its response headers; past it 504 (default: 60)")
-    api.add_argument("--engine-read-timeout-s", type=float, default=300.0,
-                     help="seconds an HTTP engine may send nothing within a streamed response; past it the request "
-                          "ends with an error (default: 300)")
-    api.add_argument("--engine-error-bytes", type=int, default=64 << 10,
-                     help="bytes read of an HTTP engine's error body (default: 64 KiB)")
-    api.add_argument("--engine-max-connections", type=int, default=256,
-                     help="connections to an HTTP engine at once (default: 256)")
+def _api_settings() -> tuple[tuple[type, str, str, str], ...]:
+    """`tokworker api`'s declared settings: (the Struct, the prefix of its flags' names, the group of --help)."""
+    from tokworker.api.options import ApiOptions, ServerLimits
+    from tokworker.engines.options import EngineLimits
+
+    return ((ApiOptions, "", "front door", "the routes' bounds, API keys and CORS (tokworker/api/options.py)"),
+            (ServerLimits, "", "connections", "the HTTP server's bounds on its clients' connections"),
+            (EngineLimits, "engine_", "HTTP engine", "bounds on an engine reached over HTTP (llama.cpp, vllm, "
+                                                     "sglang: tokworker/engines/options.py)"))
+
+
+def _declared(struct: type) -> list[tuple[str, type, object, str, dict]]:
+    """The described fields of an options Struct, (field, type, default, description, extra): the type is
+    bool, int, float, str or list (of strings); an optional field's is its other type's (None: not given)."""
+    import msgspec
+
+    inspect = msgspec.inspect
+    kinds = ((inspect.BoolType, bool), (inspect.IntType, int), (inspect.FloatType, float), (inspect.StrType, str),
+             (inspect.ListType, list))
+    out = []
+    for field in inspect.type_info(struct).fields:
+        meta = field.type
+        if not isinstance(meta, inspect.Metadata) or "description" not in (meta.extra_json_schema or {}):
+            continue
+        kind = meta.type
+        if isinstance(kind, inspect.UnionType):
+            kind = next(member for member in kind.types if not isinstance(member, inspect.NoneType))
+        python = next(python for info, python in kinds if isinstance(kind, info))
+        default = field.default_factory() if field.default is msgspec.NODEFAULT else field.default
+        out.append((field.name, python, default, meta.extra_json_schema["description"], meta.extra or {}))
+    return out
+
+
+def _shown(field: str, default) -> str:
+    """A default as --help shows it: bytes in KiB, MiB or GiB when whole, seconds without a needless ".0",
+    a list as JSON.
+
+    >>> _shown("max_request_bytes", 32 << 20), _shown("body_timeout_s", 60.0), _shown("allowed_origins", ["*"])
+    ('32 MiB', '60', '["*"]')
+    """
+    import json
+
+    if isinstance(default, list):
+        return json.dumps(default)
+    if isinstance(default, float):
+        return f"{default:g}"
+    if "bytes" in field.split("_") and default:
+        for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+            if default % (1 << shift) == 0:
+                return f"{default >> shift} {unit}"
+    return str(default)
+
+
+def _add_declared_flags(group, struct: type, prefix: str) -> None:
+    """One flag per described field of `struct`: `--` + prefix + the field's name in dashes (dest: prefix +
+    field), its type and default, its description as help with the default (unless the description says it).
+    A bool that is off by default is a switch; one that is on is --x/--no-x, None when neither is given (so
+    that a check can tell a given flag). A list is read as its declaration's `syntax` says."""
+    for field, kind, default, description, extra in _declared(struct):
+        dest = prefix + field
+        flag = "--" + dest.replace("_", "-")
+        if not (default is None or default is False or default == [] or "default" in description):
+            description += f" (default: {_shown(field, default)})"
+        description = description.replace("%", "%%")
+        if kind is bool:
+            action = argparse.BooleanOptionalAction if default else "store_true"
+            group.add_argument(flag, dest=dest, action=action, default=None if default else False, help=description)
+            continue
+        metavar = extra.get("metavar") or ("SECONDS" if field.endswith("_s") else "BYTES" if "bytes" in field.split("_")
+                                           else "N" if kind is int else None)
+        if kind is list:
+            syntax = {"words": dict(nargs="+"), "repeatable": dict(action="extend", nargs="+"),
+                      "json": dict(type=_json_list)}[extra["syntax"]]
+            group.add_argument(flag, dest=dest, default=default, metavar=metavar, help=description, **syntax)
+        else:
+            group.add_argument(flag, dest=dest, type=kind, default=default, metavar=metavar, help=description)
+
+
+def _given(args: argparse.Namespace, struct: type, prefix: str) -> dict:
+    """`struct`'s declared settings as parsed (those left at None get the Struct's own default)."""
+    return {field: value for field, *_ in _declared(struct) if (value := getattr(args, prefix + field)) is not None}
 
 
 def _api(args: argparse.Namespace) -> int:
@@ -211,20 +230,17 @@ def _api(args: argparse.Namespace) -> int:
     import uvloop
 
     from tokworker.api.access import api_keys
-    from tokworker.api.limits import ServerLimits
+    from tokworker.api.options import ApiOptions, ServerLimits
     from tokworker.api.run import engine_for, serve_http
     from tokworker.api.workers_at import workers_at_from
-    from tokworker.api.server import ApiOptions
-    from tokworker.engines.http import EngineLimits
+    from tokworker.engines.options import EngineLimits
     from tokworker.worker.options import DEFAULT_MODEL_DIR, settings
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    given = {struct: _given(args, struct, prefix) for struct, prefix, *_ in _api_settings()}
     try:
         engine = engine_for(args.engine, args.engine_url, replay_step_interval=args.replay_step_interval,
-                            max_model_len=args.max_model_len, limits=EngineLimits(
-                                connect_timeout=args.engine_connect_timeout_s,
-                                header_timeout=args.engine_header_timeout_s, read_timeout=args.engine_read_timeout_s,
-                                error_bytes=args.engine_error_bytes, max_connections=args.engine_max_connections))
+                            max_model_len=args.max_model_len, limits=EngineLimits(**given[EngineLimits]))
         workers_at = workers_at_from(args)
         keys = api_keys(args.api_key)
     except ValueError as exc:
@@ -232,18 +248,8 @@ def _api(args: argparse.Namespace) -> int:
         return 2
     spawn = {field: getattr(args, field) for field, *_ in settings()}
     spawn.update(model_dir=args.model_dir, workers=args.workers, log_level=args.log_level)
-    options = ApiOptions(served_model_name=args.served_model_name, max_model_len=args.max_model_len,
-                         max_request_bytes=args.max_request_bytes, max_concurrent_requests=args.max_concurrent_requests,
-                         max_buffer_bytes=args.max_buffer_bytes, max_queued_bytes=args.max_queued_bytes,
-                         direct_streaming=args.direct_streaming is not False, drain_timeout=args.drain_timeout_s,
-                         derender_state_bytes=args.derender_state_bytes, derender_idle_s=args.derender_idle_s,
-                         derender_max_streams=args.derender_max_streams, api_key=keys,
-                         metrics_open=args.metrics_open, allowed_origins=args.allowed_origins,
-                         allowed_methods=args.allowed_methods, allowed_headers=args.allowed_headers,
-                         allow_credentials=args.allow_credentials, health_interval=args.health_interval,
-                         max_body_bytes_in_flight=args.max_body_bytes_in_flight, body_timeout=args.body_timeout_s)
-    limits = ServerLimits(header_timeout=args.header_timeout_s, keepalive_timeout=args.keepalive_timeout_s,
-                          max_connections=args.max_connections)
+    options = ApiOptions(**{**given[ApiOptions], "api_key": keys, "drain_timeout": args.drain_timeout_s})
+    limits = ServerLimits(**given[ServerLimits])
     try:
         uvloop.run(serve_http(workers_at or spawn, options, engine, host=args.host, port=args.port,
                               model_root=args.model_dir or ("" if workers_at else str(DEFAULT_MODEL_DIR)),

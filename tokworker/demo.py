@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from tokworker.api.server import ApiOptions
+from tokworker.api.options import ApiOptions
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city.",

@@ -2,12 +2,12 @@
 how many bytes of request bodies the process holds while they arrive, and how many connections it keeps
 open (below the process's descriptor limit).
 
-    limits = ServerLimits(header_timeout=10.0)
+    limits = ServerLimits(header_timeout_s=10.0)        # options.py
     runner = GuardedRunner(app, limits, connection_limit(None, reserve=128)[0], handler_cancellation=True)
     body = await BodyBudget(256 << 20, 60.0).read(request, max_size=32 << 20)
 
 A client sees each bound as an HTTP answer where HTTP allows one: a head not complete within
-`header_timeout` gets 408 and the connection closes; a body not complete within `body_timeout` gets 408; a
+`header_timeout_s` gets 408 and the connection closes; a body not complete within `body_timeout_s` gets 408; a
 body that would take the process's bodies past their budget gets 429, before its first byte is read when
 its Content-Length says so (413 when that alone is past the budget); a connection past the limit first
 closes the oldest idle connection (one waiting between requests, then one still sending its head), and when
@@ -24,23 +24,13 @@ import msgspec
 from aiohttp import web
 
 from tokworker.api.errors import ApiError
+from tokworker.api.options import ServerLimits
 from tokworker.protocol.messages import ErrorCode
 
 log = logging.getLogger("tokworker.api")
 RESERVED_DESCRIPTORS = 128         # the pool's sockets, the listening socket, logs, pipes, the event loop's own
 DISCARD_BYTES = 256 * 1024         # of a refused body, read and dropped so its client reads the answer (as Go's)
 CLOSE_AFTER = web.RequestKey("tokworker.close_after", bool)
-
-
-class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """The connection-level bounds (each a `tokworker api` flag): `header_timeout` seconds for a request's
-    head from a connection's start or the first byte after its previous response; `keepalive_timeout`
-    seconds an idle connection is kept; `max_connections` open at once (None: what RLIMIT_NOFILE allows,
-    see connection_limit)."""
-
-    header_timeout: float = 10.0
-    keepalive_timeout: float = 75.0
-    max_connections: int | None = None
 
 
 class RequestTimeout(ApiError):
@@ -167,7 +157,7 @@ class GuardedHandler(web.RequestHandler):
         self._arm()
 
     def _arm(self) -> None:
-        self.head_timer = self._loop.call_later(self._manager.limits.header_timeout, self._head_late)
+        self.head_timer = self._loop.call_later(self._manager.limits.header_timeout_s, self._head_late)
 
     def data_received(self, data: bytes) -> None:
         parsed = self._request_count
@@ -211,7 +201,7 @@ class GuardedHandler(web.RequestHandler):
         self._manager.late += 1
         self.transport.write(raw_answer(408, "Request Timeout", ErrorCode.TIMEOUT,
                                         f"the request's head did not arrive within "
-                                        f"{self._manager.limits.header_timeout:g} s (--header-timeout-s)"))
+                                        f"{self._manager.limits.header_timeout_s:g} s (--header-timeout-s)"))
         self.force_close()
 
 
@@ -249,7 +239,7 @@ class GuardedRunner(web.AppRunner):
     """web.AppRunner whose server keeps `limits` (aiohttp's keep-alive timeout among them)."""
 
     def __init__(self, app: web.Application, limits: ServerLimits, max_connections: int, **kwargs):
-        super().__init__(app, keepalive_timeout=limits.keepalive_timeout, **kwargs)
+        super().__init__(app, keepalive_timeout=limits.keepalive_timeout_s, **kwargs)
         self.limits = limits
         self.max_connections = max_connections
 

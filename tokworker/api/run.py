@@ -16,8 +16,9 @@ import signal
 
 from aiohttp import web
 
-from tokworker.api.limits import RESERVED_DESCRIPTORS, GuardedRunner, ServerLimits, connection_limit
-from tokworker.api.server import AccessLogger, Api, ApiOptions
+from tokworker.api.limits import RESERVED_DESCRIPTORS, GuardedRunner, connection_limit
+from tokworker.api.options import ApiOptions, ServerLimits
+from tokworker.api.server import AccessLogger, Api
 from tokworker.api.workers_at import WorkersAt
 
 log = logging.getLogger("tokworker.api")
@@ -36,7 +37,7 @@ def engine_for(name: str, url: str | None = None, *, replay_step_interval: float
         raise ValueError(f"unknown engine {name!r}: one of {', '.join(ENGINES)}")
     if not url:
         raise ValueError(f"--engine {name} needs --engine-url (where the engine listens)")
-    from tokworker.engines.http import EngineLimits
+    from tokworker.engines.options import EngineLimits
     limits = limits or EngineLimits()
     if name == "llama.cpp":
         from tokworker.engines.llama_cpp import LlamaCppEngine

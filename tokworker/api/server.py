@@ -33,6 +33,7 @@ from tokworker.api.fanout import priced
 from tokworker.api.health import EngineHealth
 from tokworker.api.limits import BodyBudget
 from tokworker.api.metrics import Metrics
+from tokworker.api.options import ApiOptions
 from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_completion, plan_messages,
                                 plan_responses, request_template_kwargs)
 from tokworker.api.render import RenderTier, json_response
@@ -50,31 +51,6 @@ IGNORED_LOGGED = 1024                   # distinct unknown fields logged (each o
 JSON_TYPES = ("application/json", "application/octet-stream")    # or none, or a +json type
 RETRY_AFTER_S = "1"                      # a 503's Retry-After: the engine's health is polled about this often
 PRICED_CHAT, PRICED_COMPLETION = priced(plan_chat), priced(plan_completion)    # n and prompt lists fan out
-
-
-class ApiOptions(msgspec.Struct, kw_only=True):
-    """The front door's settings (each is a `tokworker api` flag)."""
-
-    served_model_name: list[str] = []        # the names requests may give as `model`; the first is reported
-    max_model_len: int | None = None         # None: the engine's
-    max_request_bytes: int = 32 * 1024 * 1024
-    max_concurrent_requests: int = 4096
-    max_buffer_bytes: int = 4 * 1024 * 1024  # a streamed response this far behind its client is cut
-    max_queued_bytes: int = 64 * 1024 * 1024 # request bodies waiting for the pool to take their prompts
-    direct_streaming: bool = True            # local workers write single-choice streamed bodies themselves
-    drain_timeout: float = 30.0
-    derender_state_bytes: int = 64 * 1024 * 1024  # streamed derender sequences kept in the workers (derender.py)
-    derender_max_streams: int = 1024              # and how many (at most half the pool's streams)
-    derender_idle_s: float = 300.0                # a kept sequence idle this long is closed
-    api_key: list[str] = []                  # none: open; else every route but /health needs one (access.py)
-    metrics_open: bool = False               # /metrics without a key
-    allowed_origins: list[str] = msgspec.field(default_factory=lambda: ["*"])   # CORS, as vllm serve's (access.py)
-    allowed_methods: list[str] = msgspec.field(default_factory=lambda: ["*"])
-    allowed_headers: list[str] = msgspec.field(default_factory=lambda: ["*"])
-    allow_credentials: bool = False
-    health_interval: float = 1.0             # seconds between two polls of the engine's health (health.py)
-    max_body_bytes_in_flight: int = 256 * 1024 * 1024  # request bodies being received, all clients together
-    body_timeout: float = 60.0               # seconds a request body may take to arrive (limits.py)
 
 
 class Api:
@@ -102,7 +78,7 @@ class Api:
         self.access = Access(options.api_key, metrics_open=options.metrics_open,
                              allowed_origins=options.allowed_origins, allowed_methods=options.allowed_methods,
                              allowed_headers=options.allowed_headers, allow_credentials=options.allow_credentials)
-        self.bodies = BodyBudget(options.max_body_bytes_in_flight, options.body_timeout)
+        self.bodies = BodyBudget(options.max_body_bytes_in_flight, options.body_timeout_s)
 
     async def start(self) -> None:
         await self.engine.start(self.pool)

@@ -26,6 +26,7 @@ import msgspec
 from tokworker.constrain.regex_syntax import RegexError
 from tokworker.constrain.tool_choice import tool_call_pattern
 from tokworker.engines.base import Engine, EngineError, Guide, SamplingParams
+from tokworker.engines.options import EngineLimits
 from tokworker.protocol.messages import ErrorCode
 
 # The engine's answer to a request, as the HTTP caller's: what the request asked wrongly stays the client's
@@ -38,21 +39,6 @@ DATA = b"data: "
 JSON = {"Content-Type": "application/json"}
 encode = msgspec.json.encode
 DONE = b"[DONE]"
-
-
-class EngineLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """How long and how much the adapter waits on an HTTP engine (each a `tokworker api` flag):
-    `connect_timeout` seconds to open a connection; `header_timeout` seconds from sending a request (a free
-    pooled connection included) to the engine's response headers; `read_timeout` seconds between two reads of
-    a streamed response (a long prefill is a wait before the first event); `error_bytes` of an error
-    response's body read (the rest is never read: the connection is closed); `max_connections` to the
-    engine at once."""
-
-    connect_timeout: float = 10.0
-    header_timeout: float = 60.0
-    read_timeout: float = 300.0
-    error_bytes: int = 64 * 1024
-    max_connections: int = 256
 
 
 class HttpEngine(Engine):
@@ -85,8 +71,8 @@ class HttpEngine(Engine):
         # aiohttp refuses a line past twice its read buffer: that bounds one event in bytes
         limits = self.limits
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limits.max_connections),
-                                             timeout=aiohttp.ClientTimeout(sock_connect=limits.connect_timeout,
-                                                                           sock_read=limits.read_timeout),
+                                             timeout=aiohttp.ClientTimeout(sock_connect=limits.connect_timeout_s,
+                                                                           sock_read=limits.read_timeout_s),
                                              read_bufsize=self.max_event_bytes // 2)
         self.health_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1))
         try:
@@ -106,7 +92,7 @@ class HttpEngine(Engine):
 
     async def get_json(self, path: str, max_bytes: int = 4 << 20):
         """GET a JSON document of at most `max_bytes` (ValueError past it, or on another status than 200)."""
-        async with asyncio.timeout(self.limits.header_timeout):
+        async with asyncio.timeout(self.limits.header_timeout_s):
             response = await self.session.get(self.url + path)
         async with response:
             if response.status != 200:
@@ -123,8 +109,8 @@ class HttpEngine(Engine):
         return message(raw)
 
     async def request(self, path: str, body: dict):
-        """POST `body` and wait for the engine's response headers, at most `header_timeout` seconds."""
-        async with asyncio.timeout(self.limits.header_timeout):
+        """POST `body` and wait for the engine's response headers, at most `header_timeout_s` seconds."""
+        async with asyncio.timeout(self.limits.header_timeout_s):
             return await self.session.post(self.url + path, data=encode(body), headers=JSON)
 
     async def close(self) -> None:
@@ -255,13 +241,13 @@ def _engine_error(failure: Exception, name: str, url: str, max_event_bytes: int,
         return failure
     if isinstance(failure, aiohttp.ConnectionTimeoutError):  # these three are TimeoutErrors: first
         return EngineError(ErrorCode.UNAVAILABLE, f"{name} at {url}: no connection within "
-                                                  f"{limits.connect_timeout:g} s (--engine-connect-timeout-s)")
+                                                  f"{limits.connect_timeout_s:g} s (--engine-connect-timeout-s)")
     if isinstance(failure, aiohttp.ServerTimeoutError):
-        return EngineError(ErrorCode.TIMEOUT, f"{name} at {url} sent nothing for {limits.read_timeout:g} s "
+        return EngineError(ErrorCode.TIMEOUT, f"{name} at {url} sent nothing for {limits.read_timeout_s:g} s "
                                               f"(--engine-read-timeout-s)")
     if isinstance(failure, asyncio.TimeoutError):
         return EngineError(ErrorCode.TIMEOUT, f"{name} at {url} sent no response headers within "
-                                              f"{limits.header_timeout:g} s (--engine-header-timeout-s)")
+                                              f"{limits.header_timeout_s:g} s (--engine-header-timeout-s)")
     if isinstance(failure, LineTooLong):
         return EngineError(ErrorCode.ENGINE_ERROR, f"{name} sent an event over {max_event_bytes} bytes")
     if isinstance(failure, asyncio.TimeoutError):
