@@ -33,8 +33,8 @@ from pathlib import Path
 import msgspec
 import zmq
 
-from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
-from tokworker.protocol.messages import (CloseStreams, StreamError, Compile, Decode, Encode, ErrorCode, Forward, OpenStream, Render,
+from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate, room
+from tokworker.protocol.messages import (CloseStreams, StreamError, Compile, Decode, Encode, EncodeRun, ErrorCode, Forward, OpenStream, Render,
                                RenderReply, Stats, StatsReply)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, guide
 from tokworker.frontend.errors import InvalidRequest, NoSuchSocket, Overloaded, PoolError, ShuttingDown, WorkerLost
@@ -238,7 +238,9 @@ class TokenizerPool:
         `params.max_tokens` of None takes what the context of `max_model_len` tokens leaves) opened on the
         rendered prompt, all on the worker with the fewest streams; one with `sink` only where that worker
         takes sockets. The prompt's ids cross the wire once. Their handles come back (step them as open_stream's),
-        or none when the prompt leaves them no room in the context (nothing was opened; the reply has the ids)."""
+        or none when the prompt leaves them no room in the context (nothing was opened; the reply has the ids).
+        A long prompt is cut by its worker and its runs encoded on the others at once (Render.parts); its
+        streams open when the ids are joined."""
         self._check_open()
         for msg in opens:
             existing = self.streams.get(msg.stream_id)
@@ -247,40 +249,40 @@ class TokenizerPool:
         if self.open_streams + len(opens) > self.max_streams:
             raise Overloaded(ErrorCode.OVERLOADED, f"{self.open_streams} streams open, the pool's limit")
         while True:
-            link = min(self._for_new_work(), key=lambda link: (link.open_streams, link.load))
+            links = self._for_new_work()
+            link = min(links, key=lambda link: (link.open_streams, link.load))
             takes_sockets = "sinks" in link.info.capabilities
             placed = [msgspec.structs.replace(msg, sink=msg.sink and msg.chunks is not None and takes_sockets)
                       for msg in opens]
             body = encode_request(Render(messages=messages, tools=tools, documents=documents,
                                          add_generation_prompt=add_generation_prompt,
                                          continue_final_message=continue_final_message, chat_template=chat_template,
-                                         template_kwargs=template_kwargs, open=placed, max_model_len=max_model_len))
+                                         template_kwargs=template_kwargs, open=placed, max_model_len=max_model_len,
+                                         parts=len(links)))
             link.check(size=len(body))               # bounded in flight as any render
             streams = [StreamHandle(msg.stream_id, link, msg.params, None, None, False, msg.chunks, self._retire,
                                     None, msg.sink) for msg in placed]
             for stream in streams:
                 link.place(stream)
                 self.streams[stream.id] = stream
-
             gave_up = []                                # the caller stopped waiting
 
             def rendered(reply: RenderReply):
-                if not reply.opened:
+                if reply.runs:                          # cut: they open on the joined ids
+                    if gave_up:
+                        self._forget(streams)
+                    return reply
+                if not reply.opened or gave_up:
+                    for stream in streams:
+                        stream.opened = reply.opened
                     self._forget(streams)
-                    return reply, []
-                for stream in streams:                  # what a replay on another worker opens it with
-                    stream.opened = True
-                    stream.prompt_ids = reply.ids
-                    if stream.params.max_tokens is None:
-                        stream.params = msgspec.structs.replace(stream.params,
-                                                                max_tokens=max_model_len - len(reply.ids))
-                if gave_up:
-                    self._forget(streams)
-                return reply, streams
+                else:
+                    _acknowledged(streams, reply.ids, max_model_len)
+                return reply
 
             try:
-                return await link.request(body, on_reply=rendered, on_error=lambda _: self._forget(streams),
-                                          timeout=timeout)
+                reply = await link.request(body, on_reply=rendered, on_error=lambda _: self._forget(streams),
+                                           timeout=timeout)
             except ShuttingDown:
                 continue                                     # that worker is draining: render it on another
             except asyncio.CancelledError:
@@ -290,6 +292,42 @@ class TokenizerPool:
                 if streams[0].opened:
                     self._forget(streams)
                 raise
+            if reply.runs:
+                await self._join_and_open(reply, streams, max_model_len, timeout)
+            return reply, streams if reply.opened else []
+
+    async def _join_and_open(self, reply: RenderReply, streams: list[StreamHandle], max_model_len: int,
+                             timeout: float | None) -> None:
+        """A prompt its worker cut: its other runs encoded at once on the least loaded workers and joined
+        into `reply.ids`, then the streams opened on them where they were placed (unless the prompt leaves no
+        room, as render_open's)."""
+        sent: list[str] = []
+        try:
+            parts = await asyncio.gather(*(self._call(EncodeRun(run=run), timeout) for run in reply.runs))
+            for part in parts:
+                reply.ids += part.ids[0]
+            reply.runs = []
+            limits = [room(len(reply.ids), stream.params.max_tokens, max_model_len) for stream in streams]
+            if 0 in limits:
+                self._forget(streams)
+                return
+            link, ids = streams[0].link, reply.ids
+            requests = []
+            for stream, limit in zip(streams, limits):
+                params = msgspec.structs.replace(stream.params, max_tokens=limit)
+                requests.append(link.request(encode_request(OpenStream(stream_id=stream.id, params=params,
+                                                                       prompt_ids=ids, chunks=stream.chunks,
+                                                                       sink=stream.sink)),
+                                             on_error=stream.fail, stateful=True))
+                sent.append(stream.id)
+            await asyncio.gather(*requests)
+            _acknowledged(streams, ids, max_model_len)
+            reply.opened = True
+        except BaseException:
+            for stream in streams:
+                stream.opened = stream.opened or stream.id in sent   # the lane opens before it reads a close
+            self._forget(streams)
+            raise
 
     def _forget(self, streams: list[StreamHandle]) -> None:
         """Handles whose streams nobody will step: out of the table, and closed on their worker if opened."""
@@ -520,3 +558,13 @@ async def _checked_peer(endpoint: str, timeout: float) -> None:
             raise NoSuchSocket(ErrorCode.WORKER_LOST, f"no such socket: {parsed.path} (the daemon holding {endpoint}, "
                                                       f"pid {pid}, has not bound it in {timeout:g} s)")
         await asyncio.sleep(0.05)
+
+
+def _acknowledged(streams: list[StreamHandle], ids: list[int], max_model_len: int) -> None:
+    """Streams their worker opened on the prompt `ids`: what a replay on another worker opens them with."""
+    for stream in streams:
+        stream.opened = True
+        stream.prompt_ids = ids
+        limit = room(len(ids), stream.params.max_tokens, max_model_len)
+        if limit != stream.params.max_tokens:
+            stream.params = msgspec.structs.replace(stream.params, max_tokens=limit)

@@ -56,6 +56,22 @@ class StreamParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     continuous_usage_stats: bool = False  # vLLM's option: every update carries the usage so far
 
 
+def room(prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> int | None:
+    """The tokens a stream may generate after a prompt of `prompt_tokens` in a context of `max_model_len`
+    tokens (0: unbounded): `max_tokens`, or all the context leaves when that is None; 0 when the prompt leaves
+    no room (no stream may open on it). The one rule of the worker that opens a render's streams and of the
+    API process that refuses the request.
+
+    >>> room(10, None, 16), room(10, 6, 16), room(10, 7, 16), room(16, None, 16), room(10, None, 0)
+    (6, 6, 0, 0, None)
+    """
+    if not max_model_len:
+        return max_tokens
+    if prompt_tokens >= max_model_len or max_tokens is not None and prompt_tokens + max_tokens > max_model_len:
+        return 0
+    return max_model_len - prompt_tokens if max_tokens is None else max_tokens
+
+
 class ChunkFormat(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """What the worker writes for one choice of one response, in the wire format `api` names
     (tokworker.wire: "chat", "completions", "responses", "anthropic"), and the fields every part of it

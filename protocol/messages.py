@@ -150,7 +150,10 @@ class Render(_Request, tag="render"):
     untrusted template from the request: refused with FORBIDDEN unless the operator enabled it.
     `open`: streams the worker opens on the rendered prompt in the same trip (their `prompt_ids` and
     `prompt_text` are the render's; a `params.max_tokens` of None becomes what `max_model_len` leaves), when
-    the prompt fits the context; the reply then says `opened`. All open, or none."""
+    the prompt fits the context; the reply then says `opened`. All open, or none.
+    `parts` > 1: a long prompt may be cut into that many runs (tokenizer/parts.py); the reply's `ids` are
+    then the first run's, its `runs` the others' (msgpack), for the client to have encoded elsewhere
+    (EncodeRun) and join; then nothing is opened."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
@@ -162,12 +165,20 @@ class Render(_Request, tag="render"):
     return_text: bool = False
     open: list["OpenStream"] = []
     max_model_len: int = 0
+    parts: int = 1
 
 
 class RenderReply(_Reply, tag="render"):
     ids: list[int]
     text: str | None = None
     opened: bool = False                              # the Render's `open` streams are open
+    runs: list[msgspec.Raw] = []                      # the prompt's other runs, when it was cut (Render.parts)
+
+
+class EncodeRun(_Request, tag="encode_run"):
+    """One run of a prompt cut into parts (RenderReply.runs, as it came): its ids, in an EncodeReply."""
+
+    run: msgspec.Raw
 
 
 class Encode(_Request, tag="encode"):
@@ -345,7 +356,8 @@ class ErrorReply(_Reply, tag="error"):
     request_id: int = 0
 
 
-Request = Union[Hello, Stats, Render, Encode, Decode, Compile, Guide, OpenStream, Step, Forward, CloseStreams]
+Request = Union[Hello, Stats, Render, Encode, EncodeRun, Decode, Compile, Guide, OpenStream, Step, Forward,
+                CloseStreams]
 Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, CompileReply, GuideReply,
               OpenReply, StepReply, ForwardReply, CloseReply, Draining, ErrorReply]
 

@@ -1,7 +1,8 @@
 """TokenizerPool.render_open: a chat rendered and its streams opened in one trip to one worker. The ids equal
 render()'s, the streams step exactly as streams opened on those ids, a prompt with no room in the context
 opens nothing anywhere, a caller that gives up mid-render leaves no stream behind on any worker, and a
-stream opened so survives its worker's kill -9 (its replay opens it on the render's ids)."""
+stream opened so survives its worker's kill -9 (its replay opens it on the render's ids). A long prompt is
+cut by its worker and its runs encoded on the others: the same ids, the same guarantees."""
 
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ async def _texts(pool: TokenizerPool, names: list[str], ids: list[int]) -> dict[
     for name, update in (await pool.step({}, finish=names)).items():
         texts[name] += "".join(delta.content or "" for delta in update.deltas)
     return texts
+
+
+async def _give_up(pool: TokenizerPool, task: asyncio.Future) -> None:
+    """Cancel `task`; one that ended first (the machine was quick) closes what it opened, as its caller would."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    if not task.cancelled() and task.exception() is None:
+        await pool.close_stream(*(stream.id for stream in task.result()[1]))
 
 
 def test_one_trip_equals_render_then_open():
@@ -80,8 +89,7 @@ def test_a_caller_giving_up_mid_render_leaves_no_stream():
                 task = asyncio.ensure_future(pool.render_open(
                     [OpenStream(stream_id=f"gone-{wait}-{i}") for i in range(2)], 1 << 20, long_chat))
                 await asyncio.sleep(wait)
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await _give_up(pool, task)
             for _ in range(100):                                   # the last render may still be running
                 if await _open_streams(pool) == 0 and pool.open_streams == 0:
                     break
@@ -105,4 +113,50 @@ def test_a_render_opened_stream_survives_its_workers_death():
             text += "".join(d.content or "" for d in (await pool.step({}, finish=["s"]))["s"].deltas)
             assert text == REPLY
             assert pool.links[0].recoveries >= 1
+    asyncio.run(main())
+
+
+def _long_chat(seed: int) -> list[dict]:
+    """About 44,000 characters in 96 messages: over the length its worker cuts into parts."""
+    from bench.pool import new_chats
+    return [message for part in new_chats(24, seed=seed) for message in part]
+
+
+def test_a_long_prompt_is_encoded_in_parts_on_the_other_workers():
+    """Cut by the worker that renders it (pieces between control tokens, whole), its runs encoded on the other
+    workers at once, joined: the ids of one render, and the streams open on them."""
+    from tokworker.worker.handlers import SPLIT_CHARS
+
+    chat = _long_chat(3)
+    assert sum(len(message["content"]) for message in chat) > SPLIT_CHARS
+
+    async def main():
+        async with await TokenizerPool.spawn(workers=3) as pool:
+            reply_ids = await pool.encode(REPLY)
+            requests_before = sum(stats.requests for stats in await pool.stats())
+            one, streams = await pool.render_open([OpenStream(stream_id=f"c{i}") for i in range(2)], 1 << 20, chat)
+            served = sum(stats.requests for stats in await pool.stats()) - requests_before
+            assert served == 1 + 2 + 2                  # the render, its two other runs, the two opens
+            assert one.ids == (await pool.render(chat)).ids and one.opened and not one.runs
+            assert [stream.params.max_tokens for stream in streams] == [(1 << 20) - len(one.ids)] * 2
+            assert set((await _texts(pool, ["c0", "c1"], reply_ids)).values()) == {REPLY}
+            reply, none = await pool.render_open([OpenStream(stream_id="full")], len(one.ids), chat)
+            assert (reply.ids, reply.opened, none) == (one.ids, False, [])
+            assert await _open_streams(pool) == 0 and pool.open_streams == 0
+    asyncio.run(main())
+
+
+def test_giving_up_on_a_long_prompt_leaves_no_stream():
+    async def main():
+        async with await TokenizerPool.spawn(workers=2) as pool:
+            for i, wait in enumerate((0.005, 0.02, 0.04, 0.08, 0.15)):
+                task = asyncio.ensure_future(pool.render_open([OpenStream(stream_id=f"gone-{i}")], 1 << 20,
+                                                              _long_chat(10 + i)))
+                await asyncio.sleep(wait)
+                await _give_up(pool, task)
+            for _ in range(100):
+                if await _open_streams(pool) == 0 and pool.open_streams == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert await _open_streams(pool) == 0 and pool.open_streams == 0
     asyncio.run(main())

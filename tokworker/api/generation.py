@@ -20,6 +20,7 @@ from tokworker.api.errors import CONTEXT_LENGTH, ApiError, check_vocabulary
 from tokworker.api.plan import Plan
 from tokworker.api.serving import Choice, Exchange
 from tokworker.frontend.errors import PoolError
+from tokworker.protocol.deltas import room
 from tokworker.protocol.messages import ErrorCode, OpenStream
 from tokworker.wire import home
 
@@ -77,17 +78,16 @@ class Generations:
     def max_tokens(self, plan: Plan, prompt: list[int]) -> int:
         """The tokens a prompt may generate: the request's, or what the context leaves (ApiError past it)."""
         limit = self.api.served.max_model_len
+        allowed = room(len(prompt), plan.max_tokens, limit)
+        if allowed:
+            return allowed
         field = "prompt" if plan.prompts is not None else "input" if plan.api == "responses" else "messages"
         if len(prompt) >= limit:
             raise ApiError(CONTEXT_LENGTH, f"the prompt is {len(prompt)} tokens, and this model's context is "
                                            f"{limit} tokens", field)
-        if plan.max_tokens is None:
-            return limit - len(prompt)
-        if len(prompt) + plan.max_tokens > limit:
-            raise ApiError.invalid(f"this model's context is {limit} tokens, and the request asks for "
-                                   f"{len(prompt) + plan.max_tokens} ({len(prompt)} in the prompt, "
-                                   f"{plan.max_tokens} to generate)", "max_tokens")
-        return plan.max_tokens
+        raise ApiError.invalid(f"this model's context is {limit} tokens, and the request asks for "
+                               f"{len(prompt) + plan.max_tokens} ({len(prompt)} in the prompt, "
+                               f"{plan.max_tokens} to generate)", "max_tokens")
 
     async def _start(self, request: web.Request, plan: Plan, before: tuple[float, float]
                      ) -> tuple[Exchange, web.StreamResponse | None]:

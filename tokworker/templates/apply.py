@@ -35,26 +35,29 @@ def apply_chat_template(tokenizer, messages, tools=None, tokenize=True, chat_tem
 
 def render_chat_prompt(tokenizer, messages, tools=None, chat_template=None, *, tokenize=True, documents=None,
                        add_generation_prompt=False, continue_final_message=False, sanitize_control_tokens=True,
-                       allow_untrusted_template=False, openai_messages=False, now=None, limits=None, **variables):
+                       allow_untrusted_template=False, openai_messages=False, now=None, limits=None, encode=None,
+                       **variables):
     """(text, ids) of one render: what apply_chat_template returns with tokenize=False and with tokenize=True,
-    for the cost of one (a server that sends both back renders once). ids is None when not `tokenize`."""
+    for the cost of one (a server that sends both back renders once). ids is None when not `tokenize`.
+    `encode(text, spans)`, when given, makes the ids instead of the tokenizer's encode (spans: the literal
+    spans no added token may match across, or None): a worker cuts a long prompt into parts with it."""
     template = select_template(tokenizer, chat_template, tools, allow_untrusted_template)
     special = special_tokens(tokenizer)
     if openai_messages:
         messages = normalize_openai_messages(messages, template)
     chat = prepare_chat(template, messages, tools, documents, add_generation_prompt, continue_final_message)
+    encode = encode or (lambda text, spans: tokenizer.encode(text) if spans is None else
+                        tokenizer.encode_with_literal_spans(text, spans))
     if not (tokenize and sanitize_control_tokens):
         text = render_prepared(chat, now=now, limits=limits, **{**special, **variables})
-        return text, tokenizer.encode(text) if tokenize else None
+        return text, encode(text, None) if tokenize else None
     controls, special_contents = literal.control_tokens(tokenizer)
     literal.check_special_overrides(variables, special, controls, special_contents)
     callers = literal.caller_variables(variables, special, special_contents)
     own = {name: value for name, value in {**special, **variables}.items() if name not in callers}
     text, given = render_tracked(chat, callers, own, now=now, limits=limits)
-    if not given or controls.pattern is None:
-        return text, tokenizer.encode(text)
     # no added token may match across text the template did not write (whitespace-only ones excepted)
-    return text, tokenizer.encode_with_literal_spans(text, given)
+    return text, encode(text, given if given and controls.pattern is not None else None)
 
 
 def select_template(tokenizer, chat_template, tools, allow_untrusted_template: bool) -> str:

@@ -4,9 +4,18 @@ should see, or the engine's own error, which the server's one mapping (server.er
 
 from __future__ import annotations
 
-from tokworker.protocol.messages import (CodedError, Decode, DecodeReply, Encode, EncodeReply, ErrorCode, Render,
-                                         RenderReply, nesting_depth)
+import msgspec
+
+from tokworker.protocol.messages import (CodedError, Decode, DecodeReply, Encode, EncodeReply, EncodeRun, ErrorCode,
+                                         Render, RenderReply, nesting_depth)
 from tokworker.worker.options import WorkerOptions
+
+# A prompt shorter than this is encoded where it is rendered: below it, cutting it and the trips to the other
+# workers cost about what they save
+SPLIT_CHARS = 32_768
+MAX_PARTS = 64
+decode_run = msgspec.msgpack.Decoder(list[int | str | tuple[str, bool]]).decode
+encode_run = msgspec.msgpack.Encoder().encode
 
 
 class Handlers:
@@ -33,9 +42,38 @@ class Handlers:
                        continue_final_message=msg.continue_final_message,
                        allow_untrusted_template=self.options.allow_request_templates,
                        openai_messages=True)      # requests carry OpenAI-shaped messages: normalized as vLLM does
-        text, ids = render_chat_prompt(self.tokenizer, msg.messages, **options)
+        if not 1 <= msg.parts <= MAX_PARTS:
+            raise CodedError(ErrorCode.INVALID, f"parts is 1 to {MAX_PARTS}, not {msg.parts}")
+        runs: list = []
+        text, ids = render_chat_prompt(self.tokenizer, msg.messages, encode=self._encoder(msg.parts, runs), **options)
         # the streams it opens read the text (where generation starts); the server drops it after
-        return RenderReply(ids=list(ids), text=text if msg.return_text or msg.open else None)
+        return RenderReply(ids=ids, text=text if msg.return_text or msg.open else None,
+                           runs=[msgspec.Raw(encode_run(run)) for run in runs])
+
+    def _encoder(self, parts: int, runs: list):
+        """The render's encode: a long prompt cut into `parts` runs, the first encoded here and the others
+        put in `runs` for the client to have encoded on other workers."""
+        tokenizer = self.tokenizer
+
+        def encode(text: str, spans) -> list[int]:
+            if parts < 2 or len(text) < SPLIT_CHARS:
+                return tokenizer.encode(text) if spans is None else tokenizer.encode_with_literal_spans(text, spans)
+            first, *others = tokenizer.encode_parts(text, parts, spans)
+            runs.extend(others)
+            return tokenizer.encode_run(first)
+        return encode
+
+    def encode_run(self, msg: EncodeRun) -> EncodeReply:
+        """One run of a prompt another worker cut (RenderReply.runs)."""
+        try:
+            run = decode_run(msg.run)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            raise CodedError(ErrorCode.INVALID, f"a run is a list of ids, words and [piece, at_start] pairs: "
+                                                f"{error}") from None
+        size = self.tokenizer.vocab_size
+        if any(type(item) is int and not 0 <= item < size for item in run):
+            raise CodedError(ErrorCode.INVALID, f"a run's ids are below the vocabulary's size, {size}")
+        return EncodeReply(ids=[self.tokenizer.encode_run(run)])
 
     # ------------------------------------------------------------ encode / decode
     def encode(self, msg: Encode) -> EncodeReply:

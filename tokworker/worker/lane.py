@@ -24,8 +24,9 @@ from typing import Union
 import msgspec
 import zmq
 
-from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Draining, Encode, ErrorCode, ErrorReply, Guide,
-                                         Forward, Hello, OpenStream, Render, Stats, Step, encode_message, unpack_id)
+from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Draining, Encode, EncodeRun, ErrorCode,
+                                         ErrorReply, Forward, Guide, Hello, OpenStream, Render, Stats, Step,
+                                         encode_message, unpack_id)
 from tokworker.worker.connections import Connections
 from tokworker.worker.errorlog import RequestErrors
 from tokworker.worker.errors import error_of
@@ -55,7 +56,7 @@ def _deferred(kind):
     return msgspec.defstruct(f"Deferred{kind.__name__}", [], tag_field="type", tag=kind.__struct_config__.tag)
 
 
-DEFERRED = tuple(_deferred(kind) for kind in (Render, Encode, Decode, Compile, Guide))
+DEFERRED = tuple(_deferred(kind) for kind in (Render, Encode, EncodeRun, Decode, Compile, Guide))
 DeferredGuide = DEFERRED[-1]
 # the lane's one decoder: session requests in full, stateless ones as their type
 decode_in_lane = msgspec.msgpack.Decoder(Hello | Stats | OpenStream | Step | Forward | CloseStreams |

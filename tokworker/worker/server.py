@@ -29,10 +29,12 @@ import msgspec
 import zmq
 from zmq.utils.garbage import gc as zero_copy
 
+from tokworker.protocol.deltas import room
 from tokworker.protocol.endpoints import sinks_path
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, CodedError, Compile, Decode, Encode,
-                                         ErrorCode, Forward, ForwardReply, Guide, Hello, HelloReply, Limits, OpenReply,
-                                         OpenStream, Render, RenderReply, StatsReply, Step, StepReply, decode_request)
+                                         EncodeRun, ErrorCode, Forward, ForwardReply, Guide, Hello, HelloReply, Limits,
+                                         OpenReply, OpenStream, Render, RenderReply, StatsReply, Step, StepReply,
+                                         decode_request)
 from tokworker.templates.apply import compile_own_templates
 from tokworker.templates.watchdog import WATCHDOG
 from tokworker.worker.constraints import ConstraintCache
@@ -156,8 +158,8 @@ class Worker:
         self.on_drain = None                                 # wakes the lane, which tells every client (serve)
         self.cpu = CpuBackstop(options.cpu_limit_s)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
-                          Decode: self.handlers.decode, Compile: self.constraints.compile,
-                          Guide: self.constraints.guide}
+                          EncodeRun: self.handlers.encode_run, Decode: self.handlers.decode,
+                          Compile: self.constraints.compile, Guide: self.constraints.guide}
         self.hello_reply = HelloReply(
             version=PROTOCOL_VERSION, worker_id=self.worker_id, index=options.index, pool_size=options.pool_size,
             pid=os.getpid(), model_fingerprint=self.fingerprint, vocab_size=self.tokenizer.vocab_size,
@@ -290,7 +292,7 @@ class Worker:
                 freeze_heap()                                          # the trie lives as long as the process
             reply = self.budget.run(options.budget_s, self.stateless[type(msg)], msg)
             if type(msg) is Render and msg.open:
-                job.opens = _opens_on(msg, reply)
+                job.opens = _opens_on(msg, reply) if not reply.runs else ()
                 reply.opened = bool(job.opens)
                 reply.text = reply.text if msg.return_text else None
             job.body = encode_reply(reply, options.max_message_bytes)
@@ -414,14 +416,13 @@ def run_worker(options: WorkerOptions) -> int:
 def _opens_on(msg: Render, reply: RenderReply) -> list[OpenStream]:
     """A render's streams on its prompt, or none when the prompt leaves them no room in the context (the
     client then refuses the request in its own words): a max_tokens of None becomes what the context leaves."""
-    prompt, context = len(reply.ids), msg.max_model_len
     opens = []
     for open_ in msg.open:
         params = open_.params
-        if context:
-            if prompt >= context or params.max_tokens is not None and prompt + params.max_tokens > context:
-                return []
-            if params.max_tokens is None:
-                params = msgspec.structs.replace(params, max_tokens=context - prompt)
+        limit = room(len(reply.ids), params.max_tokens, msg.max_model_len)
+        if limit == 0:
+            return []
+        if limit != params.max_tokens:
+            params = msgspec.structs.replace(params, max_tokens=limit)
         opens.append(msgspec.structs.replace(open_, params=params, prompt_ids=reply.ids, prompt_text=reply.text))
     return opens
