@@ -227,6 +227,22 @@ def test_streamed_derender_cuts_stop_strings_and_keeps_logprobs(server):
     assert "".join(logprobs).startswith(text)
 
 
+def test_a_streamed_chunks_usage_is_the_engines_with_the_clients_prompt_count(server):
+    """As vLLM's derender: the generate chunk's counts, the prompt's as the client names it; the usage-only
+    chunk that ends a stream has no choices."""
+    for route, prompt_tokens in (("/v1/chat/completions/derender", 3), ("/v1/completions/derender", None)):
+        status, reply = post(server, route, {
+            "model": MODEL, "stream": True, "prompt_tokens": prompt_tokens, "generate_chunk": {
+                "request_id": "usage", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}})
+        assert status == 200, reply
+        assert reply["chunk"]["choices"] == [] and reply["chunk"]["model"] == MODEL
+        assert reply["chunk"]["usage"] == {"prompt_tokens": prompt_tokens or 7,
+                                           "total_tokens": (prompt_tokens or 7) + 5, "completion_tokens": 5}
+    status, reply = post(server, "/v1/chat/completions/derender", {"stream": True, "generate_chunk": {
+        "request_id": "usage", "choices": [], "usage": {"prompt_tokens": -1}}})
+    assert status == 400 and reply["error"]["type"] == "BadRequestError", reply
+
+
 def test_kept_streams_are_bounded_in_bytes_and_time(server):
     """Past the byte bound the least recently used stream is closed; so is one idle too long; their next
     call says so, and the pool keeps no more streams than the bound allows."""

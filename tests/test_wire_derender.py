@@ -119,7 +119,8 @@ def said_whole(api: str, body: dict) -> dict:
 
 @settings(max_examples=120, deadline=None)
 @given(st.sampled_from(APIS), st.sampled_from(range(len(SCRIPTS))), st.lists(st.integers(1, 9), min_size=1, max_size=5),
-       st.lists(st.booleans(), min_size=1, max_size=4), st.integers(0, 2), st.booleans(), st.sampled_from([None, 6, 40]))
+       st.lists(st.booleans(), min_size=1, max_size=4), st.integers(0, 2), st.booleans(),
+       st.sampled_from([None, 6, 40]))
 @example("derender_chat", 2, [1], [False], 0, True, None)         # one token a call, calls with ids
 @example("derender_chat", 2, [2], [True], 0, True, None)          # every step late but the last
 @example("derender_completions", 0, [3], [False], 2, True, None)  # a stop string, then calls past it
