@@ -8,6 +8,8 @@ Covers tokworker.api.render and tokworker.api.derender."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 
 import pytest
@@ -202,6 +204,36 @@ def test_streamed_derender_says_what_the_front_door_says(server, scenario):
     assert status == 200, derendered
     assert derendered["choices"][0]["message"]["content"] == message["content"]
     assert derendered["usage"] == whole["usage"]
+
+
+def test_a_streamed_sequence_outlives_its_worker(server):
+    """Its worker killed between two calls, the sequence goes on in the replacement (its ids replayed through
+    the format's writer): the chunks still join to the whole call's message, the role said once."""
+    ids, prompt = generated(server, "tools")
+    request = {"messages": [{"role": "user", "content": "Please answer. scenario:tools"}], "tools": TOOLS}
+    state, chunks, killed = None, [], set()
+    assert len(ids) > 12
+    for at in range(0, len(ids), 3):
+        if at == 9:
+            for link in server.pool.links:
+                killed.add(link.info.pid)
+                os.kill(link.info.pid, signal.SIGKILL)
+        status, reply = post(server, "/v1/chat/completions/derender", {
+            "model": MODEL, "stream": True, "stream_state": state, "prompt_token_ids": prompt, "chat_request": request,
+            "generate_chunk": {"request_id": "outlives", "choices": [
+                {"index": 0, "token_ids": ids[at:at + 3], "finish_reason": "stop" if at + 3 >= len(ids) else None}]}})
+        assert status == 200, reply
+        state = reply["stream_state"]
+        chunks += reply["chunk"]["choices"]
+    assert killed.isdisjoint(link.info.pid for link in server.pool.links)
+    assert [c["delta"].get("role") for c in chunks].count("assistant") == 1
+    status, derendered = post(server, "/v1/chat/completions/derender", {
+        "model": MODEL, "prompt_token_ids": prompt, "chat_request": request,
+        "generate_response": {"request_id": "whole", "choices": [{"index": 0, "token_ids": ids}]}})
+    message = derendered["choices"][0]["message"]
+    assert joined(chunks) == {"content": message["content"], "reasoning": message.get("reasoning"),
+                              "calls": [c["function"] for c in message.get("tool_calls", [])],
+                              "finish": derendered["choices"][0]["finish_reason"]}
 
 
 def test_streamed_derender_cuts_stop_strings_and_keeps_logprobs(server):

@@ -114,11 +114,14 @@ class DerenderCompletionWriter:
         self.offset = 0                     # the next token's text_offset
 
     def sse(self, update: StreamUpdate) -> bytes:
+        text = "".join(delta.content for delta in update.deltas if delta.content is not None)
         logprobs = None
         if self.logprobs:
-            logprobs, self.offset = completion_logprobs([e for entries in update.logprobs for e in entries],
-                                                        self.offset)
-        text = "".join(delta.content for delta in update.deltas if delta.content is not None)
+            entries = [e for listed in update.logprobs for e in listed]
+            if entries or not text:
+                logprobs, self.offset = completion_logprobs(entries, self.offset)
+            else:       # a replay after a worker's death carries no entries: its text moves the offset on
+                self.offset += len(text)
         return json({"index": self.index, "text": text, "logprobs": logprobs,
                      "finish_reason": update.finish_reason, "stop_reason": update.stop_reason}) + b","
 
