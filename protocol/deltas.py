@@ -74,7 +74,8 @@ def room(prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> int 
 
 class ChunkFormat(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """What the worker writes for one choice of one response, in the wire format `api` names
-    (tokworker.wire: "chat", "completions", "responses", "anthropic"), and the fields every part of it
+    (tokworker.wire: "chat", "completions", "responses", "anthropic", vLLM's "derender_chat" and
+    "derender_completions"), and the fields every part of it
     repeats (choices[0].index is `index`). Streamed, every update of the stream carries its events as
     finished server-sent events (`sse`); `whole`, the stream's updates carry nothing until the last,
     whose `body` is the choice's finished JSON (the API process joins the choices' bodies as bytes).

@@ -8,6 +8,8 @@ Covers tokworker.api.render and tokworker.api.derender."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 
 import pytest
@@ -204,6 +206,36 @@ def test_streamed_derender_says_what_the_front_door_says(server, scenario):
     assert derendered["usage"] == whole["usage"]
 
 
+def test_a_streamed_sequence_outlives_its_worker(server):
+    """Its worker killed between two calls, the sequence goes on in the replacement (its ids replayed through
+    the format's writer): the chunks still join to the whole call's message, the role said once."""
+    ids, prompt = generated(server, "tools")
+    request = {"messages": [{"role": "user", "content": "Please answer. scenario:tools"}], "tools": TOOLS}
+    state, chunks, killed = None, [], set()
+    assert len(ids) > 12
+    for at in range(0, len(ids), 3):
+        if at == 9:
+            for link in server.pool.links:
+                killed.add(link.info.pid)
+                os.kill(link.info.pid, signal.SIGKILL)
+        status, reply = post(server, "/v1/chat/completions/derender", {
+            "model": MODEL, "stream": True, "stream_state": state, "prompt_token_ids": prompt, "chat_request": request,
+            "generate_chunk": {"request_id": "outlives", "choices": [
+                {"index": 0, "token_ids": ids[at:at + 3], "finish_reason": "stop" if at + 3 >= len(ids) else None}]}})
+        assert status == 200, reply
+        state = reply["stream_state"]
+        chunks += reply["chunk"]["choices"]
+    assert killed.isdisjoint(link.info.pid for link in server.pool.links)
+    assert [c["delta"].get("role") for c in chunks].count("assistant") == 1
+    status, derendered = post(server, "/v1/chat/completions/derender", {
+        "model": MODEL, "prompt_token_ids": prompt, "chat_request": request,
+        "generate_response": {"request_id": "whole", "choices": [{"index": 0, "token_ids": ids}]}})
+    message = derendered["choices"][0]["message"]
+    assert joined(chunks) == {"content": message["content"], "reasoning": message.get("reasoning"),
+                              "calls": [c["function"] for c in message.get("tool_calls", [])],
+                              "finish": derendered["choices"][0]["finish_reason"]}
+
+
 def test_streamed_derender_cuts_stop_strings_and_keeps_logprobs(server):
     ids, prompt = generated(server, "stop")
     entries = [{"token_id": i, "logprob": -0.5, "top_logprobs": [{"token_id": i, "logprob": -0.5}]} for i in ids]
@@ -225,6 +257,22 @@ def test_streamed_derender_cuts_stop_strings_and_keeps_logprobs(server):
     assert finishes == [("stop", "END")]
     assert text == SCENARIOS["stop"].split("END")[0]
     assert "".join(logprobs).startswith(text)
+
+
+def test_a_streamed_chunks_usage_is_the_engines_with_the_clients_prompt_count(server):
+    """As vLLM's derender: the generate chunk's counts, the prompt's as the client names it; the usage-only
+    chunk that ends a stream has no choices."""
+    for route, prompt_tokens in (("/v1/chat/completions/derender", 3), ("/v1/completions/derender", None)):
+        status, reply = post(server, route, {
+            "model": MODEL, "stream": True, "prompt_tokens": prompt_tokens, "generate_chunk": {
+                "request_id": "usage", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}})
+        assert status == 200, reply
+        assert reply["chunk"]["choices"] == [] and reply["chunk"]["model"] == MODEL
+        assert reply["chunk"]["usage"] == {"prompt_tokens": prompt_tokens or 7,
+                                           "total_tokens": (prompt_tokens or 7) + 5, "completion_tokens": 5}
+    status, reply = post(server, "/v1/chat/completions/derender", {"stream": True, "generate_chunk": {
+        "request_id": "usage", "choices": [], "usage": {"prompt_tokens": -1}}})
+    assert status == 400 and reply["error"]["type"] == "BadRequestError", reply
 
 
 def test_kept_streams_are_bounded_in_bytes_and_time(server):

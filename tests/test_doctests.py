@@ -11,6 +11,7 @@ MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker
            "tokworker.parsers.tools.core.textargs",
            "tokworker.parsers.reasoning", "tokworker.parsers.template_parsers", "tokworker.wire", "tokworker.wire.chat",
            "tokworker.wire.common", "tokworker.wire.completions", "tokworker.wire.responses", "tokworker.wire.anthropic",
+           "tokworker.wire.derender",
            "tokworker.frontend.client", "tokworker.protocol.endpoints", "tokworker.templates.owned",
            "tokworker.worker.endpoint_lock", "tokworker.worker.preflight", "tests.cuts",
            "tokworker.worker.sessions", "tokworker.api.errors", "tokworker.api.requests", "tokworker.api.plan",

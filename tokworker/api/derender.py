@@ -11,11 +11,13 @@ back into OpenAI's responses, in vLLM 0.33's request and response shapes.
 How a stream's state is kept. vLLM makes the client carry it (`stream_state`: a detokenizer window, and
 with a parser every id so far, replayed through a fresh parser on every call). Here each streamed sequence
 is a pool stream, opened in a worker on its first call and stepped by each later one, so a call costs its
-own ids, and stop strings work (vLLM refuses them in streamed derender). The stream is found by what the
-client sends, `generate_chunk.request_id` and the choice's `index`, among the streams of that client alone:
-its owner is the client's address with the Authorization header it sent, so another client naming the same
-request_id finds nothing (`unknown`). `stream_state: null` opens it (again, if it was open), any other value
-continues it, and the `stream_state` returned is a valid DerenderStreamState the client hands back unread.
+own ids, and stop strings work (vLLM refuses them in streamed derender). Its worker writes each call's
+choice in the format's shape (tokworker.wire.derender, the home that writes the whole routes' bodies too).
+The stream is found by what the client sends, `generate_chunk.request_id` and the choice's `index`, among
+the streams of that client alone: its owner is the client's address with the Authorization header it sent,
+so another client naming the same request_id finds nothing (`unknown`). `stream_state: null` opens it
+(again, if it was open), any other value continues it, and the `stream_state` returned is a valid
+DerenderStreamState the client hands back unread.
 
 The kept streams have budgets of their own, all clients together: a count (ApiOptions.derender_max_streams,
 and never more than half the pool's stream capacity, so the generation routes keep the rest; a whole call's
@@ -39,15 +41,14 @@ from aiohttp import web
 from msgspec import Meta
 
 from tokworker.api.errors import ApiError, check_vocabulary
+from tokworker.api.generation import JSON_HEADERS
 from tokworker.api.plan import plan_chat, plan_completion
-from tokworker.api.render import json_response, vllm_errors
+from tokworker.api.render import vllm_errors
 from tokworker.api.requests import Body, ChatCompletionRequest, CompletionRequest, NonNegative
 from tokworker.frontend.errors import UnknownStream
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, Usage
 from tokworker.protocol.messages import ErrorCode
 from tokworker.wire import home
-from tokworker.wire.common import CALL, REASONING, TEXT, Collected
-from tokworker.wire.completions import completion_logprobs
 
 PLAIN = StreamParams(tool_parser="none")        # no request to read tools from: text (and reasoning) only
 TEXT_ONLY = StreamParams(tool_parser="none", reasoning_parser="none")
@@ -55,9 +56,6 @@ MAX_CHOICES = 128                               # choices of one generate respon
 STREAM_COST = 4096                              # bytes a kept stream is charged besides its ids
 ID_COST = 8                                     # bytes per id (the pool's copy and the worker's text)
 PROMPT_IDS, PROMPT_IDS_EACH = list[NonNegative] | None, list[list[NonNegative] | None] | None
-STATE = {"prev_tokens": [], "prefix_offset": 0, "read_offset": 0, "role_sent": True,
-         "logprob_context_token_ids": [], "logprob_text_offset": 0, "output_token_ids": [], "output_chunk_lens": [],
-         "tools_streamed": False, "last_tool_call_ids": []}
 
 
 # ---------------------------------------------------------------- vLLM's shapes (token_in_token_out/protocol.py)
@@ -84,11 +82,16 @@ class GenerateChoice(Body, kw_only=True):
     logprobs: GenerateLogProbs | None = None
 
 
+class GenerateUsage(Body, kw_only=True):
+    prompt_tokens: NonNegative = 0
+    completion_tokens: NonNegative | None = 0
+
+
 class GenerateResponse(Body, kw_only=True):
     request_id: str
     choices: Annotated[list[GenerateChoice], Meta(max_length=MAX_CHOICES)]
     output_mode: Literal["tokens"] = "tokens"
-    usage: dict | None = None
+    usage: GenerateUsage | None = None
     prompt_token_ids: list[NonNegative] | None = None
 
 
@@ -118,16 +121,13 @@ class DerenderCompletionRequest(DerenderRequest, kw_only=True):
 class Kept:
     """One streamed sequence kept in the workers, and whose it is."""
 
-    __slots__ = ("name", "owner", "charge", "used", "created", "text_offset", "first", "called")
+    __slots__ = ("name", "owner", "charge", "used", "created")
 
     def __init__(self, name: str, owner: bytes, prompt_ids: list[int]):
         self.name, self.owner = name, owner
         self.charge = STREAM_COST + ID_COST * len(prompt_ids)
         self.used = time.monotonic()
         self.created = int(time.time())
-        self.text_offset = 0                      # completions' logprobs text_offset
-        self.first = True                         # the next chat chunk carries the role
-        self.called = False                       # a tool call was streamed (the state's tools_streamed)
 
 
 class DerenderTier:
@@ -155,15 +155,12 @@ class DerenderTier:
         body = self.api.decode(await self.api.read(request), DerenderChatRequest)
         params = _params(plan_chat, body.chat_request, self.api.served, PLAIN, body.stream)
         if body.stream:
-            return json_response(await self._chunk(body, "chat", params, body.prompt_token_ids, owner_of(request)))
+            return await self._chunk(body, "derender_chat", params, body.prompt_token_ids, owner_of(request))
         generated = _given(body.generate_response, "generate_response")
-        chunks = ChunkFormat(id=generated.request_id, model=self._model(body), created=int(time.time()), whole=True)
+        chunks = ChunkFormat(id=generated.request_id, model=self._model(body), created=int(time.time()),
+                             api="derender_chat", whole=True)
         bodies = await self._whole(generated, params, body.prompt_token_ids or generated.prompt_token_ids, chunks)
-        response = self._joined(chunks, bodies, body.prompt_tokens or 0)
-        for choice in response["choices"]:              # vLLM 0.33's name for it
-            if "reasoning_content" in choice["message"]:
-                choice["message"]["reasoning"] = choice["message"].pop("reasoning_content")
-        return json_response(response)
+        return self._joined(chunks, bodies, body.prompt_tokens or 0)
 
     @vllm_errors
     async def completions(self, request: web.Request) -> web.Response:
@@ -175,7 +172,7 @@ class DerenderTier:
             raise ApiError.invalid(f"prompt_token_ids is {shape}: {error}", "prompt_token_ids") from None
         params = _params(plan_completion, body.completion_request, self.api.served, TEXT_ONLY, body.stream)
         if body.stream:
-            return json_response(await self._chunk(body, "completions", params, prompts, owner_of(request)))
+            return await self._chunk(body, "derender_completions", params, prompts, owner_of(request))
         responses = _given(body.generate_responses, "generate_responses")
         if not responses:
             raise ApiError.invalid("generate_responses must not be empty", "generate_responses")
@@ -185,17 +182,17 @@ class DerenderTier:
             raise ApiError.invalid("prompt_tokens and prompt_token_ids have one entry per generate response",
                                    "prompt_tokens")
         chunks = ChunkFormat(id=responses[0].request_id, model=self._model(body), created=int(time.time()),
-                             api="completions", whole=True)
+                             api="derender_completions", whole=True)
         bodies = []
         for generated, prompt in zip(responses, prompts):
             bodies += await self._whole(generated, params, prompt or generated.prompt_token_ids, chunks, len(bodies))
-        return json_response(self._joined(chunks, bodies, sum(counts)))
+        return self._joined(chunks, bodies, sum(counts))
 
     @staticmethod
-    def _joined(chunks: ChunkFormat, bodies: list, prompt_tokens: int) -> dict:
+    def _joined(chunks: ChunkFormat, bodies: list, prompt_tokens: int) -> web.Response:
         """The choices' bodies as the format's whole response; the prompt counted as the client says."""
         usages = [msgspec.structs.replace(usage or Usage(), prompt_tokens=prompt_tokens) for _, usage in bodies]
-        return msgspec.json.decode(home(chunks.api).body(chunks, [b for b, _ in bodies], usages))
+        return web.Response(body=home(chunks.api).body(chunks, [b for b, _ in bodies], usages), headers=JSON_HEADERS)
 
     def _model(self, body: DerenderRequest) -> str:
         return body.model or self.api.served.name
@@ -223,21 +220,24 @@ class DerenderTier:
         return [(_failed(updates[name]).body, updates[name].usage) for name in names]
 
     # ------------------------------------------------------------ streamed, one call per chunk
-    async def _chunk(self, body: DerenderRequest, api: str, params: StreamParams, prompt_ids, owner: bytes) -> dict:
+    async def _chunk(self, body: DerenderRequest, api: str, params: StreamParams, prompt_ids,
+                     owner: bytes) -> web.Response:
+        """One chunk of a streamed sequence: its ids stepped through the sequence's stream, whose worker writes
+        the choice in the format's shape (tokworker.wire.derender)."""
         chunk = _given(body.generate_chunk, "generate_chunk")
         if len(chunk.choices) > 1:
             raise ApiError.invalid(f"a streamed chunk has at most one choice (got {len(chunk.choices)})",
                                    "generate_chunk.choices")
-        model = self._model(body)
-        state = dict(STATE)
-        out = {"id": chunk.request_id, "object": "chat.completion.chunk" if api == "chat" else "text_completion",
-               "created": int(time.time()), "model": model, "choices": [], "usage": chunk.usage}
+        fmt, usage = home(api), _usage(chunk.usage, body.prompt_tokens)
+        chunks = ChunkFormat(id=chunk.request_id, model=self._model(body), created=int(time.time()), api=api,
+                             index=chunk.choices[0].index if chunk.choices else 0)
         if not chunk.choices:                     # the usage-only chunk that ends a stream
-            return {"chunk": out, "stream_state": state}
+            return web.Response(body=fmt.call(chunks, None, usage), headers=JSON_HEADERS)
         choice = chunk.choices[0]
         key = (owner, api, chunk.request_id, choice.index)
         ids = self._ids(choice, params)
-        kept = await self._kept(key, body.stream_state is None, params, prompt_ids or chunk.prompt_token_ids or [])
+        kept = await self._kept(key, body.stream_state is None, params,
+                                prompt_ids or chunk.prompt_token_ids or [], chunks)
         await self._grow(key, kept, ID_COST * len(choice.token_ids or ()))
         finish = [kept.name] if choice.finish_reason is not None else []
         try:
@@ -246,28 +246,12 @@ class DerenderTier:
             if self.kept.get(key) is kept:
                 self._forget(key)
             raise self._unknown(key) from None
-        out["created"] = kept.created
         if finish:                                # (a stream the text side ended answers empty updates until then)
             self._forget(key)
-        collected = Collected()
-        collected.add(_failed(update))
-        entries = collected.entries if params.logprobs is not None else None
-        if api == "chat":
-            out["choices"] = [{"index": choice.index, "delta": _delta(collected, kept.first),
-                               "logprobs": {"content": msgspec.to_builtins(entries)} if entries is not None else None,
-                               "finish_reason": update.finish_reason, "stop_reason": update.stop_reason}]
-            kept.first, kept.called = False, kept.called or bool(collected.calls())
-            state["tools_streamed"] = kept.called
-        else:
-            text = collected.text(TEXT) or ""
-            out["choices"] = [{"index": choice.index, "text": text,
-                               "logprobs": completion_logprobs(entries, kept.text_offset)[0]
-                               if entries is not None else None,
-                               "finish_reason": update.finish_reason, "stop_reason": update.stop_reason}]
-            kept.text_offset += len(text)
-        return {"chunk": out, "stream_state": state}
+        chunks = msgspec.structs.replace(chunks, created=kept.created)
+        return web.Response(body=fmt.call(chunks, _failed(update).sse, usage), headers=JSON_HEADERS)
 
-    async def _kept(self, key, first: bool, params: StreamParams, prompt_ids: list[int]) -> Kept:
+    async def _kept(self, key, first: bool, params: StreamParams, prompt_ids: list[int], chunks: ChunkFormat) -> Kept:
         kept = self.kept.get(key)
         if kept is not None and first:           # stream_state null: the sequence starts (again)
             await self._close(key)
@@ -284,7 +268,7 @@ class DerenderTier:
         await self._room(1, kept.charge)
         self._remember(key, kept)                 # counted before the open's await: concurrent opens see it
         try:
-            await pool.open_stream(kept.name, params, prompt_ids=prompt_ids, buffer=False)
+            await pool.open_stream(kept.name, params, prompt_ids=prompt_ids, buffer=False, chunks=chunks)
         except BaseException:
             if self.kept.get(key) is kept:
                 self._forget(key)
@@ -408,6 +392,15 @@ def _failed(update):
     return update
 
 
+def _usage(given: GenerateUsage | None, prompt_tokens) -> Usage | None:
+    """A streamed chunk's usage, as vLLM's derender reports it: the generate chunk's counts, the prompt's as the
+    client names it (a count; the whole routes take one per response)."""
+    if given is None:
+        return None
+    return Usage(prompt_tokens if isinstance(prompt_tokens, int) else given.prompt_tokens,
+                 given.completion_tokens or 0)
+
+
 def _given(value, field: str):
     if value is None:
         raise ApiError.invalid(f"{field} is required", field)
@@ -422,25 +415,3 @@ def _params(planner, request, served, default: StreamParams, stream: bool) -> St
     plan = planner(request, served)
     return msgspec.structs.replace(plan.params, max_tokens=plan.max_tokens, include_usage=not stream,
                                    continuous_usage_stats=False)
-
-
-def _delta(collected: Collected, first: bool) -> dict:
-    """One chunk's delta (vLLM's DeltaMessage) from what one step produced."""
-    delta = {"role": "assistant"} if first else {}
-    content, reasoning = collected.text(TEXT), collected.text(REASONING)
-    if reasoning is not None:
-        delta["reasoning"] = reasoning
-    if content is not None:
-        delta["content"] = content
-    calls = []
-    for item in collected.items:
-        if item[0] == CALL:
-            call = {"index": item[1], "function": {"arguments": item[4]}}
-            if item[2]:
-                call["id"], call["type"] = item[2], "function"
-            if item[3]:
-                call["function"]["name"] = item[3]
-            calls.append(call)
-    if calls:
-        delta["tool_calls"] = calls
-    return delta

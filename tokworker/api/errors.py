@@ -12,7 +12,6 @@ in its own shape (tokworker.wire: `error_body` before the headers, `error_event`
 from __future__ import annotations
 
 import re
-from http import HTTPStatus
 
 import msgspec
 
@@ -34,8 +33,6 @@ STATUS = {
     ErrorCode.WORKER_FAILED: 503, ErrorCode.OUT_OF_MEMORY: 503, ErrorCode.UNKNOWN_CONSTRAINT: 503,
     ErrorCode.CONSTRAINT_CHANGED: 503,
 }
-VLLM_TYPE = {400: "BadRequestError", 401: "Unauthorized", 403: "PermissionDeniedError", 404: "NotFoundError",
-             501: "NotImplementedError", 500: "InternalServerError"}
 _PATH = re.compile(r" - at (?:`key` in )?`\$\.?([^`]*)`$")
 _MISSING = re.compile(r"missing required field `([^`]*)`")
 
@@ -115,7 +112,4 @@ def vllm_body(error: ApiError) -> bytes:
     >>> vllm_body(ApiError(NOT_FOUND, "the model `x` does not exist", "model"))
     b'{"error":{"message":"the model `x` does not exist","type":"NotFoundError","param":"model","code":404}}'
     """
-    status = error.status
-    kind = VLLM_TYPE.get(status) or HTTPStatus(status).phrase
-    return msgspec.json.encode({"error": {"message": error.message, "type": kind, "param": error.param,
-                                          "code": status}})
+    return home("derender_chat").error_body(error.status, error.code, error.message, error.param)

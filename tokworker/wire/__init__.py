@@ -6,6 +6,8 @@ finish):
     completions.py  OpenAI text_completion (/v1/completions)
     responses.py    OpenAI Responses API `response` and its events (/v1/responses)
     anthropic.py    Anthropic Messages `message` and its events (/v1/messages)
+    derender.py     vLLM's derender: chat.completion / text_completion, and one chunk per call
+                    (/v1/chat/completions/derender, /v1/completions/derender)
 
 A home (`home(api)`) gives, for one choice of one response (a ChunkFormat): `writer(...)`, whose
 `sse(update) -> bytes` writes each update's events, or `whole(...)`, whose `add(update, ids)` gathers them
@@ -22,10 +24,11 @@ import msgspec
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams
 
-from . import anthropic, chat, completions, responses
+from . import anthropic, chat, completions, derender, responses
 
-HOMES = {home.api: home for home in (chat.HOME, completions.HOME, responses.HOME, anthropic.HOME)}
-APIS = tuple(HOMES)
+HOMES = {home.api: home for home in (chat.HOME, completions.HOME, responses.HOME, anthropic.HOME,
+                                     derender.HOME_CHAT, derender.HOME_COMPLETIONS)}
+APIS = ("chat", "completions", "responses", "anthropic")    # the generation routes' formats (not vLLM's derender)
 
 
 def home(api: str):
@@ -37,7 +40,7 @@ def home(api: str):
     try:
         return HOMES[api]
     except KeyError:
-        raise ValueError(f"unknown chunk api {api!r}: one of {', '.join(APIS)}") from None
+        raise ValueError(f"unknown chunk api {api!r}: one of {', '.join(HOMES)}") from None
 
 
 def params_for(chunk_format: ChunkFormat, params: StreamParams) -> StreamParams:

@@ -188,6 +188,7 @@ class ChatWhole:
     refuses an empty list when a client sends the message back."""
 
     __slots__ = ("index", "collected", "logprobs", "token_ids")
+    reasoning_key = "reasoning_content"             # vLLM 0.33's derender names it "reasoning"
 
     def __init__(self, chunk_format: ChunkFormat, params: StreamParams):
         self.index = chunk_format.index
@@ -205,7 +206,7 @@ class ChatWhole:
         message = {"role": "assistant", "content": c.text(TEXT)}
         reasoning = c.text(REASONING)
         if reasoning is not None:
-            message["reasoning_content"] = reasoning
+            message[self.reasoning_key] = reasoning
         calls = c.calls()
         if calls:
             message["tool_calls"] = calls
