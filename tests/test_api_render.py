@@ -225,6 +225,9 @@ def test_a_streamed_sequence_outlives_its_worker(server):
         assert status == 200, reply
         state = reply["stream_state"]
         chunks += reply["chunk"]["choices"]
+    deadline = time.monotonic() + 15       # a link its sequence did not use reconnects in its own time
+    while not killed.isdisjoint(link.info.pid for link in server.pool.links) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert killed.isdisjoint(link.info.pid for link in server.pool.links)
     assert [c["delta"].get("role") for c in chunks].count("assistant") == 1
     status, derendered = post(server, "/v1/chat/completions/derender", {

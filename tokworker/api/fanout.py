@@ -35,8 +35,9 @@ def price(plan: Plan, served: Served) -> None:
     >>> price(plan(4, 8, 16), served)
     """
     if plan.max_tokens is not None and plan.max_tokens > served.max_model_len:
-        raise ApiError.invalid(f"max_tokens is {plan.max_tokens}, past this model's context ({served.max_model_len} "
-                               f"tokens)", "max_tokens")
+        field = "max_output_tokens" if plan.api == "responses" else "max_tokens"
+        raise ApiError.invalid(f"{field} is {plan.max_tokens}, past this model's context ({served.max_model_len} "
+                               f"tokens)", field)
     prompts = len(plan.prompts) if plan.prompts is not None else 1
     choices = prompts * plan.n
     if choices == 1:

@@ -94,16 +94,17 @@ def _tag(value: msgspec.Struct) -> str:
     return value.__struct_config__.tag
 
 
-def chat_messages(messages: list[Message]) -> list[dict]:
-    out = []
+def chat_messages(messages: list[Message]) -> list[Message]:
+    """The messages as they were decoded, once their content parts are known to be text: the render request
+    carries the Structs themselves (msgpack writes each as the map the client sent, its unset fields left out),
+    so no message is turned into a dict on the way."""
     for i, message in enumerate(messages):
         if isinstance(message.content, list):
             for j, part in enumerate(message.content):
                 if not isinstance(part, TextPart) and not (message.role == "assistant" and _tag(part) == "refusal"):
                     raise ApiError.invalid(f"content parts of type {_tag(part)!r} are not supported: this server "
                                            f"serves text", f"messages[{i}].content[{j}].type")
-        out.append(plain(message))
-    return out
+    return messages
 
 
 def _stop(stop) -> list[str]:

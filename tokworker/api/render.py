@@ -147,7 +147,8 @@ class RenderTier:
         [(ids, max_tokens)] = await self._rendered(plan)
         kwargs = template_kwargs(plan)
         tools = plan.render.get("tools")
-        history = sum(len(m.get("tool_calls") or ()) for m in plan.render["messages"] if m["role"] == "assistant")
+        history = sum(len(_field(m, "tool_calls") or ()) for m in plan.render["messages"]
+                      if _field(m, "role") == "assistant")
         context = {"tools": tools, "tool_choice": tool_choice or ("auto" if tools else "none"),
                    "parallel_tool_calls": parallel_tool_calls, "include_reasoning": extras.include_reasoning,
                    "chat_template_kwargs": kwargs, "history_tool_call_cnt": history}
@@ -193,3 +194,8 @@ class RenderTier:
         request_id = extras.request_id or "resp_" + secrets.token_hex(16)
         return json_response(self._generate_request(request_id, ids, max_tokens, plan, extras, body.model,
                                                     reasoning_parser_kwargs=reasoning))
+
+
+def _field(message, name: str):
+    """A message's field, whether it came as a Struct (chat) or a dict (mapped from another API's input)."""
+    return message.get(name) if type(message) is dict else getattr(message, name)

@@ -50,7 +50,9 @@ log = logging.getLogger("tokworker.api")
 IGNORED_LOGGED = 1024                   # distinct unknown fields logged (each once), then no more
 JSON_TYPES = ("application/json", "application/octet-stream")    # or none, or a +json type
 RETRY_AFTER_S = "1"                      # a 503's Retry-After: the engine's health is polled about this often
-PRICED_CHAT, PRICED_COMPLETION = priced(plan_chat), priced(plan_completion)    # n and prompt lists fan out
+# every plan priced before any work: n and prompt lists fan out, and no max_tokens may pass the context
+PRICED_CHAT, PRICED_COMPLETION = priced(plan_chat), priced(plan_completion)
+PRICED_RESPONSES, PRICED_MESSAGES = priced(plan_responses), priced(plan_messages)
 
 
 class Api:
@@ -141,10 +143,10 @@ class Api:
                    self.pool.max_streams - self.pool.open_streams)
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
-        return await self.generations.handle(request, ResponsesRequest, plan_responses)
+        return await self.generations.handle(request, ResponsesRequest, PRICED_RESPONSES)
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
-        return await self.generations.handle(request, MessagesRequest, plan_messages)
+        return await self.generations.handle(request, MessagesRequest, PRICED_MESSAGES)
 
     async def read(self, request: web.Request) -> bytes:
         declared = request.content_type
