@@ -72,11 +72,20 @@ def _shares(links: list, ids: dict) -> list | None:
 
 
 def _send_shares(table: dict, shares: list) -> asyncio.Future:
-    """Each link's share as one Step; a step on one link (the usual case) needs no StepCall."""
-    future = asyncio.get_running_loop().create_future()
-    call = StepCall(future, None, len(shares)) if len(shares) > 1 else None
-    parts = []
+    """Each link's share as one Step (several, past the worker's streams per step); a step on one link (the
+    usual case) needs no StepCall."""
+    pieces = []
     for link, share in shares:
+        limit = link.info.limits.max_batch
+        if len(share) <= limit:
+            pieces.append((link, share))
+        else:
+            items = list(share.items())
+            pieces += [(link, dict(items[at:at + limit])) for at in range(0, len(items), limit)]
+    future = asyncio.get_running_loop().create_future()
+    call = StepCall(future, None, len(pieces)) if len(pieces) > 1 else None
+    parts = []
+    for link, share in pieces:
         body = encode_request(Step(ids=share))
         link.check(size=len(body))                  # every link takes its share, or none does
         parts.append((link, StepPart(body, future, call, link, share)))
@@ -113,10 +122,15 @@ def _send_grouped(table: dict, ids: dict, finish, aborted=()) -> asyncio.Future:
     if not groups:
         future.set_result(late or {})
         return future
-    call = StepCall(future, late, len(groups))
+    pieces = [(link, piece) for link, group in groups.items()
+              for piece in _split(group, link.info.limits.max_batch)]
+    call = StepCall(future, late, len(pieces))
     parts = []
-    for link, group in groups.items():
-        body = encode_request(Step(ids=group.ids, finish=group.finishing, logprobs=scored.get(link, {}),
+    for link, group in pieces:
+        logprobs = scored.get(link, {})
+        if logprobs and len(pieces) > len(groups):
+            logprobs = {stream_id: logprobs[stream_id] for stream_id in group.ids if stream_id in logprobs}
+        body = encode_request(Step(ids=group.ids, finish=group.finishing, logprobs=logprobs,
                                    aborted=[s for s in group.finishing if s in aborted] if aborted else []))
         link.check(size=len(body))                   # every link takes its share, or none does
         group.streams.extend(table[stream_id] for stream_id in group.finish_only)
@@ -124,6 +138,34 @@ def _send_grouped(table: dict, ids: dict, finish, aborted=()) -> asyncio.Future:
                                      bool(group.finishing))))
     _dispatch(table, parts)
     return future
+
+
+def _split(group: _Group, limit: int) -> list[_Group]:
+    """A link's share cut into Steps the worker takes (`limit` streams named per step, a stream in both `ids`
+    and `finish` named twice); a stream's ids and its finish stay in one."""
+    finishing = set(group.finishing)
+    if len(group.ids) + len(finishing) <= limit:
+        return [group]
+    pieces, piece, named = [], _Group({}, [], [], []), 0
+    for (stream_id, batch), stream in zip(group.ids.items(), group.streams):
+        ends = stream_id in finishing
+        if named + 1 + ends > limit:
+            pieces.append(piece)
+            piece, named = _Group({}, [], [], []), 0
+        piece.ids[stream_id] = batch
+        piece.streams.append(stream)
+        if ends:
+            piece.finishing.append(stream_id)
+        named += 1 + ends
+    for stream_id in group.finish_only:
+        if named + 1 > limit:
+            pieces.append(piece)
+            piece, named = _Group({}, [], [], []), 0
+        piece.finish_only.append(stream_id)
+        piece.finishing.append(stream_id)
+        named += 1
+    pieces.append(piece)
+    return pieces
 
 
 def _group(groups: dict, link) -> _Group:
