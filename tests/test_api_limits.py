@@ -74,12 +74,13 @@ def test_slowloris_heads_are_closed_after_the_header_timeout(tmp_path):
         assert watch.slowest < 1
 
 
-def unfinished_bodies(port: int, clients: int, size: int, chunked: bool, hold: float) -> list[bytes]:
+def unfinished_bodies(port: int, clients: int, size: int, chunked: bool, hold: float,
+                      source: str = "127.0.0.1") -> list[bytes]:
     """`clients` POSTs at once of a `size`-byte body sending all of it but the last byte, then waiting `hold`
     seconds; what each got back (b"" when nothing). A client whose sending fails reads the answer that came
-    before (as urllib3 does)."""
+    before (as urllib3 does). `source`: the loopback address they come from (another client's)."""
     def one(_) -> bytes:
-        with socket.create_connection(("127.0.0.1", port)) as client:
+        with socket.create_connection(("127.0.0.1", port), source_address=(source, 0)) as client:
             framing = b"Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}".encode()
             client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
                            framing + b"\r\n\r\n")
@@ -116,6 +117,39 @@ def test_unfinished_bodies_are_held_within_the_byte_budget(tmp_path, chunked):
         reply = requests.post(base + "/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2},
                               timeout=10)
         assert reply.status_code == 200, reply.text     # the budget is whole again
+
+
+def test_one_clients_unfinished_bodies_leave_the_others_room(tmp_path):
+    """One client address (127.0.0.2) sends six 4 MB bodies and never finishes them: it holds at most its own
+    8 MiB, and another address's 2 MB body is still read and answered. Without the per-client budget its
+    bodies took the whole 16 MiB and the other client got 429."""
+    with front_door("--max-body-bytes-in-flight", str(16 << 20), "--max-body-bytes-per-client", str(8 << 20),
+                    log_path=tmp_path / "api.log") as (base, _):
+        port = int(base.rsplit(":", 1)[1])
+        with ThreadPoolExecutor(1) as pool:
+            flood = pool.submit(unfinished_bodies, port, 6, 4 << 20, False, 4, "127.0.0.2")
+            time.sleep(1.5)                                 # its bodies are in (or refused)
+            body = {"model": "m", "prompt": "hi", "max_tokens": 2, "user": "x" * (2 << 20)}
+            session = requests.Session()
+            session.mount("http://", SourceAdapter("127.0.0.3"))
+            reply = session.post(base + "/v1/completions", json=body, timeout=10)
+            answers = flood.result()
+        assert reply.status_code == 200, reply.text
+        refused = [a for a in answers if a.startswith(b"HTTP/1.1 429")]
+        assert len(refused) >= 4, answers
+        assert b"this client" in refused[0]          # the answer names its budget (recv reads 200 bytes)
+
+
+class SourceAdapter(requests.adapters.HTTPAdapter):
+    """requests from one loopback address."""
+
+    def __init__(self, address: str):
+        self.address = address
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs):
+        kwargs["source_address"] = (self.address, 0)
+        super().init_poolmanager(*args, **kwargs)
 
 
 def test_a_body_that_stops_arriving_gets_408(tmp_path):

@@ -70,13 +70,16 @@ def connection_limit(requested: int | None, reserve: int) -> tuple[int, int]:
 
 
 class BodyBudget:
-    """Request bodies counted while they arrive, against one budget for the whole process: `held` bytes
-    now, at most `max_bytes`; each body must arrive within `timeout` seconds."""
+    """Request bodies counted while they arrive, against one budget for the whole process (`held` bytes now,
+    at most `max_bytes`) and one per client address (at most `per_client`, so one client's unfinished bodies
+    cannot take the whole budget from the others); each body must arrive within `timeout` seconds."""
 
-    def __init__(self, max_bytes: int, timeout: float):
+    def __init__(self, max_bytes: int, timeout: float, per_client: int | None = None):
         self.max_bytes = max_bytes
+        self.per_client = max_bytes if per_client is None else per_client
         self.timeout = timeout
         self.held = 0
+        self.by_client: dict[str, int] = {}          # only clients with bodies arriving now
 
     async def read(self, request: web.BaseRequest, max_size: int) -> bytes:
         """The whole body of `request`, at most `max_size` bytes (413 past it)."""
@@ -84,12 +87,11 @@ class BodyBudget:
         if declared is not None and declared > max_size:
             raise self._refuse(request, ErrorCode.TOO_LARGE, f"the request body is over {max_size} bytes "
                                                              f"(--max-request-bytes)")
-        if declared is not None and self.held + declared > self.max_bytes:
-            raise self._refuse(request, ErrorCode.TOO_LARGE if declared > self.max_bytes else ErrorCode.OVERLOADED,
-                               f"request bodies being received hold {self.held} bytes; this one's {declared} would "
-                               f"pass the server's {self.max_bytes} (--max-body-bytes-in-flight)")
+        client = request.remote or ""
+        if declared is not None:
+            self._check(request, client, declared, 0)
         taken = declared or 0              # a declared length is reserved before its first byte
-        self.held += taken
+        self._take(client, taken)
         body = bytearray()
         content = request.content
         try:
@@ -100,11 +102,8 @@ class BodyBudget:
                         raise self._refuse(request, ErrorCode.TOO_LARGE, f"the request body is over {max_size} "
                                                                          f"bytes (--max-request-bytes)", size)
                     if size > taken:
-                        if self.held + size - taken > self.max_bytes:
-                            raise self._refuse(request, ErrorCode.OVERLOADED,
-                                               f"request bodies being received hold {self.held} bytes, the "
-                                               f"server's limit (--max-body-bytes-in-flight)", size)
-                        self.held += size - taken
+                        self._check(request, client, size - taken, size)
+                        self._take(client, size - taken)
                         taken = size
                     body += chunk
         except TimeoutError:
@@ -112,8 +111,28 @@ class BodyBudget:
             raise RequestTimeout(ErrorCode.TIMEOUT, f"the request body did not arrive within {self.timeout:g} s "
                                                     f"(--body-timeout-s)") from None
         finally:
-            self.held -= taken
+            self._take(client, -taken)
         return bytes(body)
+
+    def _check(self, request: web.BaseRequest, client: str, more: int, received: int) -> None:
+        """Refuse a body whose `more` bytes would pass the process's budget or its client's."""
+        if self.held + more > self.max_bytes:
+            raise self._refuse(request, ErrorCode.TOO_LARGE if more > self.max_bytes else ErrorCode.OVERLOADED,
+                               f"request bodies being received hold {self.held} bytes; {more} more would pass the "
+                               f"server's {self.max_bytes} (--max-body-bytes-in-flight)", received)
+        mine = self.by_client.get(client, 0)
+        if mine + more > self.per_client:
+            raise self._refuse(request, ErrorCode.TOO_LARGE if more > self.per_client else ErrorCode.OVERLOADED,
+                               f"this client's request bodies being received hold {mine} bytes; {more} more would "
+                               f"pass its {self.per_client} (--max-body-bytes-per-client)", received)
+
+    def _take(self, client: str, size: int) -> None:
+        self.held += size
+        mine = self.by_client.get(client, 0) + size
+        if mine:
+            self.by_client[client] = mine
+        else:
+            self.by_client.pop(client, None)
 
     @staticmethod
     def _refuse(request: web.BaseRequest, code: str, message: str, received: int = 0) -> ApiError:

@@ -74,6 +74,8 @@ class ApiOptions(msgspec.Struct, kw_only=True):
         metavar="SECONDS")] = 1.0
     max_body_bytes_in_flight: Annotated[int, _flag(
         "bytes of request bodies being received, all clients together; past it 429")] = 256 * 1024 * 1024
+    max_body_bytes_per_client: Annotated[int, _flag(
+        "bytes of request bodies being received from one client address; past it 429")] = 64 * 1024 * 1024
     body_timeout_s: Annotated[float, _flag(
         "seconds a request body may take to arrive; past it 408 (limits.py)")] = 60.0
 

@@ -80,7 +80,8 @@ class Api:
         self.access = Access(options.api_key, metrics_open=options.metrics_open,
                              allowed_origins=options.allowed_origins, allowed_methods=options.allowed_methods,
                              allowed_headers=options.allowed_headers, allow_credentials=options.allow_credentials)
-        self.bodies = BodyBudget(options.max_body_bytes_in_flight, options.body_timeout_s)
+        self.bodies = BodyBudget(options.max_body_bytes_in_flight, options.body_timeout_s,
+                                 options.max_body_bytes_per_client)
 
     async def start(self) -> None:
         await self.engine.start(self.pool)
