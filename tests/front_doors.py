@@ -121,8 +121,9 @@ class StandInEngine:
     /inference/v1/generate does. `open` counts the generate requests whose connection is still open;
     `error_bytes_sent` what the huge error bodies got written before their reader went away."""
 
-    def __init__(self, mode: str = "ok"):
+    def __init__(self, mode: str = "ok", port: int = 0):
         self.mode = mode
+        self.port = port
         self.open = 0
         self.served = 0
         self.error_bytes_sent = 0
@@ -142,7 +143,7 @@ class StandInEngine:
         app.router.add_post("/inference/v1/abort_requests", self.abort)
         self.runner = web.AppRunner(app, handler_cancellation=True)
         self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        site = web.TCPSite(self.runner, "127.0.0.1", self.port)
         self.loop.run_until_complete(site.start())
         self.port = site._server.sockets[0].getsockname()[1]
         started.set()

@@ -6,6 +6,7 @@ endless body costs the API process only --engine-error-bytes of it."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import aiohttp
@@ -13,6 +14,7 @@ import pytest
 import requests
 
 from front_doors import StandInEngine, front_door, health_seconds, rss_mb
+from tools.llama_server import free_port
 
 pytestmark = pytest.mark.slow
 COMPLETION = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 2}
@@ -88,6 +90,36 @@ def test_a_pool_full_of_slow_requests_is_not_a_dead_engine(engine, tmp_path):
         statuses = asyncio.run(hold_and_watch())
         assert engine.open == 0 or wait_until(lambda: engine.open == 0, 15)
         assert set(statuses) == {200}, statuses
+
+
+def test_the_front_door_waits_for_an_engine_that_starts_after_it(tmp_path):
+    """Started beside its engine (one pod, one unit), `tokworker api` waits for the engine to answer instead
+    of exiting (it used to fail at once while the engine loaded its model), and says so in its log."""
+    port = free_port()
+    later: list[StandInEngine] = []
+    starter = threading.Timer(3.0, lambda: later.append(StandInEngine(port=port)))
+    starter.start()
+    try:
+        with front_door("--engine", "vllm", "--engine-url", f"http://127.0.0.1:{port}",
+                        log_path=tmp_path / "api.log") as (base, _):
+            reply = requests.post(base + "/v1/completions", json=COMPLETION, timeout=30)
+            assert reply.status_code == 200, reply.text
+        assert b"waiting for vllm at http://127.0.0.1:" in (tmp_path / "api.log").read_bytes()
+    finally:
+        starter.join()
+        for engine in later:
+            engine.close()
+
+
+def test_an_engine_that_never_answers_at_start_ends_the_wait(tmp_path):
+    port = free_port()
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match="tokworker api exited"):
+        with front_door("--engine", "vllm", "--engine-url", f"http://127.0.0.1:{port}", "--engine-start-wait-s", "2",
+                        log_path=tmp_path / "api.log"):
+            pass
+    assert time.monotonic() - began < 30
+    assert b"does not answer after 2 s" in (tmp_path / "api.log").read_bytes()
 
 
 def test_an_engine_that_never_sends_headers_times_out(engine, tmp_path):

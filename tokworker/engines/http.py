@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import msgspec
 
@@ -37,6 +38,7 @@ STATUS_CODES = {400: ErrorCode.INVALID, 413: ErrorCode.TOO_LARGE, 422: ErrorCode
 log = logging.getLogger("tokworker.engines")
 DATA = b"data: "
 JSON = {"Content-Type": "application/json"}
+WAIT_LOG_S = 10.0                  # how often the wait for an engine at start is said in the log
 encode = msgspec.json.encode
 DONE = b"[DONE]"
 
@@ -76,13 +78,31 @@ class HttpEngine(Engine):
                                              read_bufsize=self.max_event_bytes // 2)
         self.health_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1))
         try:
-            await self.probe(pool)
-        except (aiohttp.ClientError, OSError, ValueError, asyncio.TimeoutError) as error:
-            await self.close_sessions()
-            raise EngineError(ErrorCode.ENGINE_UNAVAILABLE, f"{self.name} at {self.url} does not answer: {error}")
+            await self._probe_until_ready(pool)
         except BaseException:
             await self.close_sessions()
             raise
+
+    async def _probe_until_ready(self, pool) -> None:
+        """The probe, again every second while the engine does not answer (started beside this process, it
+        may still be loading its model), at most `start_wait_s` seconds, saying so every WAIT_LOG_S."""
+        import aiohttp
+
+        began = time.monotonic()
+        said = began
+        while True:
+            try:
+                return await self.probe(pool)
+            except (aiohttp.ClientError, OSError, ValueError, asyncio.TimeoutError) as error:
+                waited = time.monotonic() - began
+                if waited >= self.limits.start_wait_s:
+                    raise EngineError(ErrorCode.ENGINE_UNAVAILABLE, f"{self.name} at {self.url} does not answer "
+                                                                    f"after {waited:.0f} s: {error}") from None
+                if time.monotonic() - said >= WAIT_LOG_S or said == began:
+                    said = time.monotonic()
+                    log.warning("waiting for %s at %s (%s); up to %.0f s more (--engine-start-wait-s)", self.name,
+                                self.url, error, self.limits.start_wait_s - waited)
+            await asyncio.sleep(min(1.0, max(self.limits.start_wait_s - (time.monotonic() - began), 0.0)))
 
     async def probe(self, pool) -> None:
         """Check the engine answers before the first request, and take its context length: vLLM and SGLang

@@ -36,3 +36,6 @@ class EngineLimits(msgspec.Struct, frozen=True, kw_only=True):
         "error")] = 300.0
     error_bytes: Annotated[int, _flag("bytes read of an HTTP engine's error body")] = 64 * 1024
     max_connections: Annotated[int, _flag("connections to an HTTP engine at once")] = 256
+    start_wait_s: Annotated[float, _flag(
+        "seconds to wait at start for an HTTP engine that does not answer yet (it may be loading its model); "
+        "past it tokworker api exits")] = 600.0
