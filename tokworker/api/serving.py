@@ -4,9 +4,9 @@ stream's update goes to its HTTP response, written straight to the client's tran
 One Exchange per HTTP request (its plan, its choices, its response), one Choice per stream (n choices, or
 prompts x n for Completions). A streamed choice's SSE bytes are written by the loop as they arrive, framed as
 HTTP/1.1 chunks on the transport, so no per-request task wakes per step; a whole response's choices are
-gathered in their workers, and each sends its finished JSON once, with its end. The loop aborts the engine's request when the text side ends a stream
-first (a stop string, a stop token id), and ends the exchange when its client goes away or falls more than
-`max_buffer_bytes` behind.
+gathered in their workers, and each sends its finished JSON once, with its end. The loop aborts the engine's
+request when the text side ends a stream first (a stop string, a stop token id), and ends the exchange when
+its client goes away or falls more than `max_buffer_bytes` behind.
 """
 
 from __future__ import annotations
