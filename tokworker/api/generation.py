@@ -132,10 +132,11 @@ class Generations:
             if guide is not None and guide.grammar is not None and not self.engine.grammars:
                 raise ApiError.invalid(f"a GBNF grammar needs an engine that takes one (llama.cpp); this server's "
                                        f"engine is {self.engine.name}", plan.guide_param)
-            # each choice its own seed (seed + index within its prompt's choices), as vLLM
-            await asyncio.gather(*(self.engine.add(c.name, prompts[c.index // plan.n],
-                                                   sampling[c.index // plan.n].for_choice(c.index % plan.n))
-                                   for c in exchange.choices))
+            # each choice its own seed (seed + index within its prompt's choices), as vLLM; one choice (the
+            # usual request) is added without a task of its own
+            adds = [self.engine.add(c.name, prompts[c.index // plan.n],
+                                    sampling[c.index // plan.n].for_choice(c.index % plan.n)) for c in exchange.choices]
+            await (adds[0] if len(adds) == 1 else asyncio.gather(*adds))
         except Exception as error:
             self.serving.fail(exchange, _guide_error(error, plan))
         if exchange.error is not None:
