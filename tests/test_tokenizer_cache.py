@@ -82,11 +82,11 @@ def test_merges_stay_encoded_until_the_table_is_built(tmp_path, cache):
 
     import msgspec
 
-    from tokworker.tokenizer import tokenizer as tokenizer_module
+    from tokworker.tokenizer.spec_file import read_spec
     path = vocabulary("qwen3_dir") / "tokenizer.json"
     data = path.read_bytes()
     whole = json.loads(data)
-    spec = tokenizer_module._read_spec(data)
+    spec = read_spec(data)
     assert isinstance(spec["model"]["merges"], msgspec.Raw)
     assert msgspec.json.decode(spec["model"].pop("merges")) == whole["model"].pop("merges")
     assert spec == {key: value for key, value in whole.items() if key in spec} and set(spec) >= {"model", "decoder"}
