@@ -337,7 +337,7 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         # serve STEP_S [--direct] [--workers N] [--reply FILE | --reply none] [--parsers] [--counter FILE]
-        given = dict(zip(sys.argv[3::1], sys.argv[4::1]))
+        given = dict(zip(sys.argv[3:], sys.argv[4:]))      # each flag with the word after it
         reply = given.get("--reply")
         _serve(float(sys.argv[2]), "--direct" in sys.argv, int(given.get("--workers", 1)),
                TEXT if reply is None else None if reply == "none" else Path(reply).read_text(),
