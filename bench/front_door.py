@@ -47,18 +47,51 @@ TEXT = ("Streaming through the front door: every token becomes a chunk the worke
 STEP_S = 0.02
 
 
-def _serve(step_interval: float, direct: bool) -> None:
-    """The server process: `tokworker api` on a long scripted reply, its port on stdout."""
+def _serve(step_interval: float, direct: bool, workers: int = 1, reply: str | None = TEXT,
+           parsers: bool = False, counter: str | None = None) -> None:
+    """The server process: `tokworker api` on a long scripted reply (`reply`; None: the replay engine's own
+    REPLY, encoded once for every request, where a script's text is encoded per request), its port on
+    stdout. `parsers`: hermes and qwen3 named (what the default template implies anyway). `counter`: a file
+    of 8 bytes where the engine keeps the number of ids it has played (bench/vllm_served.py reads it)."""
     import uvloop
 
     from tokworker.api.run import serve_http
     from tokworker.api.options import ApiOptions
     from tokworker.engines.replay import ReplayEngine
 
-    engine = ReplayEngine(lambda prompt, sampling: TEXT, step_interval=step_interval, max_model_len=65536)
+    engine_class = ReplayEngine if counter is None else _counting(ReplayEngine, counter)
+    engine = engine_class(None if reply is None else lambda prompt, sampling: reply, step_interval=step_interval,
+                          max_model_len=65536)
     options = ApiOptions(served_model_name=["bench"], max_concurrent_requests=8192, direct_streaming=direct)
-    uvloop.run(serve_http({"workers": 1, "max_streams": 16384}, options, engine, port=0,
+    pool = {"workers": workers, "max_streams": 16384}
+    if parsers:
+        pool.update(tool_parser="hermes", reasoning_parser="qwen3")
+    uvloop.run(serve_http(pool, options, engine, port=0,
                           ready=lambda port: print(port, engine.thread_id, flush=True)))
+
+
+def _counting(engine_class, path: str):
+    """`engine_class` whose steps add the ids they play to the counter in `path` (in the engine's thread)."""
+    import mmap
+    import struct
+
+    with open(path, "r+b") as f:
+        counts = mmap.mmap(f.fileno(), 8)
+    played = [0]
+
+    class Counting(engine_class):
+        def step(self, batch):
+            outputs = super().step(batch)
+            played[0] += sum(len(output.ids) for output in outputs)
+            struct.pack_into("<Q", counts, 0, played[0])
+            return outputs
+    return Counting
+
+
+def read_counter(counts) -> int:
+    """The ids an engine has played so far, from its counter's map (see `_counting`)."""
+    import struct
+    return struct.unpack_from("<Q", counts, 0)[0]
 
 
 def _serve_floor(step_interval: float) -> None:
@@ -133,10 +166,13 @@ def _children(pid: int) -> list[int]:
         return [int(p) for p in f.read().split()]
 
 
-async def _streams(url: str, count: int, tokens: int, server: int, engine: int, worker: int,
-                   token_ends: list[int] | None = None) -> dict:
+async def _streams(url: str, count: int, tokens: int, server: int, engine: int, worker: int | list[int],
+                   token_ends: list[int] | None = None, extra: dict | None = None, counts=None) -> dict:
     """With `token_ends` (the streamed text's length after each token of the reply), what is counted is
-    tokens, read from each event's text, not events: a server that falls behind may merge tokens."""
+    tokens, read from each event's text, not events: a server that falls behind may merge tokens. With
+    `counts` (an engine's counter map, `read_counter`), the ids the engine played: for replies whose parsers
+    turn tokens into text no table maps back (reasoning, tool calls). `extra`: more fields of each request's
+    body (`tools`, `max_tokens`, `ignore_eos`). `worker`: a worker's pid, or several (their CPU summed)."""
     import aiohttp
 
     started = [asyncio.Event() for _ in range(count)]
@@ -145,10 +181,17 @@ async def _streams(url: str, count: int, tokens: int, server: int, engine: int, 
     marks: dict = {}
     all_running = asyncio.Event()
     loads = json.loads
+    workers = [worker] if isinstance(worker, int) else worker or []
+
+    def work() -> float:
+        return sum(_cpu(pid) for pid in workers)
+
+    def played() -> int:
+        return sum(events) if counts is None else read_counter(counts)
 
     async def one(i: int, session) -> None:
         body = {"model": "bench", "stream": True, "max_tokens": tokens, "ignore_eos": True,
-                "messages": [{"role": "user", "content": f"Stream {i}, please."}]}
+                "messages": [{"role": "user", "content": f"Stream {i}, please."}], **(extra or {})}
         async with session.post(url + "/v1/chat/completions", json=body) as response:
             if response.status != 200:
                 raise RuntimeError(f"stream {i}: HTTP {response.status}: {await response.text()}")
@@ -164,25 +207,26 @@ async def _streams(url: str, count: int, tokens: int, server: int, engine: int, 
                     if not started[i].is_set():
                         started[i].set()
                         if all(e.is_set() for e in started):
-                            marks["begin"] = (_cpu(server, engine), _cpu(worker) if worker else 0.0, sum(events),
-                                              _rss_mb(server))
+                            marks["begin"] = (_cpu(server, engine), work(), played(), _rss_mb(server),
+                                              time.perf_counter())
                             all_running.set()
                 elif line.startswith(b"data: [DONE]") and "end" not in marks and all_running.is_set():
-                    marks["end"] = (_cpu(server, engine), _cpu(worker) if worker else 0.0, sum(events))
+                    marks["end"] = (_cpu(server, engine), work(), played(), time.perf_counter())
 
-    cpu0 = _cpu(server, engine)
+    cpu0, played0 = _cpu(server, engine), played()
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
         await asyncio.gather(*(one(i, session) for i in range(count)))
     cpu_all = _cpu(server, engine) - cpu0
-    (api0, work0, ev0, rss), (api1, work1, ev1) = marks["begin"], marks["end"]
+    (api0, work0, ev0, rss, t0), (api1, work1, ev1, t1) = marks["begin"], marks["end"]
     window = max(ev1 - ev0, 1)
-    row = {"streams": count, "tokens": sum(events), "window_tokens": window,
+    row = {"streams": count, "tokens": sum(events), "window_tokens": window, "window_s": round(t1 - t0, 3),
            "api_us_per_token": round((api1 - api0) / window * 1e6, 2),
            "worker_us_per_token": round((work1 - work0) / window * 1e6, 2),
            "setup_ms": round((cpu_all - (api1 - api0)) / count * 1e3, 3), "rss_mb": round(rss, 1)}
-    if token_ends is not None:
-        row["tokens_per_event"] = round(sum(events) / max(sum(sent), 1), 3)
+    if token_ends is not None or counts is not None:
+        row["tokens_per_event"] = round((played() - played0 if counts is not None else sum(events))
+                                        / max(sum(sent), 1), 3)
     return row
 
 
@@ -292,7 +336,12 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        _serve(float(sys.argv[2]), "--direct" in sys.argv)
+        # serve STEP_S [--direct] [--workers N] [--reply FILE | --reply none] [--parsers] [--counter FILE]
+        given = dict(zip(sys.argv[3:], sys.argv[4:]))      # each flag with the word after it
+        reply = given.get("--reply")
+        _serve(float(sys.argv[2]), "--direct" in sys.argv, int(given.get("--workers", 1)),
+               TEXT if reply is None else None if reply == "none" else Path(reply).read_text(),
+               "--parsers" in sys.argv, given.get("--counter"))
     elif sys.argv[1:2] == ["serve-floor"]:
         _serve_floor(float(sys.argv[2]))
     else:

@@ -3,24 +3,43 @@
 vLLM's API process (FastAPI/uvicorn, OpenAIServingChat, AsyncLLM and its output processor) runs on this
 machine's CPU when its engine core is another process speaking the engine core's ZeroMQ/msgpack protocol.
 Three parts:
-- `standin` (run by vLLM's python: `python bench/vllm_served.py standin PORT SCRIPT STEP_S`): a scripted
-  engine core. It answers the front end's handshake as a remote headless engine does (HELLO, the init
-  message, the ready response on the input socket, READY), then every STEP_S seconds sends one
+- `standin` (run by vLLM's python: `python bench/vllm_served.py standin PORT SCRIPT STEP_S [COUNTER]`): a
+  scripted engine core. It answers the front end's handshake as a remote headless engine does (HELLO, the
+  init message, the ready response on the input socket, READY), then every STEP_S seconds sends one
   `EngineCoreOutputs` (vLLM's own msgspec types and encoder, so the wire is exact) carrying, for every
   running request, the next id of SCRIPT (a JSON list of ids: the reply, then the eos), with the first
   output's QUEUED/SCHEDULED events and prefill stats and a SchedulerStats per step, as vLLM's scheduler
-  does when stats are on (`vllm serve`'s default). It ends a request with "length" at its max_tokens, "stop"
-  at the eos (unless ignore_eos), drops aborted ones, and answers the utility calls `vllm serve` makes.
+  does when stats are on (`vllm serve`'s default). Idle, it steps a new request at once, as an engine core
+  and the replay engine do. It ends a request with "length" at its max_tokens, "stop" at the eos (unless
+  ignore_eos), drops aborted ones, and answers the utility calls `vllm serve` makes. COUNTER: a file of 8
+  bytes where it keeps the number of ids played.
 - `VllmServer`: `vllm serve DIR --data-parallel-size-local 0 --data-parallel-address 127.0.0.1
-  --data-parallel-rpc-port PORT` (one API server in this process, no local engine: it waits for a remote
-  headless engine on PORT, the stand-in). DIR is a copy of tokworker's default tokenizer folder (the same
-  vocabulary as the front door's replay engine) with a small config.json, as vLLM needs one (no weights).
-- `run`: `tokworker api` (defaults, and `--direct-streaming`) on the replay engine (bench/front_door.py's
-  server, same reply, same 20 ms step) and vLLM's server take turns, three rounds each per S, each keeping
-  its best round; S concurrent aiohttp SSE clients read each stream to its end (bench/front_door.py's
-  `_streams`, counting streamed tokens from the text, since a server that falls behind may merge several
-  tokens into one event). The API process's CPU (all its threads; tokworker's replay engine thread left
-  out) per streamed token, in the window where all S streams run.
+  --data-parallel-rpc-port PORT [FLAGS]` (one API server in this process, no local engine: it waits for a
+  remote headless engine on PORT, the stand-in). DIR is a copy of tokworker's default tokenizer folder (the
+  same vocabulary and chat template as the front door's replay engine) with a small config.json, as vLLM
+  needs one (no weights).
+- `run`, three parts, each with servers of its own (bench/front_door.py's `tokworker api` on the replay
+  engine, same reply, same 20 ms step, beside a VllmServer playing the same ids):
+  - plain replies (`_plain`): `tokworker api` (`--no-direct-streaming`, and direct streaming) and vLLM's
+    server take turns, three rounds each per S, each keeping its best round; S concurrent aiohttp SSE
+    clients read each stream to its end (bench/front_door.py's `_streams`, counting streamed tokens from
+    the text, since a server that falls behind may merge several tokens into one event). The API
+    process's CPU (all its threads; tokworker's replay engine thread left out) per streamed token, in the
+    window where all S streams run.
+  - reasoning + tool calls (`_reasoning_tools`, issue 28): a Qwen3 reply (a think block, then hermes
+    <tool_call> JSON; `tool_reply`), two tools in every request, vLLM with `--enable-auto-tool-choice
+    --tool-call-parser hermes --reasoning-parser qwen3` beside tokworker's default (direct streaming) with
+    the same two parsers named. One streamed reply from each must carry the expected calls before anything
+    is measured (else the row says what came back). Then as above, but the tokens are the ids each engine
+    played in the window (its counter): reasoning and tool-call parsing turn tokens into text no table maps
+    back.
+  - first text (`_first_text`, issue 31): never-seen chats with two tools (`long_chats`: ~5,000 and ~31,000
+    tokens on the default vocabulary), one request at a time, streamed, max_tokens 1, each chat sent to
+    vLLM's server and to tokworker at 1, 2 and 4 workers in turn (`_first_texts`): p50/p99 from sending to
+    the first event carrying text (content or reasoning: the reply is one token, so that event is also its
+    first token's), the API process's CPU per request (as above) and tokworker's workers' CPU (the API
+    process's children). Both servers must render the same prompt ids for the chat (/tokenize on both:
+    `same_prompt`).
 
 `python -m bench --only vllm_served --vllm-python /work/venv/vllm/bin/python [--quick]`.
 """
@@ -46,7 +65,10 @@ CONFIG = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_
 
 # --- the stand-in engine core (vLLM's python) ---------------------------------------------------------------
 
-def standin(rpc_port: int, script: list[int], step_s: float) -> None:
+def standin(rpc_port: int, script: list[int], step_s: float, counter: str | None = None) -> None:
+    import mmap
+    import struct
+
     import msgspec
     import zmq
 
@@ -81,6 +103,10 @@ def standin(rpc_port: int, script: list[int], step_s: float) -> None:
     running: dict[str, list] = {}       # request id -> [ids sent, max_tokens, stop ids, arrival, prompt length]
     last = len(script) - 1
     eos = script[-1]
+    counts, played = None, 0            # the ids played so far, in `counter`'s 8 bytes (the bench reads them)
+    if counter is not None:
+        with open(counter, "r+b") as f:
+            counts = mmap.mmap(f.fileno(), 8)
 
     def take_inputs() -> None:
         while inputs.poll(0):
@@ -102,6 +128,7 @@ def standin(rpc_port: int, script: list[int], step_s: float) -> None:
                 outputs.send_multipart(encoder.encode(EngineCoreOutputs(utility_output=output)))
 
     def step() -> None:
+        nonlocal played
         now, batch, done = time.monotonic(), [], []
         for request_id, state in running.items():
             sent, max_tokens, stops, arrival, prompt = state
@@ -120,12 +147,18 @@ def standin(rpc_port: int, script: list[int], step_s: float) -> None:
             del running[request_id]
         stats = SchedulerStats(num_running_reqs=len(running) + len(done))
         outputs.send_multipart(encoder.encode(EngineCoreOutputs(outputs=batch, scheduler_stats=stats)))
+        if counts is not None:
+            played += len(batch)
+            struct.pack_into("<Q", counts, 0, played)
 
     due = time.monotonic() + step_s
     while True:
         wait = due - time.monotonic()
         if wait > 0 and inputs.poll(wait * 1000):
+            idle = not running
             take_inputs()
+            if idle and running:            # an idle engine steps a new request at once (vLLM's does, and the
+                due = time.monotonic()      # replay engine): a first token does not wait for a tick
             continue
         take_inputs()
         if running:
@@ -150,7 +183,8 @@ class VllmServer:
     """The stand-in engine core and `vllm serve` (one API server, the remote engine the stand-in) on free
     loopback ports: `url`, `pid` (the API process), `stop()`."""
 
-    def __init__(self, python: str, script: list[int], step_s: float, timeout: float = 300):
+    def __init__(self, python: str, script: list[int], step_s: float, flags: tuple[str, ...] = (),
+                 counter: str | None = None, timeout: float = 300):
         from bench.vllm_render import environment
         from tools.llama_server import free_port, wait_healthy
 
@@ -161,12 +195,13 @@ class VllmServer:
         self.log = tempfile.TemporaryFile()
         env = environment()
         self.engine = subprocess.Popen([python, str(Path(__file__).resolve()), "standin", str(rpc_port),
-                                        str(self.folder / "script.json"), str(step_s)],
+                                        str(self.folder / "script.json"), str(step_s),
+                                        *([counter] if counter else [])],
                                        env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.server = subprocess.Popen(
             [python, "-m", "vllm.entrypoints.cli.main", "serve", str(self.folder), "--host", "127.0.0.1",
              "--port", str(port), "--served-model-name", SERVED_MODEL, "--data-parallel-size-local", "0",
-             "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(rpc_port)],
+             "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(rpc_port), *flags],
             env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.pid = self.server.pid
         try:
@@ -222,12 +257,32 @@ async def _one_text(url: str, tokens: int) -> str:
 
 
 def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[dict]:
+    if not python:
+        return [{"case": "skipped", "reason": "no --vllm-python given"}]
+    return _plain(quick, python) + _reasoning_tools(quick, python) + _first_text(quick, python)
+
+
+def _best_round(found: list[dict], count: int) -> dict:
+    """The round of least API CPU per token among those that measured a real window: at least 10 tokens a
+    stream, and streamed over at least half the steps they took (a client starved on a busy machine reads
+    a whole window of buffered events at once, in which the server spent nothing)."""
+    from bench.front_door import STEP_S
+
+    valid = [r for r in found if r["window_tokens"] >= 10 * count
+             and r["window_s"] >= 0.5 * STEP_S * r["window_tokens"] / count]
+    return min(valid or found, key=lambda r: r["api_us_per_token"])
+
+
+def _ratio(theirs: float, ours: float) -> float | None:
+    return round(theirs / ours, 2) if ours > 0 else None
+
+
+def _plain(quick: bool, python: str) -> list[dict]:
+    """The plain reply (no tools, no reasoning) at 1-1,024 streams: vLLM, tokworker forwarded and direct."""
     import asyncio
 
     from bench.front_door import STEP_S, _children, _server, _streams
 
-    if not python:
-        return [{"case": "skipped", "reason": "no --vllm-python given"}]
     counts = [1, 64, 256] if quick else [1, 64, 256, 1024]
     tokens = 40 if quick else 150           # per stream; 1,024 streams get more (their start takes seconds)
     script, ends = _reply_ids()
@@ -248,13 +303,13 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
         for count in counts:
             # the servers take turns and each keeps its best round: a shared machine's noise only adds CPU
             runs = {name: [] for name in sides}
-            length = tokens * max(1, count // 256)
+            # longer streams for more of them: each must outlast the others' start (a loaded machine's 256
+            # starts took longer than 40 tokens' 0.8 s)
+            length = tokens * max(1, count // (128 if quick else 256))
             for _ in range(3):
                 for name, (where, pid, skip, worker) in sides.items():
                     runs[name].append(asyncio.run(_streams(where, count, length, pid, skip, worker, ends)))
-            vllm_run, forwarded, direct_run = (
-                min([r for r in found if r["window_tokens"] >= 10 * count] or found,
-                    key=lambda r: r["api_us_per_token"]) for found in runs.values())
+            vllm_run, forwarded, direct_run = (_best_round(found, count) for found in runs.values())
             vllm_us = vllm_run["api_us_per_token"]
             rows.append({
                 "case": "streams", "streams": count, "tokens_per_stream": length,
@@ -263,10 +318,10 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
                 "worker_us_per_token": forwarded["worker_us_per_token"],
                 "direct_api_us_per_token": direct_run["api_us_per_token"],
                 "direct_worker_us_per_token": direct_run["worker_us_per_token"],
-                "vllm_served_ratio": round(vllm_us / forwarded["api_us_per_token"], 2),
-                "vllm_served_ratio_direct": round(vllm_us / direct_run["api_us_per_token"], 2),
-                "vllm_served_ratio_tier": round(
-                    vllm_us / (forwarded["api_us_per_token"] + forwarded["worker_us_per_token"]), 2),
+                "vllm_served_ratio": _ratio(vllm_us, forwarded["api_us_per_token"]),
+                "vllm_served_ratio_direct": _ratio(vllm_us, direct_run["api_us_per_token"]),
+                "vllm_served_ratio_tier": _ratio(vllm_us, forwarded["api_us_per_token"]
+                                                 + forwarded["worker_us_per_token"]),
                 "vllm_tokens_per_event": vllm_run["tokens_per_event"],
                 "tokworker_tokens_per_event": forwarded["tokens_per_event"],
                 "vllm_rss_mb": vllm_run["rss_mb"], "rss_mb": forwarded["rss_mb"],
@@ -282,9 +337,318 @@ def run(quick: bool = False, model_dirs=(), python: str | None = None) -> list[d
     return rows
 
 
+# --- reasoning + tool calls per streamed token (issue 28) ------------------------------------------------
+
+# vLLM's parsers for the default template's family (Qwen3: <think> blocks, hermes <tool_call> JSON); tokworker's
+# servers name the same two (bench/front_door.py's --parsers; its default template implies them anyway)
+PARSER_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
+REASONING = ("The user wants the weather in a few cities, so I call the weather tool once for each of them, in "
+             "Celsius, then answer from what it says. ")
+CITIES = ["Paris", "Lyon", "Nantes", "Lille", "Nice", "Rennes", "Dijon", "Brest"]
+
+
+def tool_reply(thoughts: int, calls: int) -> tuple[str, list[dict]]:
+    """A Qwen3 reply: a think block of `thoughts` sentences, then `calls` hermes tool calls; its text and the
+    calls a parser must find in it.
+
+    >>> text, calls = tool_reply(1, 1)
+    >>> print(text.replace(REASONING.strip(), "..."))
+    <think>
+    ...
+    </think>
+    <BLANKLINE>
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}
+    </tool_call>
+    >>> calls
+    [{'name': 'get_weather', 'arguments': {'city': 'Paris', 'unit': 'celsius'}}]
+    """
+    expected = [{"name": "get_weather", "arguments": {"city": city, "unit": "celsius"}}
+                for city in (CITIES * calls)[:calls]]
+    text = ("<think>\n" + (REASONING * thoughts).strip() + "\n</think>\n\n"
+            + "\n".join("<tool_call>\n" + json.dumps(call) + "\n</tool_call>" for call in expected))
+    return text, expected
+
+
+async def _parsed(url: str, body: dict) -> dict:
+    """One streamed reply, joined: its reasoning, content, tool calls (name, arguments as sent) and finish."""
+    import aiohttp
+
+    reasoning, content, calls, finish = [], [], {}, None
+    async with aiohttp.ClientSession() as session, \
+            session.post(url + "/v1/chat/completions", json={**body, "stream": True}) as response:
+        if response.status != 200:
+            return {"status": response.status, "body": (await response.text())[:500]}
+        async for line in response.content:
+            if not line.startswith(b"data: {"):
+                continue
+            for choice in json.loads(line[6:]).get("choices", ()):
+                delta = choice.get("delta") or {}
+                reasoning.append(delta.get("reasoning_content") or delta.get("reasoning") or "")
+                content.append(delta.get("content") or "")
+                for call in delta.get("tool_calls") or ():
+                    kept = calls.setdefault(call["index"], {"name": "", "arguments": ""})
+                    function = call.get("function") or {}
+                    kept["name"] += function.get("name") or ""
+                    kept["arguments"] += function.get("arguments") or ""
+                finish = choice.get("finish_reason") or finish
+    return {"reasoning": "".join(reasoning), "content": "".join(content),
+            "tool_calls": [calls[k] for k in sorted(calls)], "finish_reason": finish}
+
+
+def _calls_found(parsed: dict, expected: list[dict]) -> bool:
+    try:
+        return [{"name": c["name"], "arguments": json.loads(c["arguments"])} for c in parsed["tool_calls"]] == expected
+    except (KeyError, ValueError):
+        return False
+
+
+def _reasoning_tools(quick: bool, python: str) -> list[dict]:
+    """API-process CPU per streamed token of a reasoning + tool-call reply, tools in every request, parsers on
+    in both servers: vLLM and tokworker's default (direct streaming). Tokens are the ids the engines played
+    in the window (their counters), since neither server's text maps back to them one to one."""
+    import asyncio
+    import mmap
+
+    from bench.cold_prompt import TOOLS
+    from bench.front_door import STEP_S, _children, _server, _streams
+    from tokworker import Tokenizer
+    from tokworker.worker.options import DEFAULT_MODEL_DIR
+
+    counts = [1, 64] if quick else [1, 64, 256]
+    text, expected = tool_reply(2, 2) if quick else tool_reply(3, 4)      # ~180 and ~300 tokens
+    tokenizer = Tokenizer.from_dir(DEFAULT_MODEL_DIR)
+    script = tokenizer.encode(text) + list(tokenizer.eos_token_ids[:1])
+    folder = Path(tempfile.mkdtemp(prefix="tokworker-bench-tools-"))
+    (folder / "reply.txt").write_text(text)
+    maps = {}
+    for side in ("vllm", "tokworker"):
+        (folder / side).write_bytes(bytes(8))
+        with open(folder / side, "r+b") as f:
+            maps[side] = mmap.mmap(f.fileno(), 8)
+    case = "reasoning + tools"
+    try:
+        vllm = VllmServer(python, script, STEP_S, PARSER_FLAGS, counter=str(folder / "vllm"))
+    except RuntimeError as error:
+        shutil.rmtree(folder, ignore_errors=True)
+        return [{"case": case, "failed": "vllm", "reason": str(error)[-2000:]}]
+    server = None
+    rows = []
+    try:
+        server, url, engine = _server("serve", "--direct", "--parsers", "--reply", str(folder / "reply.txt"),
+                                      "--counter", str(folder / "tokworker"))
+        extra = {"tools": TOOLS, "ignore_eos": False}     # each reply ends at its eos, after its last call
+        body = {"model": SERVED_MODEL, "max_tokens": len(script), "messages": [
+            {"role": "user", "content": "The weather, please."}], **extra}
+        parsed = {side: asyncio.run(_parsed(where, body)) for side, where in (("vllm", vllm.url), ("tokworker", url))}
+        for side, reply in parsed.items():
+            if not _calls_found(reply, expected):      # measure nothing a server does not really parse
+                return [{"case": case, "failed": side, "reason": "the reply's tool calls were not parsed",
+                         "expected": expected, "reply": reply}]
+        # what else the two streamed: reasoning and content, each side's edges (newlines) left out
+        same = {f"same_{part}": parsed["vllm"][part].strip() == parsed["tokworker"][part].strip()
+                for part in ("reasoning", "content")}
+        sides = {"vllm": (vllm.url, vllm.pid, None, None, maps["vllm"]),
+                 "tokworker": (url, server.pid, engine, _children(server.pid), maps["tokworker"])}
+        for count in counts:
+            runs = {name: [] for name in sides}
+            for _ in range(3):
+                for name, (where, pid, skip, workers, counter) in sides.items():
+                    runs[name].append(asyncio.run(_streams(where, count, len(script), pid, skip, workers,
+                                                           extra=extra, counts=counter)))
+            vllm_run, ours = (_best_round(found, count) for found in runs.values())
+            vllm_us = vllm_run["api_us_per_token"]
+            rows.append({
+                "case": case, "streams": count, "tokens_per_stream": len(script),
+                "vllm_served_api_us_per_token": vllm_us,
+                "direct_api_us_per_token": ours["api_us_per_token"],
+                "direct_worker_us_per_token": ours["worker_us_per_token"],
+                "vllm_served_ratio_direct": _ratio(vllm_us, ours["api_us_per_token"]),
+                "vllm_served_ratio_tier": _ratio(vllm_us, ours["api_us_per_token"] + ours["worker_us_per_token"]),
+                "vllm_tokens_per_event": vllm_run["tokens_per_event"],
+                "tokworker_tokens_per_event": ours["tokens_per_event"],
+                "vllm_window_tokens": vllm_run["window_tokens"], "window_tokens": ours["window_tokens"],
+                "calls_parsed": True, **same, "load_1min": round(os.getloadavg()[0], 2)})
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(30)
+        vllm.stop()
+        for counter in maps.values():
+            counter.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
+# --- the first text of a long chat (issue 31) ----------------------------------------------------------------
+
+WORKER_COUNTS = (1, 2, 4)
+
+
+def long_chats(kind: str, count: int, seed: int) -> list[list[dict]]:
+    """Never-seen chats (every word new to any cache): "4k", cold_prompt's long_chat (three of the pool
+    bench's conversations: ~4,000 tokens on Qwen3, ~5,000 on the served default vocabulary), or "32k",
+    twenty of them in one (~31,000 tokens on the default vocabulary)."""
+    from bench.cold_prompt import long_chat
+    from bench.pool import new_chats
+
+    if kind == "4k":
+        return [long_chat(seed + k) for k in range(count)]
+    return [[message for part in new_chats(20, seed=seed + k) for message in part] for k in range(count)]
+
+
+async def _first_texts(servers: dict, chats: list[list[dict]]) -> dict:
+    """Each chat sent to every server in turn (the first server moves on by one each chat), one request at a
+    time, streamed, max_tokens 1: per server the seconds from sending to the first event carrying text (the
+    one token's content or reasoning: the reply is one token, so that event is its first text), the API
+    process's CPU over the request (tokworker's replay engine thread left out) and its workers' CPU, and
+    which field the text came in."""
+    import aiohttp
+
+    from bench.cold_prompt import TOOLS
+    from bench.front_door import _cpu
+
+    found = {name: {"first_s": [], "api_s": [], "workers_s": [], "field": set(), "prompt_ms": [], "open_ms": []}
+             for name in servers}
+    names = list(servers)
+    sessions = {name: aiohttp.ClientSession() for name in names}
+    try:
+        for k, chat in enumerate(chats):
+            body = json.dumps({"model": SERVED_MODEL, "stream": True, "max_tokens": 1, "tools": TOOLS,
+                               "messages": chat}).encode()
+            for name in names[k % len(names):] + names[:k % len(names)]:
+                url, pid, skip, workers = servers[name]
+                api0, work0 = _cpu(pid, skip), sum(_cpu(w) for w in workers)
+                began = time.perf_counter()
+                first = None
+                async with sessions[name].post(url + "/v1/chat/completions", data=body,
+                                               headers={"Content-Type": "application/json"}) as response:
+                    if response.status != 200:
+                        raise RuntimeError(f"{name}: HTTP {response.status}: {(await response.text())[:500]}")
+                    timing = dict(part.split(";dur=") for part in response.headers.get("Server-Timing", "").split(", ")
+                                  if ";dur=" in part)         # tokworker's: its prompt and stream-open phases
+                    for phase in ("prompt", "open"):
+                        if phase in timing:
+                            found[name][f"{phase}_ms"].append(float(timing[phase]))
+                    async for line in response.content:
+                        if first is None and line.startswith(b"data: {"):
+                            for choice in json.loads(line[6:]).get("choices", ()):
+                                delta = choice.get("delta") or {}
+                                field = next((f for f in ("content", "reasoning_content", "reasoning", "tool_calls")
+                                              if delta.get(f)), None)
+                                if field is not None:
+                                    first = time.perf_counter() - began
+                                    found[name]["field"].add(field)
+                found[name]["api_s"].append(_cpu(pid, skip) - api0)
+                found[name]["workers_s"].append(sum(_cpu(w) for w in workers) - work0)
+                if first is None:
+                    raise RuntimeError(f"{name}: the reply carried no text")
+                found[name]["first_s"].append(first)
+    finally:
+        for session in sessions.values():
+            await session.close()
+    return found
+
+
+async def _prompts(vllm_url: str, url: str, chat: list[dict]) -> dict:
+    """Both servers' /tokenize of one chat with the tools: the same ids, or where they part."""
+    import aiohttp
+
+    from bench.cold_prompt import TOOLS
+
+    ids = []
+    async with aiohttp.ClientSession() as session:
+        for where in (vllm_url, url):
+            async with session.post(where + "/tokenize", json={"model": SERVED_MODEL, "messages": chat,
+                                                                "tools": TOOLS}) as response:
+                ids.append((await response.json())["tokens"])
+    theirs, ours = ids
+    if theirs == ours:
+        return {"same_prompt": True}
+    at = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+    return {"same_prompt": False, "prompt_tokens_vllm": len(theirs), "prompt_tokens": len(ours),
+            "prompts_part_at": at, "vllm_ids_there": theirs[at:at + 8], "ids_there": ours[at:at + 8]}
+
+
+def _first_text(quick: bool, python: str) -> list[dict]:
+    """First text of never-seen 4k and 32k chats with two tools: vLLM's server (its API process renders and
+    tokenizes) beside tokworker at 1, 2 and 4 workers, each chat sent to all in turn."""
+    import asyncio
+    import statistics
+
+    from bench.front_door import STEP_S, _children, _server
+    from bench.pool import _percentile, new_chats
+    from tokworker import Tokenizer
+    from tokworker.engines.replay import REPLY
+    from tokworker.worker.options import DEFAULT_MODEL_DIR
+
+    tokenizer = Tokenizer.from_dir(DEFAULT_MODEL_DIR)
+    script = tokenizer.encode(REPLY) + list(tokenizer.eos_token_ids[:1])    # what the replay engine plays
+    case = "first text"
+    try:
+        vllm = VllmServer(python, script, STEP_S,
+                          PARSER_FLAGS + ("--max-model-len", str(CONFIG["max_position_embeddings"])))
+    except RuntimeError as error:
+        return [{"case": case, "failed": "vllm", "reason": str(error)[-2000:]}]
+    started = []
+    rows = []
+    try:
+        for workers in WORKER_COUNTS:
+            started.append(_server("serve", "--direct", "--workers", str(workers), "--reply", "none", "--parsers"))
+        servers = {"vllm": (vllm.url, vllm.pid, None, [])}        # its API process renders and tokenizes
+        for workers, (process, url, engine) in zip(WORKER_COUNTS, started):
+            servers[workers] = (url, process.pid, engine, _children(process.pid))
+        same = asyncio.run(_prompts(vllm.url, started[0][1], long_chats("4k", 1, seed=900)[0]))
+        # every worker's template compiled and every connection open before anything is timed
+        asyncio.run(_first_texts(servers, [new_chats(1, seed=950 + k)[0] for k in range(2 * max(WORKER_COUNTS))]))
+        sizes = {"4k": 10 if quick else 40, "32k": 4 if quick else 16}
+        for kind, count in sizes.items():
+            chats = long_chats(kind, count, seed=1000 if kind == "4k" else 2000)
+            found = asyncio.run(_first_texts(servers, chats))
+            theirs = found["vllm"]
+            vllm_p50, vllm_p99 = (_percentile(theirs["first_s"], q) * 1e3 for q in (0.5, 0.99))
+            vllm_api = statistics.median(theirs["api_s"]) * 1e3
+            prompt = asyncio.run(_count(started[0][1], chats[0]))
+            for workers in WORKER_COUNTS:
+                ours = found[workers]
+                p50, p99 = (_percentile(ours["first_s"], q) * 1e3 for q in (0.5, 0.99))
+                api, work = (statistics.median(ours[key]) * 1e3 for key in ("api_s", "workers_s"))
+                rows.append({
+                    "case": case, "chat": f"{kind}, two tools, new", "prompt_tokens": prompt, "requests": count,
+                    "workers": workers, "p50_ms": round(p50, 2), "p99_ms": round(p99, 2),
+                    "api_ms": round(api, 3), "workers_ms": round(work, 3),
+                    **{f"{phase}_p50_ms": round(statistics.median(ours[f"{phase}_ms"]), 2)
+                       for phase in ("prompt", "open") if ours[f"{phase}_ms"]},
+                    "vllm_p50_ms": round(vllm_p50, 2), "vllm_p99_ms": round(vllm_p99, 2),
+                    "vllm_api_ms": round(vllm_api, 3),
+                    "vllm_ratio_p50": _ratio(vllm_p50, p50), "vllm_ratio_p99": _ratio(vllm_p99, p99),
+                    "vllm_ratio_api": _ratio(vllm_api, api), "vllm_ratio_tier": _ratio(vllm_api, api + work),
+                    "text_in": "/".join(sorted(ours["field"])), "vllm_text_in": "/".join(sorted(theirs["field"])),
+                    **same, "load_1min": round(os.getloadavg()[0], 2)})
+    except RuntimeError as error:
+        rows.append({"case": case, "failed": "run", "reason": str(error)[-2000:]})
+    finally:
+        for process, _, _ in started:
+            process.terminate()
+            process.wait(30)
+        vllm.stop()
+    return rows
+
+
+async def _count(url: str, chat: list[dict]) -> int:
+    """The prompt tokens of `chat` with the tools, as the server counts them (/tokenize)."""
+    import aiohttp
+
+    from bench.cold_prompt import TOOLS
+
+    async with aiohttp.ClientSession() as session, \
+            session.post(url + "/tokenize", json={"messages": chat, "tools": TOOLS}) as response:
+        return (await response.json())["count"]
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["standin"]:
-        standin(int(sys.argv[2]), json.loads(Path(sys.argv[3]).read_text()), float(sys.argv[4]))
+        standin(int(sys.argv[2]), json.loads(Path(sys.argv[3]).read_text()), float(sys.argv[4]), *sys.argv[5:6])
     else:       # python -m bench.vllm_served [--quick] VLLM_PYTHON
         flags = sys.argv[1:]
         for row in run(quick="--quick" in flags, python=next((f for f in flags if f != "--quick"), None)):
