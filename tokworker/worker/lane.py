@@ -45,6 +45,7 @@ PARKED_BYTES = 16 << 20            # requests parked unserved from such a client
 QUEUED_BYTES = 64 << 20            # stateless requests handed to the main thread and not yet answered
 SMALL_STEP = 16 << 10              # bytes of a step message below which its reply is not counted (the hot path)
 HOUSEKEEPING_S = 1.0
+BLOCKED_LOG_S = 10.0               # at most one line a client that stopped reading writes in the log, per this
 NO_ID = bytes(8)                   # the request id of an error reply to a message without one, and of a notice
 DRAINING = encode_message(Draining())
 
@@ -110,6 +111,7 @@ class Lane:
         self._wake_read, self._wake_write = socketlib.socketpair()
         self._wake_read.setblocking(False)
         self.blocked: dict[bytes, _Blocked] = {}
+        self.blocked_said, self.blocked_unsaid = -BLOCKED_LOG_S, 0
         self.queued = 0                              # jobs handed to the main thread and not yet back
         self.queued_bytes = 0
         self.requests = self.errors = self.dropped = 0
@@ -310,7 +312,7 @@ class Lane:
         if blocked is None:
             if self._try(reply):
                 return
-            log.warning("a client stopped reading its replies; its requests wait until it reads again")
+            self._say_blocked()
             blocked = self.blocked[identity] = _Blocked()
         size = sum(map(len, reply))
         if blocked.held + size > HELD_BYTES:
@@ -318,6 +320,17 @@ class Lane:
             return
         blocked.replies.append(reply)
         blocked.held += size
+
+    def _say_blocked(self) -> None:
+        """A client stopped reading: said at most once per BLOCKED_LOG_S (a busy client that keeps catching up
+        and falling behind again wrote this line dozens of times a second)."""
+        now = time.monotonic()
+        if now - self.blocked_said < BLOCKED_LOG_S:
+            self.blocked_unsaid += 1
+            return
+        more = f" ({self.blocked_unsaid} more since the last such line)" if self.blocked_unsaid else ""
+        log.warning("a client stopped reading its replies; its requests wait until it reads again%s", more)
+        self.blocked_said, self.blocked_unsaid = now, 0
 
     def _try(self, reply) -> bool:
         """Sent, or the peer is gone (nothing to hold); False when its queue is full."""
