@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--max-buffer-bytes", type=int, default=4 << 20,
                      help="bytes a streamed response may fall behind its client before it is cut")
     api.add_argument("--direct-streaming", action=argparse.BooleanOptionalAction, default=None,
-                     help="local workers write single-choice streamed responses to the client themselves, so the "
+                     help="local workers write streamed responses (every choice) to the client themselves, so the "
                           "API process only moves ids (the default where the workers are on this host; "
                           "--no-direct-streaming forwards every response through the API process)")
     api.add_argument("--max-queued-bytes", type=int, default=64 << 20,

@@ -153,11 +153,13 @@ class Generations:
         return exchange, response
 
     def _hand_over(self, exchange: Exchange, transport) -> None:
-        """Direct streaming: the headers are out; the stream's worker writes the rest of the body itself, or,
-        when it cannot take the socket at once, this process forwards the body as any other."""
-        choice = exchange.choices[0]
+        """Direct streaming: the headers are out; the streams' worker writes the rest of the body itself (every
+        choice's events and the tail), or, when it cannot take the socket at once, this process forwards the
+        body as any other."""
+        first, *others = exchange.choices
         try:
-            exchange.direct = self.pool.hand_over(choice.name, transport.get_extra_info("socket").fileno())
+            exchange.direct = self.pool.hand_over(first.name, transport.get_extra_info("socket").fileno(),
+                                                  [c.name for c in others])
         except (OSError, PoolError) as error:
             self.serving.end(exchange, f"its worker cannot take the client's socket: {error}")
 
@@ -182,25 +184,30 @@ class Generations:
         return response
 
     async def _open(self, exchange: Exchange, prompts, params, total: int) -> None:
+        """Open the exchange's streams, the first choice's and then the others on its worker: one worker
+        serves the response (with direct streaming, it writes all of it to the client)."""
         plan = exchange.plan
         opened = []
-        direct = plan.stream and total == 1 and self.options.direct_streaming
+        sink = plan.stream and self.options.direct_streaming
         base = msgspec.structs.replace(exchange.format, n=total)
+        first = exchange.choices[0]
 
-        async def open_one(choice: Choice):
+        async def open_one(choice: Choice, beside: str | None = None):
             p = choice.index // plan.n
             chunks = msgspec.structs.replace(base, index=choice.index)
-            stream = await self.pool.open_stream(choice.name, params[p], prompt_ids=prompts[p], buffer=False,
-                                                 chunks=chunks, sink=direct)
-            exchange.direct = stream.sink
-            opened.append(choice.name)
+            stream = await self.pool.open_stream(
+                choice.name, params[p], prompt_ids=prompts[p], buffer=False, chunks=chunks, sink=sink, beside=beside,
+                prompt_tokens=exchange.prompt_tokens if total > 1 and beside is None else None)
+            opened.append(stream)
 
         try:
-            await asyncio.gather(*(open_one(c) for c in exchange.choices))
+            await open_one(first)
+            await asyncio.gather(*(open_one(c, first.name) for c in exchange.choices[1:]))
         except BaseException:
             if opened:
-                await asyncio.shield(self.pool.close_stream(*opened))
+                await asyncio.shield(self.pool.close_stream(*(stream.id for stream in opened)))
             raise
+        exchange.direct = all(stream.sink for stream in opened)
 
     def _tail(self, exchange: Exchange) -> bytes:
         """What follows a streamed response's last event (the one usage chunk of several choices, [DONE])."""

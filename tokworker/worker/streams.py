@@ -11,7 +11,8 @@ decodes one bytes field per stream per step and writes it to the response untouc
 keeps the format's gatherer instead: its updates carry nothing until the last, whose `body` is the
 choice's finished JSON. Opened with `sink` too, the worker writes the events itself to the client's socket
 (sinks.py) and its updates carry only the finish: finish_reason "abort" once the client can no longer be
-written to.
+written to. The choices of one response share its sink (OpenStream.sink_of), which writes the response's
+tail after the last of them ends.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from functools import partial
 
 import msgspec
 
@@ -36,17 +38,18 @@ REPLAY_PIECE = 4096                         # ids pushed at once in a replay (th
 
 class ServedStream:
     """One request's text state on the worker: its TextStream, its chunk writer or whole gatherer (or
-    None), the client socket it writes its events to itself (a Sink, or None) and the time it was last
+    None), the client socket it writes its events to itself (a Sink, or None; `unsent`: its events made
+    before the socket came, which the API process writes if it never comes) and the time it was last
     stepped (for idle eviction)."""
 
-    __slots__ = ("text", "writer", "whole", "sink", "tail", "last_used", "chunks")
+    __slots__ = ("text", "writer", "whole", "sink", "unsent", "last_used", "chunks")
 
-    def __init__(self, text, writer, now: float, sink=None, tail: bytes = b"", whole=None, chunks=None):
+    def __init__(self, text, writer, now: float, sink=None, whole=None, chunks=None):
         self.text = text
         self.writer = writer
         self.whole = whole
         self.sink = sink
-        self.tail = tail
+        self.unsent: list[bytes] = []
         self.last_used = now
         self.chunks = chunks                    # its ChunkFormat (a direct stream's errors are written here)
 
@@ -109,9 +112,14 @@ class ServedStream:
         """Direct streaming: the events go to the client's socket; the update says only how it ends."""
         if sse:
             sink.write(sse)
+            if sink.fd < 0:
+                if not sink.closed:                         # no socket yet: if none comes, the API process
+                    self.unsent.append(sse)                 # writes these (its Forward comes after)
+            elif self.unsent:
+                self.unsent = []
         if update.finish_reason is not None:
-            held = sink.held() if sink.fd < 0 else b""     # no socket yet: if none comes, the API process writes
-            sink.end(self.tail)                             # these (its Forward comes after this reply)
+            held = b"".join(self.unsent) if sink.fd < 0 and not sink.closed else b""
+            sink.finished(update.usage)                     # the last choice's end writes the response's tail
             return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
                                 abort=update.abort, sse=held, usage=update.usage)
         if sink.failed is not None:
@@ -179,9 +187,13 @@ class StreamTable:
             raise CodedError(ErrorCode.UNAVAILABLE, "direct streaming needs a streamed chunk format and a worker "
                                                     "on ipc://")
         now = time.monotonic()
-        sink = self.sinks.open(session, msg.stream_id) if msg.sink else None
-        tail = home(chunks.api).tail(chunks, [], False) if sink is not None else b""
-        stream = ServedStream(text, None if whole else made, now, sink, tail, made if whole else None, chunks)
+        sink = None
+        if msg.sink and msg.sink_of is not None:
+            sink = self.sinks.join(session, msg.stream_id, msg.sink_of)
+        elif msg.sink:
+            sink = self.sinks.open(session, msg.stream_id, chunks.n, partial(
+                home(chunks.api).tail, chunks, include_usage=params.include_usage, prompt_tokens=msg.prompt_tokens))
+        stream = ServedStream(text, None if whole else made, now, sink, made if whole else None, chunks)
         self._finished.pop((session, msg.stream_id), None)
         if stream.replay(msg.replay, now + self.budget_s):
             self._remember_finished(session, msg.stream_id)
@@ -199,8 +211,9 @@ class StreamTable:
             if stream is not None:
                 closed += 1
                 if stream.sink is not None:
-                    if error is not None and stream.fail(error):
-                        self.sinks.release(session, stream_id)      # its last bytes may still wait
+                    # its response's last bytes may still wait (the error, written by it or another choice)
+                    if error is not None and (stream.fail(error) or stream.sink.ending):
+                        self.sinks.release(session, stream_id)
                     else:
                         self.sinks.close(session, stream_id)
             self._finished.pop((session, stream_id), None)
@@ -218,16 +231,16 @@ class StreamTable:
 
     def forward(self, session: str, stream_id: str) -> bytes:
         """A direct stream whose socket did not come goes on without one: its updates carry their events from
-        now on, and the events its sink held are returned (none for a stream no longer open: its sink goes)."""
+        now on, and the events it made before are returned (none for a stream no longer open: its finish
+        carried them). Its sink goes once no choice of its response writes to it."""
         stream = (self.sessions.get(session) or {}).get(stream_id)
-        if stream is None:                      # it ended: its finish carried what its sink held
-            if self.sinks is not None:
-                self.sinks.close(session, stream_id)
-            return b""
-        if stream.sink is None:
+        if self.sinks is not None and (stream is None or stream.sink is not None):
+            self.sinks.forward(session, stream_id)
+        if stream is None or stream.sink is None:
             return b""
         stream.sink = None
-        return self.sinks.take(session, stream_id)
+        unsent, stream.unsent = stream.unsent, []
+        return b"".join(unsent)
 
     def cut_all(self) -> None:
         """The drain timeout: every open stream ends here, and the next step that names one fails it with
