@@ -277,8 +277,8 @@ class TokenizerPool:
         record, e.g. `lambda: request.output_token_ids`); the pool then keeps no copy and a replay after a
         worker's death reads it (see stream.py for its contract).
         `sink` (with `chunks`): direct streaming, where the worker takes it (a local worker): the worker
-        writes the events itself to the client socket given to hand_over(); the returned StreamHandle's `sink`
-        says whether it does. Such a stream is not replayed after its worker's death: it fails.
+        writes the events itself to the client socket given to hand_over() (a `whole` format: the whole HTTP
+        response, once its choices ended); the returned StreamHandle's `sink` says whether it does. Such a stream is not replayed after its worker's death: it fails.
         `beside`: an open stream's id: this one opens on that stream's worker (the choices of one response on
         one worker); with `sink`, where that stream writes its client's socket itself, this one writes to the
         same socket (the response's events interleaved, its tail after the last of `chunks.n` choices), and
@@ -311,7 +311,7 @@ class TokenizerPool:
             link = min(self._for_new_work(), key=lambda link: (link.open_streams, link.load))
             capabilities = link.info.capabilities
             direct = sink and chunks is not None and "sinks" in capabilities and (
-                chunks.n == 1 or "sink_groups" in capabilities)
+                chunks.n == 1 or "sink_groups" in capabilities) and (not chunks.whole or "whole_sinks" in capabilities)
             try:
                 return await self._open_on(link, stream_id, params, prompt_ids, prompt_text, buffer, chunks,
                                            engine_ids, direct, prompt_tokens=prompt_tokens if direct else None)
@@ -342,10 +342,11 @@ class TokenizerPool:
             await asyncio.shield(self.close_stream(stream_id))
             raise
 
-    def hand_over(self, stream_id: str, fd: int, shared: Sequence[str] = ()) -> bool:
+    def hand_over(self, stream_id: str, fd: int, shared: Sequence[str] = (), head: bytes = b"") -> bool:
         """Give the worker of a stream opened with `sink` the client's socket `fd` (it gets a reference of
         its own; the caller's stays open until the caller closes it); `shared`: the streams opened `beside`
-        it, which write to the same socket. Never waits: True when the socket is on its way; False when that
+        it, which write to the same socket; `head`: a whole response's headers ("Name: value\\r\\n" each),
+        which its worker writes after the status line. Never waits: True when the socket is on its way; False when that
         worker cannot take it now (its lane is stopped or far behind) or cannot be reached. Then the caller
         writes the response itself, as for streams opened without `sink`: each stream's updates carry its
         events in `sse` from its next step on, those its worker made already first (a Forward each; counted
@@ -358,14 +359,14 @@ class TokenizerPool:
         group = [stream, *(self.streams[name] for name in shared)]
         link = stream.link
         if all(s.sink for s in group):
-            if link.hand_over(stream_id, fd):
+            if link.hand_over(stream_id, fd, head):
                 for member in group:
                     member.handed_over()
                 return True
         else:                                                # a recovery forwarded them already
             link.handover_fallbacks += 1
-        for member in group:
-            if member.sink and member.finished:              # its events wait in a sink no socket will reach
+        for member in group:         # a streamed one's events wait in a sink no socket will reach (a whole
+            if member.sink and member.finished and not member.chunks.whole:     # one's body came with its end)
                 raise WorkerLost(ErrorCode.WORKER_LOST, f"the worker of {member.id!r} could not take its client's "
                                                         f"socket, and the stream ended before it could be forwarded")
         for member in group:

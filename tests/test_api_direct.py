@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 
 import openai
@@ -29,6 +30,30 @@ LONG = [{"role": "user", "content": "scenario:long"}]
 
 def options() -> ApiOptions:
     return ApiOptions(served_model_name=[MODEL], direct_streaming=True)
+
+
+def test_a_killed_worker_fails_its_whole_responses_with_the_apis_error():
+    """A whole response's worker writes nothing until its end: killed before that, the API process answers the
+    request itself with its 503 and OpenAI's error body."""
+    with running(step_interval=0.02, options=options(), workers=1) as server:
+        answer = {}
+
+        def ask():
+            answer["response"] = requests.post(server.url + "/v1/chat/completions", timeout=60, json={
+                "model": MODEL, "n": 3, "max_tokens": 300, "messages": LONG})
+        thread = threading.Thread(target=ask)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.api.serving.choices or server.api.engine.running() < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        time.sleep(0.2)
+        os.kill(server.pool.links[0].info.pid, signal.SIGKILL)
+        thread.join(60)
+        response = answer["response"]
+        assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+        assert response.json()["error"]["code"] == "worker_lost" and response.json()["error"]["type"] == "server_error"
+        server.settled(30)
 
 
 def test_a_client_that_stops_reading_is_cut_by_the_worker():
@@ -112,10 +137,27 @@ N3 = {"n": 3, "messages": [{"role": "user", "content": "Please answer. scenario:
       "logprobs": True, "top_logprobs": 2, "stream_options": {"include_usage": True}}
 
 
+def whole_choices(server, **ask) -> tuple[list, object, dict]:
+    """A whole chat read by the openai SDK: each choice (tool call ids aside), the usage and the headers."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, **ask)
+    completion = raw.parse()
+    choices = []
+    for choice in completion.choices:
+        message = choice.message
+        choices.append((choice.index, message.content, getattr(message, "reasoning_content", None),
+                        [(bool(c.id), c.function.name, c.function.arguments) for c in message.tool_calls or ()],
+                        choice.finish_reason,
+                        [(e.token, e.logprob, e.bytes, [(t.token, t.logprob) for t in e.top_logprobs])
+                         for e in choice.logprobs.content] if choice.logprobs else None))
+    return choices, completion.usage, raw.headers
+
+
 def test_several_choices_are_written_by_their_worker_as_the_api_process_forwards_them():
     """n = 3 with reasoning, a tool call and logprobs: all three choices open on one worker of two, which
     writes their interleaved events and the tail (the one usage chunk, [DONE]) to the client's socket; the
-    SDK assembles the same response as from the forwarded path (--no-direct-streaming)."""
+    SDK assembles the same response as from the forwarded path (--no-direct-streaming). Whole, the worker
+    writes the whole HTTP response (status, headers with Server-Timing, body), equal to the forwarded one."""
     with running(options=options(), workers=2) as direct, \
             running(options=ApiOptions(served_model_name=[MODEL], direct_streaming=False), workers=2) as forwarded:
         got, usage, headers = stream_choices(direct, **N3)
@@ -136,6 +178,16 @@ def test_several_choices_are_written_by_their_worker_as_the_api_process_forwards
             last = json.loads(events[-2][6:])
             assert last["choices"] == [] and last["usage"]["completion_tokens"] == usage.completion_tokens
             assert sum(b'"finish_reason":"tool_calls"' in e for e in events) == 3
+        whole_ask = {k: v for k, v in N3.items() if k != "stream_options"}
+        got, usage, headers = whole_choices(direct, **whole_ask)
+        assert headers["Connection"] == "close" and "engine;dur=" in headers["Server-Timing"]
+        assert headers["Content-Type"] == "application/json" and direct.pool.handover_fallbacks == 0
+        want, want_usage, want_headers = whole_choices(forwarded, **whole_ask)
+        assert want_headers.get("Connection") != "close" and "engine;dur=" in want_headers["Server-Timing"]
+        assert got == want and usage == want_usage and [c[0] for c in got] == [0, 1, 2]
+        assert got[0][1:5] == ("Checking.", "They want the weather: I call the tool.",
+                               [(True, "get_weather", '{"city": "Zürich", "unit": "celsius"}')], "tool_calls")
+        assert 3 * len(got[0][5]) == usage.completion_tokens
         with requests.post(direct.url + "/v1/chat/completions", stream=True, timeout=30, json={
                 "model": MODEL, "stream": True, "n": 3, "messages": LONG}) as response:
             lines = response.iter_lines()
@@ -159,9 +211,9 @@ def test_a_worker_that_cannot_take_the_socket_gets_its_response_forwarded():
         assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
         assert chunks[0].choices[0].delta.role == "assistant"
         assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason == "length"
-        assert server.pool.handover_fallbacks == 1
+        assert server.pool.handover_fallbacks == 2              # the streamed response and the whole one
         got, usage, _ = stream_choices(server, **N3)           # several choices: each goes on forwarded
-        assert server.pool.handover_fallbacks == 2
+        assert server.pool.handover_fallbacks == 3
         assert sorted(got) == [0, 1, 2] and got[0] == got[1] == got[2] and got[0]["finish"] == "tool_calls"
         assert got[0]["content"] == "Checking." and 3 * len(got[0]["entries"]) == usage.completion_tokens
         events = raw_events(server, **N3)

@@ -62,6 +62,15 @@ def test_a_drain_ends_every_stream_with_abort_and_done_then_exits(sig):
             thread.start()
             assert started.wait(30)
             threads.append(thread)
+        whole = {}                                         # a whole response of three choices, in flight
+
+        def ask_whole():
+            response = requests.post(url + "/v1/chat/completions", json={**ENDLESS, "stream": False, "n": 3},
+                                     timeout=60)
+            whole["status"], whole["body"] = response.status_code, response.json()
+        threads.append(threading.Thread(target=ask_whole, daemon=True))
+        threads[-1].start()
+        time.sleep(0.5)
         signalled = time.monotonic()
         proc.send_signal(sig)
         time.sleep(0.3)
@@ -79,6 +88,7 @@ def test_a_drain_ends_every_stream_with_abort_and_done_then_exits(sig):
         assert sum('"finish_reason":"abort"' in line for line in choices["lines"]) == 3
         assert choices["lines"][-1] == "data: [DONE]"
         assert json.loads(choices["lines"][-2].removeprefix("data: "))["usage"]["completion_tokens"] > 3
+        assert whole["status"] == 200 and [c["finish_reason"] for c in whole["body"]["choices"]] == ["abort"] * 3
         assert exited - signalled < 4.5, "the process exits within a second or two of the drain's end"
     finally:
         proc.kill()

@@ -22,11 +22,15 @@ from tokworker.api.serving import Choice, Exchange
 from tokworker.frontend.errors import PoolError
 from tokworker.protocol.messages import ErrorCode
 from tokworker.wire import home
+from tokworker.wire.common import header_lines
 
 EXCHANGE = web.RequestKey("tokworker.exchange", Exchange)
 PROMPTS_PER_WORKER = 64      # requests in their prompt phase at once, per worker (the pool bounds its in-flight)
 JSON_HEADERS = {"Content-Type": "application/json"}
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+# a direct response's client may go as soon as its worker wrote the end, before that worker's step reply
+# (which ends the exchange here) arrives: a disconnect ends it only if that reply has not come by then
+DIRECT_GRACE_S = 1.0
 
 
 class Generations:
@@ -150,16 +154,19 @@ class Generations:
             if exchange.direct:
                 self._hand_over(exchange, request.transport)
             exchange.begin(request.transport)
+        elif exchange.direct:                   # the worker writes the whole response, its headers with it
+            exchange.transport = request.transport
+            self._hand_over(exchange, request.transport, await _head(request, exchange.timing))
         return exchange, response
 
-    def _hand_over(self, exchange: Exchange, transport) -> None:
-        """Direct streaming: the headers are out; the streams' worker writes the rest of the body itself (every
-        choice's events and the tail), or, when it cannot take the socket at once, this process forwards the
-        body as any other."""
+    def _hand_over(self, exchange: Exchange, transport, head: bytes = b"") -> None:
+        """Direct responses: the streams' worker writes the rest itself (a streamed body, whose headers are
+        out: every choice's events and the tail; a whole response: the status line, `head`, the body), or,
+        when it cannot take the socket at once, this process forwards the response as any other."""
         first, *others = exchange.choices
         try:
             exchange.direct = self.pool.hand_over(first.name, transport.get_extra_info("socket").fileno(),
-                                                  [c.name for c in others])
+                                                  [c.name for c in others], head)
         except (OSError, PoolError) as error:
             self.serving.end(exchange, f"its worker cannot take the client's socket: {error}")
 
@@ -168,11 +175,21 @@ class Generations:
         try:
             await exchange.done
         except asyncio.CancelledError:
-            self.serving.end(exchange, "the client disconnected")
+            if exchange.direct:         # its worker may have written its end already: its step reply says so
+                asyncio.get_running_loop().call_later(DIRECT_GRACE_S, self.serving.end, exchange,
+                                                      "the client disconnected")
+            else:
+                self.serving.end(exchange, "the client disconnected")
             raise
         if response is None:
-            if exchange.error is not None:
-                raise exchange.error
+            error = exchange.error
+            if exchange.direct and (error is None or error.code != ErrorCode.WORKER_LOST):
+                # the worker wrote the response (or the error's); closing this copy of the socket, the
+                # status here is only the access log's and the metrics' (aiohttp's write of it fails quietly)
+                exchange.transport.close()
+                return web.Response(status=200 if error is None else error.status)
+            if error is not None:               # a lost worker wrote nothing: this process answers its error
+                raise error
             return web.Response(body=self._whole(exchange), headers={**JSON_HEADERS, "Server-Timing": exchange.timing})
         if exchange.direct:
             # the worker wrote the body, its end included, and holds the socket until its bytes are out;
@@ -188,7 +205,7 @@ class Generations:
         serves the response (with direct streaming, it writes all of it to the client)."""
         plan = exchange.plan
         opened = []
-        sink = plan.stream and self.options.direct_streaming
+        sink = self.options.direct_streaming
         base = msgspec.structs.replace(exchange.format, n=total)
         first = exchange.choices[0]
 
@@ -221,6 +238,15 @@ class Generations:
         return exchange.home.body(exchange.format, [c.body for c in exchange.choices],
                                   [c.usage for c in exchange.choices], exchange.prompt_tokens,
                                   exchange.prompt_ids[0] if plan.return_token_ids else None)
+
+
+async def _head(request: web.Request, timing: str) -> bytes:
+    """A whole response's headers, for its worker to write: the JSON type, Server-Timing, and what the
+    apps' on_response_prepare signals add (CORS), as aiohttp would send them."""
+    response = web.Response(headers={**JSON_HEADERS, "Server-Timing": timing})
+    for app in request.match_info.apps:
+        await app.on_response_prepare.send(request, response)
+    return header_lines(response.headers)
 
 
 def _guide_error(error: Exception, plan: Plan) -> ApiError:

@@ -14,6 +14,12 @@ One sink per response: the streams of its choices (all on this worker) share it,
 as the steps make them, and the sink knows how many there are (ChunkFormat.n), so the last one's end writes
 the response's tail (the n > 1 usage chunk, [DONE]) and the chunked body's end.
 
+A whole response (ChunkFormat.whole) is handed over before anything of it is written: with its socket come
+the headers the API process would have sent (its Content-Type, Server-Timing), and once its last choice
+ends the sink writes the status line, those headers, Content-Length and the body (the choices' bodies
+joined by the format's home), then closes. Failed before that (the engine's error, the drain), it writes
+the API's error status and body instead (`respond`).
+
 Writes never block: what a full socket does not take waits in its Sink, and the lane polls the socket for
 writability (`table.waiting`), up to `max_bytes`, past which the client is cut (as a slow HTTP client is cut
 in the API process). A write that fails (the client went away) marks the sink `failed`: the stream's next
@@ -28,6 +34,8 @@ from __future__ import annotations
 
 import errno
 import os
+from email.utils import formatdate
+from http import HTTPStatus
 import socket
 import struct
 import time
@@ -38,7 +46,7 @@ from tokworker.wire.common import http_chunk
 from tokworker.worker.sessions import process_peer, session_key
 
 END = b"0\r\n\r\n"
-MAX_KEY = 512                     # bytes of "session\0stream id" in one hand-over message
+MAX_MESSAGE = 4096                # bytes of "session\0stream id\0headers" in one hand-over message
 LINGER_S = 60.0                   # how long a finished stream's unread bytes may wait for its client
 _CREDENTIALS = struct.Struct("3i")
 
@@ -47,12 +55,13 @@ class Sink:
     """One response body: its socket once handed over (-1 before), and what waits to be written. `waiting`
     is the table's sinks with bytes waiting, by descriptor (the lane polls those for writability, and a
     writable one is found there without looking at any other sink). `choices`: the streams that write
-    here; `tail(usages)` makes the response's last bytes once they all ended (`finished`)."""
+    here; once they all ended (`finished`), `tail(usages)` makes a streamed response's last events, and
+    `tail(usages, bodies)` a `whole` one's body."""
 
     __slots__ = ("fd", "pending", "pending_bytes", "max_bytes", "failed", "ending", "closed", "released",
-                 "waiting", "choices", "usages", "tail", "live")
+                 "waiting", "choices", "usages", "tail", "live", "bodies", "head", "response")
 
-    def __init__(self, max_bytes: int, waiting: dict, choices: int = 1, tail=None):
+    def __init__(self, max_bytes: int, waiting: dict, choices: int = 1, tail=None, whole: bool = False):
         self.fd = -1
         self.pending: deque[bytes] = deque()
         self.pending_bytes = 0
@@ -66,6 +75,9 @@ class Sink:
         self.usages: list = []               # the usage of each of its choices that ended
         self.tail = tail
         self.live: set[str] = set()          # its streams still open (the table's keys that name it)
+        self.bodies: list | None = [] if whole else None   # a whole response's choices' bodies, with their index
+        self.head = b""                      # ... the headers that came with its socket
+        self.response: tuple | None = None   # ... its status line's status, body and headers, once known
 
     def write(self, data: bytes) -> None:
         """One event (or several) as one HTTP chunk."""
@@ -83,8 +95,39 @@ class Sink:
         """
         usages = self.usages
         usages.append(usage)
-        if len(usages) >= self.choices:
+        if len(usages) < self.choices:
+            return
+        if self.bodies is None:
             self.end(self.tail(usages) if self.tail is not None else b"")
+        else:
+            self.respond(200, self.tail(usages, [body for _, body in sorted(self.bodies)]))
+
+    def finished_whole(self, usage, body: bytes, index: int) -> None:
+        """One of a whole response's choices ended with its `body` (choices[index]); after the last, the
+        response (status, headers, the body of them all).
+
+        >>> sink = Sink(1 << 20, {}, choices=2, tail=lambda usages, bodies: b"[" + b",".join(bodies) + b"]",
+        ...             whole=True)
+        >>> sink.finished_whole(None, b"1", 1); sink.finished_whole(None, b"0", 0); sink.response
+        (200, b'[0,1]', None)
+        """
+        self.bodies.append((index, body))
+        self.finished(usage)
+
+    def respond(self, status: int, body: bytes, head: bytes | None = None) -> None:
+        """A whole response, once: its status, and its body with the headers that came with its socket (or
+        `head`: an error's are the API's error headers), written when the socket is here; it closes after."""
+        if self.response is None and self.failed is None:
+            self.response = (status, body, head)
+            if self.fd >= 0:
+                self._respond()
+
+    def _respond(self) -> None:
+        status, body, head = self.response
+        self.ending = True
+        self._send(b"HTTP/1.1 %d %s\r\nDate: %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (
+            status, HTTPStatus(status).phrase.encode(), formatdate(usegmt=True).encode(),
+            self.head if head is None else head, len(body), body))
 
     def end(self, tail: bytes = b"") -> None:
         """The response's last bytes, then the chunked body's end; the socket closes once they are out."""
@@ -94,9 +137,14 @@ class Sink:
             self.ending = True
             self._send(END)
 
-    def attach(self, fd: int) -> None:
+    def attach(self, fd: int, head: bytes = b"") -> None:
+        """The client's socket is here (with a whole response's headers): what waits goes out."""
         self.fd = fd
-        self.flush()
+        self.head = head
+        if self.response is not None:
+            self._respond()
+        else:
+            self.flush()
 
     def flush(self) -> None:
         pending = self.pending
@@ -143,7 +191,7 @@ class Sink:
         if sent < len(data):
             self._queue(data[sent:])
             self.waiting[self.fd] = self
-        elif data is END:
+        elif self.ending:                        # the body's end (or a whole response) is out
             self.close()
 
     def _queue(self, data: bytes) -> None:
@@ -180,11 +228,11 @@ class SinkTable:
         self.listener.listen(16)
         self.listener.setblocking(False)
 
-    def open(self, session: str, stream_id: str, choices: int = 1, tail=None) -> Sink:
+    def open(self, session: str, stream_id: str, choices: int = 1, tail=None, whole: bool = False) -> Sink:
         """A new response's sink, for its first stream (of `choices`): its events wait in it until the socket
         arrives."""
         self.close(session, stream_id)
-        sink = self.sinks[(session, stream_id)] = Sink(self.max_bytes, self.waiting, choices, tail)
+        sink = self.sinks[(session, stream_id)] = Sink(self.max_bytes, self.waiting, choices, tail, whole)
         sink.live.add(stream_id)
         return sink
 
@@ -281,7 +329,7 @@ class SinkTable:
         peer, owner = self.peers[fd]
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(peer, MAX_KEY, 1)
+                data, fds, _, _ = socket.recv_fds(peer, MAX_MESSAGE, 1)
             except BlockingIOError:
                 return
             except OSError as error:
@@ -292,13 +340,15 @@ class SinkTable:
                 del self.peers[fd]
                 peer.close()
                 return
-            session, _, stream_id = data.decode("utf-8", "replace").partition("\0")
+            session, _, rest = data.partition(b"\0")
+            stream_id, _, head = rest.partition(b"\0")
+            session, stream_id = session.decode("utf-8", "replace"), stream_id.decode("utf-8", "replace")
             for extra in fds[1:]:
                 os.close(extra)
             if not fds:
                 continue
             sink = self.sinks.get((session_key(owner, session), stream_id))
             if sink is not None and sink.fd < 0 and not sink.closed:
-                sink.attach(fds[0])
+                sink.attach(fds[0], head)
             else:                                        # that stream is over (or never was): not ours to keep
                 os.close(fds[0])

@@ -12,7 +12,8 @@ keeps the format's gatherer instead: its updates carry nothing until the last, w
 choice's finished JSON. Opened with `sink` too, the worker writes the events itself to the client's socket
 (sinks.py) and its updates carry only the finish: finish_reason "abort" once the client can no longer be
 written to. The choices of one response share its sink (OpenStream.sink_of), which writes the response's
-tail after the last of them ends.
+tail after the last of them ends; a whole response's sink writes the whole HTTP response then (its updates
+carry no body).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import msgspec
 from tokworker.protocol.deltas import EMPTY, StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import CodedError, Error, ErrorCode, OpenStream, Step, StepReply
 from tokworker.wire import home, params_for, writer_for
+from tokworker.wire.common import error_headers, header_lines
 from tokworker.stream.state import TextStream
 from tokworker.worker.errors import error_of
 
@@ -57,9 +59,13 @@ class ServedStream:
         """A direct stream's response ends with `error` (a StreamError), in its format; False when its
         client can no longer be written to."""
         sink = self.sink
-        if sink.failed is not None or sink.ending:
+        if sink.failed is not None or sink.ending or sink.response is not None:
             return False
         fmt = self.chunks
+        if fmt.whole:                           # nothing is written yet: the API's error status and body
+            sink.respond(error.status, home(fmt.api).error_body(error.status, error.code, error.message, error.param),
+                         header_lines(error_headers(error.status)))
+            return True
         sink.write(home(fmt.api).error_event(fmt, error.status, error.code, error.message, error.param,
                                              getattr(self.writer, "sequence", 0)))
         sink.end()
@@ -88,7 +94,7 @@ class ServedStream:
             whole = self.whole
             if whole is None:
                 return update
-            return self._whole(whole, ids, update)
+            return self._whole(whole, ids, update, self.sink)
         sse = writer.sse(update)
         sink = self.sink
         if sink is not None:
@@ -99,13 +105,18 @@ class ServedStream:
         return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason, abort=update.abort,
                             sse=sse, usage=update.usage if update.finish_reason is not None else None)
 
-    @staticmethod
-    def _whole(whole, ids, update: StreamUpdate) -> StreamUpdate:
-        """A whole choice: gathered here; only its end (with the body) or an abort goes out."""
+    def _whole(self, whole, ids, update: StreamUpdate, sink) -> StreamUpdate:
+        """A whole choice: gathered here; only its end (with the body, unless its sink writes the response:
+        then only while no socket came, for the API process to write if none comes) or an abort goes out."""
         whole.add(update, ids)
         if update.finish_reason is not None:
+            body = whole.fragment()
+            if sink is not None:
+                sink.finished_whole(update.usage, body, self.chunks.index)
+                if sink.fd >= 0 or sink.closed:
+                    body = b""
             return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
-                                abort=update.abort, usage=update.usage, body=whole.fragment())
+                                abort=update.abort, usage=update.usage, body=body)
         return EMPTY if not update.abort else StreamUpdate(abort=True)
 
     def _sink(self, sink, sse: bytes, update: StreamUpdate) -> StreamUpdate:
@@ -147,6 +158,11 @@ class ServedStream:
         return False
 
 
+def _whole_body(fmt, chunks, prompt_tokens, prompt_ids, usages, bodies) -> bytes:
+    """A whole response's body from its choices' (Sink.tail of a whole response)."""
+    return fmt.body(chunks, bodies, usages, prompt_tokens, prompt_ids)
+
+
 class StreamTable:
     def __init__(self, tokenizer, max_streams: int, idle_s: float, tool_parser: str | None = None,
                  reasoning_parser: str | None = None, budget_s: float = 10.0, implied_reasoning: str | None = None,
@@ -183,13 +199,16 @@ class StreamTable:
         chunks = msg.chunks
         made = writer_for(chunks, params, msg.prompt_ids, self.tokenizer) if chunks is not None else None
         whole = chunks is not None and chunks.whole
-        if msg.sink and (made is None or whole or self.sinks is None):
-            raise CodedError(ErrorCode.UNAVAILABLE, "direct streaming needs a streamed chunk format and a worker "
-                                                    "on ipc://")
+        if msg.sink and (made is None or self.sinks is None):
+            raise CodedError(ErrorCode.UNAVAILABLE, "direct streaming needs a chunk format and a worker on ipc://")
         now = time.monotonic()
         sink = None
         if msg.sink and msg.sink_of is not None:
             sink = self.sinks.join(session, msg.stream_id, msg.sink_of)
+        elif msg.sink and whole:
+            prompt_ids = msg.prompt_ids if chunks.token_ids else None
+            sink = self.sinks.open(session, msg.stream_id, chunks.n, partial(
+                _whole_body, home(chunks.api), chunks, msg.prompt_tokens, prompt_ids), whole=True)
         elif msg.sink:
             sink = self.sinks.open(session, msg.stream_id, chunks.n, partial(
                 home(chunks.api).tail, chunks, include_usage=params.include_usage, prompt_tokens=msg.prompt_tokens))
