@@ -278,7 +278,8 @@ class TokenizerPool:
         worker's death reads it (see stream.py for its contract).
         `sink` (with `chunks`): direct streaming, where the worker takes it (a local worker): the worker
         writes the events itself to the client socket given to hand_over() (a `whole` format: the whole HTTP
-        response, once its choices ended); the returned StreamHandle's `sink` says whether it does. Such a stream is not replayed after its worker's death: it fails.
+        response, once its choices ended); the returned StreamHandle's `sink` says whether it does. Such a
+        stream is not replayed after its worker's death: it fails.
         `beside`: an open stream's id: this one opens on that stream's worker (the choices of one response on
         one worker); with `sink`, where that stream writes its client's socket itself, this one writes to the
         same socket (the response's events interleaved, its tail after the last of `chunks.n` choices), and

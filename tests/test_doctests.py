@@ -13,7 +13,8 @@ MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker
            "tokworker.wire.common", "tokworker.wire.completions", "tokworker.wire.responses", "tokworker.wire.anthropic",
            "tokworker.frontend.client", "tokworker.protocol.endpoints", "tokworker.templates.owned",
            "tokworker.worker.endpoint_lock", "tokworker.worker.preflight", "tests.cuts",
-           "tokworker.worker.sessions", "tokworker.worker.sinks", "tokworker.api.errors", "tokworker.api.requests", "tokworker.api.plan",
+           "tokworker.worker.sessions", "tokworker.worker.sinks", "tokworker.api.errors", "tokworker.api.requests",
+           "tokworker.api.plan",
            "tokworker.api.fanout",
            "tokworker.api.errorlog", "tokworker.api.workers_at", "tokworker.api.access", "tokworker.api.metrics",
            "tokworker.engines.base", "tokworker.api.limits", "tokworker.engines.http"]
