@@ -2,8 +2,9 @@
 socket, so a client that stops reading is cut by the worker (past --sink-bytes) and its engine request is
 aborted; a worker killed mid-stream ends its direct stream (the client sees the body cut short, no [DONE])
 and the next request is served by its replacement, while another worker's responses go on; the choices of
-an n > 1 response share one worker, which writes their events and the tail to the one socket. The SDK suite
-(test_api_sdk.py) runs every route in both modes."""
+an n > 1 response share one worker, which writes their events and the tail to the one socket; a whole
+response's worker writes the whole HTTP response, and when it dies first the API process answers the error.
+The SDK suite (test_api_sdk.py) runs every route in both modes."""
 
 from __future__ import annotations
 
