@@ -212,3 +212,34 @@ def test_a_response_forwarded_instead_lets_its_sink_go_with_its_last_stream(tmp_
         assert not sink.pending and sink.pending_bytes == 0
     finally:
         table.close_all()
+
+
+def test_a_whole_response_is_written_once_its_socket_and_its_last_choice_are_here(tmp_path, pair):
+    """A whole response's sink writes nothing until both its socket (with the API's headers) and its last
+    choice's end are here, whichever comes last, then the status line, the headers, Content-Length and the
+    body joined in the choices' order, and closes; an error answered first is the only response."""
+    server, client = pair
+    table = SinkTable(sinks_path(f"ipc://{tmp_path}/worker"), max_bytes=1 << 20)
+    try:
+        sink = table.open("s", "c-0", choices=2, tail=lambda usages, bodies: b"[" + b",".join(bodies) + b"]",
+                          whole=True)
+        table.join("s", "c-1", "c-0")
+        sink.finished_whole(None, b'"one"', 1)
+        sink.finished_whole(None, b'"zero"', 0)         # the last choice, before the socket
+        assert not sink.pending and not sink.closed
+        sink.attach(os.dup(server.fileno()), b"Content-Type: application/json\r\nServer-Timing: engine;dur=1\r\n")
+        head, _, body = read_all(client).partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"HTTP/1.1 200 OK" and body == b'["zero","one"]'
+        assert lines[2:] == [b"Content-Type: application/json", b"Server-Timing: engine;dur=1",
+                             b"Content-Length: 14", b"Connection: close"] and lines[1].startswith(b"Date: ")
+        assert sink.closed
+        failing = table.open("s", "d-0", choices=2, tail=lambda usages, bodies: b"[]", whole=True)
+        failing.respond(501, b'{"error":{}}', b"Content-Type: application/json\r\n")
+        failing.finished_whole(None, b"{}", 0)
+        failing.finished_whole(None, b"{}", 1)          # ends after the error: it was answered already
+        failing.attach(os.dup(server.fileno()))
+        answer = read_all(client)
+        assert answer.startswith(b"HTTP/1.1 501 Not Implemented\r\n") and answer.endswith(b'\r\n\r\n{"error":{}}')
+    finally:
+        table.close_all()

@@ -99,7 +99,7 @@ class Sink:
             return
         if self.bodies is None:
             self.end(self.tail(usages) if self.tail is not None else b"")
-        else:
+        elif self.response is None:             # (an error answered it already)
             self.respond(200, self.tail(usages, [body for _, body in sorted(self.bodies)]))
 
     def finished_whole(self, usage, body: bytes, index: int) -> None:

@@ -230,8 +230,10 @@ class StreamTable:
             if stream is not None:
                 closed += 1
                 if stream.sink is not None:
-                    # its response's last bytes may still wait (the error, written by it or another choice)
-                    if error is not None and (stream.fail(error) or stream.sink.ending):
+                    # its response's last bytes may still wait (the error, written by it or another choice;
+                    # a whole response's, until its socket comes)
+                    sink = stream.sink
+                    if error is not None and (stream.fail(error) or sink.ending or sink.response is not None):
                         self.sinks.release(session, stream_id)
                     else:
                         self.sinks.close(session, stream_id)
