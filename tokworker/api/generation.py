@@ -183,7 +183,7 @@ class Generations:
             raise
         if response is None:
             error = exchange.error
-            if exchange.direct and (error is None or error.code != ErrorCode.WORKER_LOST):
+            if self._written_by_worker(exchange) and (error is None or error.code != ErrorCode.WORKER_LOST):
                 # the worker wrote the response (or the error's); closing this copy of the socket, the
                 # status here is only the access log's and the metrics' (aiohttp's write of it fails quietly)
                 exchange.transport.close()
@@ -199,6 +199,12 @@ class Generations:
             await response.write(self._tail(exchange))
             await response.write_eof()
         return response
+
+    def _written_by_worker(self, exchange: Exchange) -> bool:
+        """A direct whole response is its worker's to write, unless that worker died before its end (it wrote
+        nothing) and its streams were rebuilt as forwarded ones on another."""
+        streams = self.pool.streams
+        return exchange.direct and all(getattr(streams.get(c.name), "sink", True) for c in exchange.choices)
 
     async def _open(self, exchange: Exchange, prompts, params, total: int) -> None:
         """Open the exchange's streams, the first choice's and then the others on its worker: one worker
