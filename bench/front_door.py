@@ -19,6 +19,10 @@ Each server runs each S three times (once with --quick), taking turns, and each 
   run; and, where `--vllm-python` is given, vLLM's per-token figure from the same run's beside_vllm section
   (its output processor and chat stream processor on stop strings, with its pydantic chunks and their JSON:
   everything but the HTTP write), joined into these rows by bench/__main__.py as `vllm_ratio(_direct)`.
+`choices` rows: 21 requests of n = 3 streamed (85 without --quick), the same per-token figures, forwarded and
+direct (one worker writes all three choices); `whole` rows: as many whole responses of n = 3, the API
+process's and the worker's CPU per request (`api_ms_per_request`), forwarded and direct (the worker writes
+the whole HTTP response).
 `first_byte` rows: p50/p90 from sending a ~4,800-token chat with a tool to the response's first byte (its
 headers, sent once the prompt is rendered and the request is in the engine), for new conversations and for
 each one's next turn; `own` leaves out the engine's part (the response's Server-Timing header), and
@@ -167,12 +171,13 @@ def _children(pid: int) -> list[int]:
 
 
 async def _streams(url: str, count: int, tokens: int, server: int, engine: int, worker: int | list[int],
-                   token_ends: list[int] | None = None, extra: dict | None = None, counts=None) -> dict:
+                   token_ends: list[int] | None = None, extra: dict | None = None, counts=None, n: int = 1) -> dict:
     """With `token_ends` (the streamed text's length after each token of the reply), what is counted is
     tokens, read from each event's text, not events: a server that falls behind may merge tokens. With
     `counts` (an engine's counter map, `read_counter`), the ids the engine played: for replies whose parsers
     turn tokens into text no table maps back (reasoning, tool calls). `extra`: more fields of each request's
-    body (`tools`, `max_tokens`, `ignore_eos`). `worker`: a worker's pid, or several (their CPU summed)."""
+    body (`tools`, `max_tokens`, `ignore_eos`). `worker`: a worker's pid, or several (their CPU summed). `n`:
+    the choices of each request (each choice's event is one token)."""
     import aiohttp
 
     started = [asyncio.Event() for _ in range(count)]
@@ -190,7 +195,7 @@ async def _streams(url: str, count: int, tokens: int, server: int, engine: int, 
         return sum(events) if counts is None else read_counter(counts)
 
     async def one(i: int, session) -> None:
-        body = {"model": "bench", "stream": True, "max_tokens": tokens, "ignore_eos": True,
+        body = {"model": "bench", "stream": True, "max_tokens": tokens, "ignore_eos": True, "n": n,
                 "messages": [{"role": "user", "content": f"Stream {i}, please."}], **(extra or {})}
         async with session.post(url + "/v1/chat/completions", json=body) as response:
             if response.status != 200:
@@ -228,6 +233,27 @@ async def _streams(url: str, count: int, tokens: int, server: int, engine: int, 
         row["tokens_per_event"] = round((played() - played0 if counts is not None else sum(events))
                                         / max(sum(sent), 1), 3)
     return row
+
+
+async def _wholes(url: str, count: int, tokens: int, server: int, engine: int, worker: int, n: int) -> dict:
+    """`count` whole responses of `n` choices at once: the API process's and the worker's CPU per request,
+    everything included (parse, prompt, open, ids per step, the body and its write)."""
+    import aiohttp
+
+    async def one(i: int, session) -> None:
+        body = {"model": "bench", "max_tokens": tokens, "ignore_eos": True, "n": n,
+                "messages": [{"role": "user", "content": f"Whole {i}, please."}]}
+        async with session.post(url + "/v1/chat/completions", json=body) as response:
+            if response.status != 200:
+                raise RuntimeError(f"whole {i}: HTTP {response.status}: {await response.text()}")
+            assert len((await response.json())["choices"]) == n
+
+    api0, work0 = _cpu(server, engine), _cpu(worker)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=600)) as session:
+        await asyncio.gather(*(one(i, session) for i in range(count)))
+    return {"requests": count, "n": n, "api_ms_per_request": round((_cpu(server, engine) - api0) / count * 1e3, 3),
+            "worker_ms_per_request": round((_cpu(worker) - work0) / count * 1e3, 3)}
 
 
 async def _first_bytes(url: str, count: int) -> list[dict]:
@@ -321,6 +347,20 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
             row.update(floor_us_per_token=best["floor"]["api_us_per_token"],
                        direct_api_us_per_token=best["direct"]["api_us_per_token"],
                        direct_worker_us_per_token=best["direct"]["worker_us_per_token"])
+            rows.append(row)
+        # several choices (n = 3, one worker writes them all when direct), streamed and whole
+        count = 21 if quick else 85
+        for case, measure in (("choices", _streams), ("whole", _wholes)):
+            runs = {"forwarded": [], "direct": []}
+            key = "api_us_per_token" if case == "choices" else "api_ms_per_request"
+            for _ in range(1 if quick else 3):
+                runs["forwarded"].append(asyncio.run(measure(url, count, tokens, server.pid, engine, worker, n=3)))
+                runs["direct"].append(asyncio.run(measure(direct_url, count, tokens, direct.pid, direct_engine,
+                                                          direct_worker, n=3)))
+            best = {name: min(found, key=lambda r: r[key]) for name, found in runs.items()}
+            row = {"case": case, "n": 3, **best["forwarded"]}
+            row.update({f"direct_{name}": value for name, value in best["direct"].items()
+                        if name.endswith(("_per_token", "_per_request"))})
             rows.append(row)
         rows += asyncio.run(_first_bytes(url, 8 if quick else 40))
     finally:

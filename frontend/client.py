@@ -28,6 +28,7 @@ import signal
 import tempfile
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 import zmq
@@ -41,6 +42,7 @@ from tokworker.frontend.errors import InvalidRequest, NoSuchSocket, Overloaded, 
 from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink, encode_request
 from tokworker.frontend.recovery import quiet
+from tokworker.frontend.sinks import takes_sink
 from tokworker.frontend.steps import send_step
 from tokworker.frontend.stream import StreamHandle
 from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
@@ -231,7 +233,9 @@ class TokenizerPool:
                                        template_kwargs=template_kwargs, return_text=return_text), timeout)
 
     async def render_open(self, opens: list[OpenStream], max_model_len: int, messages: list, tools=None, *,
-                          timeout: float | None = None, **render) -> tuple[RenderReply, list[StreamHandle]]:
+                          add_generation_prompt: bool = True, continue_final_message: bool = False,
+                          chat_template: str | None = None, documents: list | None = None,
+                          timeout: float | None = None, **template_kwargs) -> tuple[RenderReply, list[StreamHandle]]:
         """render(), and in the same trip the streams of `opens` (OpenStream messages without a prompt) opened
         on the rendered prompt, on one worker; see prompts.py. Their handles come back (step them as
         open_stream's), or none when the prompt leaves them no room in the context of `max_model_len`."""
@@ -242,7 +246,10 @@ class TokenizerPool:
                 raise InvalidRequest(ErrorCode.STREAM_EXISTS, f"stream {msg.stream_id!r} is already open")
         if self.open_streams + len(opens) > self.max_streams:
             raise Overloaded(ErrorCode.OVERLOADED, f"{self.open_streams} streams open, the pool's limit")
-        return await render_open(self, opens, max_model_len, dict(render, messages=messages, tools=tools), timeout)
+        render = dict(messages=messages, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt,
+                      continue_final_message=continue_final_message, chat_template=chat_template,
+                      template_kwargs=template_kwargs)
+        return await render_open(self, opens, max_model_len, render, timeout)
 
     async def encode(self, texts: str | list[str], *, add_special_tokens: bool = False,
                      split_special_tokens: bool = False, timeout: float | None = None):
@@ -282,7 +289,8 @@ class TokenizerPool:
     # ------------------------------------------------------------ streams
     async def open_stream(self, stream_id: str, params: StreamParams | None = None, prompt_ids: list[int] | None = None,
                           prompt_text: str | None = None, *, buffer: bool = True,
-                          chunks: ChunkFormat | None = None, engine_ids=None, sink: bool = False) -> StreamHandle:
+                          chunks: ChunkFormat | None = None, engine_ids=None, sink: bool = False,
+                          beside: str | None = None, prompt_tokens: int | None = None) -> StreamHandle:
         """Create a stream on the worker with the fewest; `buffer=False` when only step()'s return value is
         read (no per-stream buffer to fill). With `chunks`, every update carries `sse`: the stream's OpenAI
         chat.completion.chunk server-sent events (`data: {json}\n\n` each), and no deltas.
@@ -290,8 +298,14 @@ class TokenizerPool:
         record, e.g. `lambda: request.output_token_ids`); the pool then keeps no copy and a replay after a
         worker's death reads it (see stream.py for its contract).
         `sink` (with `chunks`): direct streaming, where the worker takes it (a local worker): the worker
-        writes the events itself to the client socket given to hand_over(); the returned StreamHandle's `sink`
-        says whether it does. Such a stream is not replayed after its worker's death: it fails."""
+        writes the events itself to the client socket given to hand_over() (a `whole` format: the whole HTTP
+        response, once its choices ended); the returned StreamHandle's `sink` says whether it does. Such a
+        stream is not replayed after its worker's death: it fails.
+        `beside`: an open stream's id: this one opens on that stream's worker (the choices of one response on
+        one worker); with `sink`, where that stream writes its client's socket itself, this one writes to the
+        same socket (the response's events interleaved, its tail after the last of `chunks.n` choices), and
+        hand_over takes them together. `prompt_tokens` (the first choice of several): the response's prompt
+        tokens, for its usage chunk (several prompts; none: the first choice's)."""
         if chunks is not None and not isinstance(chunks, ChunkFormat):
             raise InvalidRequest(ErrorCode.INVALID, f"chunks is a ChunkFormat, not {type(chunks).__name__}")
         if not isinstance(stream_id, str):
@@ -307,19 +321,30 @@ class TokenizerPool:
             raise Overloaded(ErrorCode.OVERLOADED, f"{self.open_streams} streams open, the pool's limit")
         params = params or StreamParams()
         prompt_ids = list(prompt_ids) if prompt_ids is not None else None
+        if beside is not None:
+            first = self.streams.get(beside)
+            if first is None or first.finished:
+                raise InvalidRequest(ErrorCode.UNKNOWN_STREAM, f"no open stream {beside!r} to open {stream_id!r} "
+                                                               f"beside")
+            direct = sink and first.sink and chunks is not None
+            return await self._open_on(first.link, stream_id, params, prompt_ids, prompt_text, buffer, chunks,
+                                       engine_ids, direct, beside if direct else None)
         while True:
             link = min(self._for_new_work(), key=lambda link: (link.open_streams, link.load))
-            direct = sink and chunks is not None and "sinks" in link.info.capabilities
+            capabilities = link.info.capabilities
+            direct = sink and takes_sink(capabilities, chunks)
             try:
                 return await self._open_on(link, stream_id, params, prompt_ids, prompt_text, buffer, chunks,
-                                           engine_ids, direct)
+                                           engine_ids, direct, prompt_tokens=prompt_tokens if direct else None)
             except ShuttingDown:
                 continue                                     # that worker is draining: open it on another
 
     async def _open_on(self, link: WorkerLink, stream_id: str, params: StreamParams, prompt_ids, prompt_text,
-                       buffer: bool, chunks, engine_ids, sink: bool) -> StreamHandle:
+                       buffer: bool, chunks, engine_ids, sink: bool, sink_of: str | None = None,
+                       prompt_tokens: int | None = None) -> StreamHandle:
         body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
-                                         prompt_text=prompt_text, chunks=chunks, sink=sink))
+                                         prompt_text=prompt_text, chunks=chunks, sink=sink, sink_of=sink_of,
+                                         prompt_tokens=prompt_tokens))
         link.check(size=len(body))                   # refused before the stream exists anywhere
         stream = StreamHandle(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks, self._retire,
                               engine_ids, sink)
@@ -338,34 +363,37 @@ class TokenizerPool:
             await asyncio.shield(self.close_stream(stream_id))
             raise
 
-    def hand_over(self, stream_id: str, fd: int) -> bool:
+    def hand_over(self, stream_id: str, fd: int, shared: Sequence[str] = (), head: bytes = b"") -> bool:
         """Give the worker of a stream opened with `sink` the client's socket `fd` (it gets a reference of
-        its own; the caller's stays open until the caller closes it). Never waits: True when the socket is on
-        its way; False when that worker cannot take it now (its lane is stopped or far behind) or cannot be
-        reached. Then the caller writes the response itself, as for a stream opened without `sink`: the
-        stream's updates carry its events in `sse` from its next step on, those its worker made already
-        first (a Forward; counted in `handover_fallbacks`), or in its finish when the step that ended it was
-        sent already. WorkerLost when its finish reached the caller before this call (the caller, writing
-        nothing then, has dropped its events: it cuts the response short)."""
+        its own; the caller's stays open until the caller closes it); `shared`: the streams opened `beside`
+        it, which write to the same socket; `head`: a whole response's headers ("Name: value\\r\\n" each),
+        which its worker writes after the status line. Never waits: True when the socket is on its way; False when that
+        worker cannot take it now (its lane is stopped or far behind) or cannot be reached. Then the caller
+        writes the response itself, as for streams opened without `sink`: each stream's updates carry its
+        events in `sse` from its next step on, those its worker made already first (a Forward each; counted
+        once in `handover_fallbacks`), or in its finish when the step that ended it was sent already.
+        WorkerLost when a finish reached the caller before this call (the caller, writing nothing then, has
+        dropped its events: it cuts the response short)."""
         stream = self.streams[stream_id]
         if not stream.direct:
             raise InvalidRequest(ErrorCode.INVALID, f"stream {stream_id!r} was not opened for direct streaming")
+        group = [stream, *(self.streams[name] for name in shared)]
         link = stream.link
-        if not stream.sink:                                  # a recovery forwarded it already
+        if all(s.sink for s in group):
+            if link.hand_over(stream_id, fd, head):
+                for member in group:
+                    member.handed_over()
+                return True
+        else:                                                # a recovery forwarded them already
             link.handover_fallbacks += 1
-            return False
-        if link.hand_over(stream_id, fd):
-            stream.handed_over()
-            return True
-        if stream.finished:                                  # its events wait in a sink no socket will reach
-            raise WorkerLost(ErrorCode.WORKER_LOST, f"the worker of {stream_id!r} could not take its client's "
-                                                    f"socket, and the stream ended before it could be forwarded")
-
-        def forwarded(reply):
-            stream.forwarded(StreamUpdate(sse=reply.sse) if reply.sse else None)
-
-        link.request(encode_request(Forward(stream_id=stream_id)), on_reply=forwarded, on_error=stream.fail,
-                     stateful=True).add_done_callback(quiet)
+        for member in group:         # a streamed one's events wait in a sink no socket will reach (a whole
+            if member.sink and member.finished and not member.chunks.whole:     # one's body came with its end)
+                raise WorkerLost(ErrorCode.WORKER_LOST, f"the worker of {member.id!r} could not take its client's "
+                                                        f"socket, and the stream ended before it could be forwarded")
+        for member in group:
+            if member.sink:
+                link.request(encode_request(Forward(stream_id=member.id)), on_reply=_forwarded(member),
+                             on_error=member.fail, stateful=True).add_done_callback(quiet)
         return False
 
     @property
@@ -438,6 +466,13 @@ class TokenizerPool:
             await asyncio.get_running_loop().run_in_executor(None, self.launcher.stop)
         if self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def _forwarded(stream: StreamHandle):
+    """A Forward's reply: the events its stream's worker made before, which the caller writes first."""
+    def on_reply(reply) -> None:
+        stream.forwarded(StreamUpdate(sse=reply.sse) if reply.sse else None)
+    return on_reply
 
 
 async def _checked_peer(endpoint: str, timeout: float) -> None:

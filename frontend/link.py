@@ -267,15 +267,16 @@ class WorkerLink(Recovery):
             self._finish(pending, ShuttingDown(ErrorCode.SHUTTING_DOWN, f"the worker at {self.endpoint} drained "
                                                                         f"and left"))
 
-    def hand_over(self, stream_id: str, fd: int) -> bool:
-        """Give this link's worker the client socket of `stream_id` (direct streaming; see frontend/sinks.py),
-        without waiting: False (counted in `handover_fallbacks`) when the worker cannot take it now, or cannot be
-        reached. A worker restarted since keeps no old connection: a failed send connects again once."""
+    def hand_over(self, stream_id: str, fd: int, head: bytes = b"") -> bool:
+        """Give this link's worker the client socket of `stream_id` (direct streaming; see frontend/sinks.py;
+        `head`: a whole response's headers, for the worker to write), without waiting: False (counted in
+        `handover_fallbacks`) when the worker cannot take it now, or cannot be reached. A worker restarted
+        since keeps no old connection: a failed send connects again once."""
         for attempt in (0, 1):
             try:
                 if self._sinks is None:
                     self._sinks = SinkSender(sinks_path(self.endpoint))
-                if self._sinks.hand(self.session, stream_id, fd):
+                if self._sinks.hand(self.session, stream_id, fd, head):
                     return True
                 break                                        # its queue is full: the worker is not reading
             except BlockingIOError:                          # its listener's backlog is full

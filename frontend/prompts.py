@@ -24,6 +24,7 @@ from tokworker.protocol.messages import CloseStreams, EncodeRun, OpenStream, Ren
 from tokworker.frontend.errors import ShuttingDown
 from tokworker.frontend.link import encode_request
 from tokworker.frontend.recovery import quiet
+from tokworker.frontend.sinks import takes_sink
 from tokworker.frontend.stream import StreamHandle
 
 
@@ -33,9 +34,9 @@ async def render_open(pool, opens: list[OpenStream], max_model_len: int, render:
     while True:
         links = pool._for_new_work()
         link = min(links, key=lambda link: (link.open_streams, link.load))
-        takes_sockets = "sinks" in link.info.capabilities
-        placed = [msgspec.structs.replace(msg, sink=msg.sink and msg.chunks is not None and takes_sockets)
-                  for msg in opens]
+        sink = takes_sink(link.info.capabilities, opens[0].chunks)    # one format for a response's choices
+        placed = [msgspec.structs.replace(msg, sink=msg.sink and sink, sink_of=msg.sink_of if msg.sink and sink
+                                          else None) for msg in opens]
         body = encode_request(Render(**render, open=placed, max_model_len=max_model_len, parts=len(links)))
         link.check(size=len(body))                   # bounded in flight as any render
         streams = [StreamHandle(msg.stream_id, link, msg.params, None, None, False, msg.chunks, pool._retire,
@@ -69,14 +70,15 @@ async def render_open(pool, opens: list[OpenStream], max_model_len: int, render:
                 forget(pool, streams)
             raise
         if reply.runs:
-            await _join_and_open(pool, reply, streams, max_model_len, timeout)
+            await _join_and_open(pool, reply, placed, streams, max_model_len, timeout)
         return reply, streams if reply.opened else []
 
 
-async def _join_and_open(pool, reply: RenderReply, streams: list[StreamHandle], max_model_len: int,
-                         timeout: float | None) -> None:
+async def _join_and_open(pool, reply: RenderReply, placed: list[OpenStream], streams: list[StreamHandle],
+                         max_model_len: int, timeout: float | None) -> None:
     """A prompt its worker cut: its other runs encoded at once on the least loaded workers and joined into
-    `reply.ids`, then the streams opened on them where they were placed (unless the prompt leaves no room)."""
+    `reply.ids`, then the streams opened on them where they were placed (unless the prompt leaves no room),
+    in order (the choices after the first write to its socket)."""
     sent: list[str] = []
     try:
         parts = await asyncio.gather(*(pool._call(EncodeRun(run=run), timeout) for run in reply.runs))
@@ -89,10 +91,9 @@ async def _join_and_open(pool, reply: RenderReply, streams: list[StreamHandle], 
             return
         link, ids = streams[0].link, reply.ids
         requests = []
-        for stream, limit in zip(streams, limits):
+        for msg, stream, limit in zip(placed, streams, limits):
             params = msgspec.structs.replace(stream.params, max_tokens=limit)
-            body = encode_request(OpenStream(stream_id=stream.id, params=params, prompt_ids=ids, chunks=stream.chunks,
-                                             sink=stream.sink))
+            body = encode_request(msgspec.structs.replace(msg, params=params, prompt_ids=ids))
             requests.append(link.request(body, on_error=stream.fail, stateful=True))
             sent.append(stream.id)
         await asyncio.gather(*requests)

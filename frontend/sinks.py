@@ -1,6 +1,7 @@
 """The API process's side of direct streaming: hand a client's socket to the worker that streams its
 response (see tokworker/worker/sinks.py). One Unix SEQPACKET connection per worker, at its sinks_path; one
-message per stream, "session\\0stream id" with the socket as SCM_RIGHTS.
+message per response, "session\\0stream id" (its first stream's), then "\\0" and the headers the worker
+writes for a whole response, with the socket as SCM_RIGHTS.
 
 Nothing here waits: it runs on the API process's event loop. The socket is non-blocking, so a worker that
 cannot take a socket now (its lane stopped or busy: the connection's queue, or its listener's backlog, is
@@ -11,6 +12,15 @@ response itself (a Forward, see frontend/client.py).
 from __future__ import annotations
 
 import socket
+
+from tokworker.worker.sinks import MAX_MESSAGE
+
+
+def takes_sink(capabilities, chunks) -> bool:
+    """Whether a worker of these capabilities writes a response of the chunk format `chunks` to its client
+    itself: it takes sockets, and this response's kind (several choices on one socket, a whole body)."""
+    return chunks is not None and "sinks" in capabilities and (chunks.n == 1 or "sink_groups" in capabilities) \
+        and (not chunks.whole or "whole_sinks" in capabilities)
 
 
 class SinkSender:
@@ -24,11 +34,15 @@ class SinkSender:
             self.sock.close()
             raise
 
-    def hand(self, session: str, stream_id: str, fd: int) -> bool:
+    def hand(self, session: str, stream_id: str, fd: int, head: bytes = b"") -> bool:
         """True when the worker has its own reference to `fd` on the way (the caller's stays open until it
-        closes it); False when the connection's queue is full (the worker does not read it now)."""
+        closes it); False when the connection's queue is full (the worker does not read it now), or the
+        message (`head`: a whole response's headers) is past what the worker reads."""
+        message = f"{session}\0{stream_id}".encode() + (b"\0" + head if head else b"")
+        if len(message) > MAX_MESSAGE:
+            return False
         try:
-            socket.send_fds(self.sock, [f"{session}\0{stream_id}".encode()], [fd])
+            socket.send_fds(self.sock, [message], [fd])
         except BlockingIOError:
             return False
         return True

@@ -132,7 +132,11 @@ class StreamHandle:
 
     def handed_over(self) -> None:
         """Its client's socket went to its worker, which writes its events: it is never replayed (its worker's
-        death ends it), so it keeps no log from now on."""
+        death ends it), so it keeps no log from now on. A whole one's worker writes nothing before the
+        response's end: its death leaves the client nothing, so it is rebuilt as a forwarded stream, as one
+        whose socket never came (`unsent`), and keeps its log."""
+        if self.chunks is not None and self.chunks.whole:
+            return
         self.handed = True
         self.unsent = False
         if self.logged and not self.finished:

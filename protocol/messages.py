@@ -266,7 +266,13 @@ class OpenStream(_Request, tag="open"):
     of deltas. With `sink` (and `chunks`; a worker whose capabilities list "sinks"), the worker writes those
     events itself to the client socket the caller hands over next (direct streaming): updates then carry
     no `sse`, only the finish (or finish_reason "abort" once the client can no longer be written to); a finish
-    that comes before the socket carries the events waiting for it, for a client that then sends a Forward."""
+    that comes before the socket carries the events waiting for it, for a client that then sends a Forward.
+    `sink_of` (with `sink`; a worker whose capabilities list "sink_groups"): this stream is another choice of
+    the response whose first stream is `sink_of`, open on this worker in this session: the choices write to
+    that one socket, each step's events as they come, and the response's end (its format's tail: the n > 1
+    usage chunk, [DONE]) follows the last of its `chunks.n` choices. `prompt_tokens` (on the first): the
+    response's prompt tokens for that usage chunk (several prompts, each counted once; none: the first
+    choice's prompt)."""
 
     stream_id: str
     params: StreamParams = msgspec.field(default_factory=StreamParams)
@@ -275,6 +281,8 @@ class OpenStream(_Request, tag="open"):
     replay: list[list[int]] = []
     chunks: ChunkFormat | None = None
     sink: bool = False
+    sink_of: str | None = None
+    prompt_tokens: int | None = None
 
 
 class OpenReply(_Reply, tag="open"):

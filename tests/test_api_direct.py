@@ -1,8 +1,11 @@
 """Direct streaming (`--direct-streaming`) where it differs from forwarded bodies: the worker holds the client's
 socket, so a client that stops reading is cut by the worker (past --sink-bytes) and its engine request is
 aborted; a worker killed mid-stream ends its direct stream (the client sees the body cut short, no [DONE])
-and the next request is served by its replacement; n > 1 falls back to forwarded bodies. The SDK suite
-(test_api_sdk.py) runs every route in both modes."""
+and the next request is served by its replacement, while another worker's responses go on; the choices of
+an n > 1 response share one worker, which writes their events and the tail to the one socket; a whole
+response's worker writes the whole HTTP response, and when it dies first the response is replayed and
+forwarded.
+The SDK suite (test_api_sdk.py) runs every route in both modes."""
 
 from __future__ import annotations
 
@@ -10,13 +13,14 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 
 import openai
 import pytest
 import requests
 
-from api_server import running
+from api_server import TOOLS, running
 from tokworker.protocol.endpoints import sinks_path
 from tokworker.api.options import ApiOptions
 
@@ -28,6 +32,33 @@ LONG = [{"role": "user", "content": "scenario:long"}]
 
 def options() -> ApiOptions:
     return ApiOptions(served_model_name=[MODEL], direct_streaming=True)
+
+
+def test_a_killed_worker_leaves_its_whole_responses_to_its_replacement():
+    """A whole response's worker writes nothing until its end: killed before that, its streams are rebuilt on
+    the restarted worker as forwarded ones, and the API process writes the whole response, nothing lost."""
+    with running(step_interval=0.02, options=options(), workers=1) as server:
+        answer = {}
+
+        def ask():
+            answer["response"] = requests.post(server.url + "/v1/chat/completions", timeout=60, json={
+                "model": MODEL, "n": 3, "max_tokens": 300, "messages": LONG})
+        thread = threading.Thread(target=ask)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.api.serving.choices or server.api.engine.running() < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        time.sleep(0.2)
+        os.kill(server.pool.links[0].info.pid, signal.SIGKILL)
+        thread.join(60)
+        response = answer["response"]
+        assert response.status_code == 200 and response.headers.get("Connection") != "close"
+        choices = response.json()["choices"]
+        assert [c["finish_reason"] for c in choices] == ["length"] * 3
+        assert [c["message"]["content"] for c in choices] == [" ".join(f"word{i}" for i in range(400))[:len(
+            choices[0]["message"]["content"])]] * 3 and response.json()["usage"]["completion_tokens"] == 900
+        server.settled(30)
 
 
 def test_a_client_that_stops_reading_is_cut_by_the_worker():
@@ -73,15 +104,104 @@ def test_a_killed_worker_ends_its_direct_stream_and_the_next_request_is_served()
         assert chunks[-1].choices[0].finish_reason == "length"
 
 
-def test_several_choices_are_forwarded():
-    with running(options=options(), workers=1) as server:
-        with requests.post(server.url + "/v1/chat/completions", stream=True, timeout=30, json={
-                "model": MODEL, "stream": True, "n": 2, "max_tokens": 3,
-                "messages": [{"role": "user", "content": "hi"}]}) as response:
-            assert response.headers.get("Connection") != "close"
-            events = [line for line in response.iter_lines() if line.startswith(b"data: ")]
-        assert events[-1] == b"data: [DONE]"
-        assert {json.loads(e[6:])["choices"][0]["index"] for e in events[:-1]} == {0, 1}
+def stream_choices(server, **ask) -> tuple[dict, object, dict]:
+    """A streamed chat read by the openai SDK, assembled per choice (text, reasoning, tool calls with their ids
+    aside, finish, logprob entries), its usage and its response headers."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, stream=True, **ask)
+    choices: dict[int, dict] = {}
+    usage = None
+    for chunk in raw.parse():
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            got = choices.setdefault(choice.index, {"content": "", "reasoning": "", "calls": {}, "finish": None,
+                                                    "entries": []})
+            got["content"] += choice.delta.content or ""
+            got["reasoning"] += getattr(choice.delta, "reasoning_content", None) or ""
+            for call in choice.delta.tool_calls or ():
+                entry = got["calls"].setdefault(call.index, {"ids": 0, "name": "", "arguments": ""})
+                entry["ids"] += call.id is not None
+                entry["name"] += call.function.name or ""
+                entry["arguments"] += call.function.arguments or ""
+            if choice.logprobs is not None and choice.logprobs.content:
+                got["entries"] += [(e.token, e.logprob, e.bytes, [(t.token, t.logprob) for t in e.top_logprobs])
+                                   for e in choice.logprobs.content]
+            if choice.finish_reason is not None:
+                assert got["finish"] is None
+                got["finish"] = choice.finish_reason
+    return choices, usage, raw.headers
+
+
+def raw_events(server, **ask) -> list[bytes]:
+    with requests.post(server.url + "/v1/chat/completions", stream=True, timeout=30,
+                       json={"model": MODEL, "stream": True, **ask}) as response:
+        return [line for line in response.iter_lines() if line.startswith(b"data: ")]
+
+
+N3 = {"n": 3, "messages": [{"role": "user", "content": "Please answer. scenario:tools"}], "tools": TOOLS,
+      "logprobs": True, "top_logprobs": 2, "stream_options": {"include_usage": True}}
+
+
+def whole_choices(server, **ask) -> tuple[list, object, dict]:
+    """A whole chat read by the openai SDK: each choice (tool call ids aside), the usage and the headers."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, **ask)
+    completion = raw.parse()
+    choices = []
+    for choice in completion.choices:
+        message = choice.message
+        choices.append((choice.index, message.content, getattr(message, "reasoning_content", None),
+                        [(bool(c.id), c.function.name, c.function.arguments) for c in message.tool_calls or ()],
+                        choice.finish_reason,
+                        [(e.token, e.logprob, e.bytes, [(t.token, t.logprob) for t in e.top_logprobs])
+                         for e in choice.logprobs.content] if choice.logprobs else None))
+    return choices, completion.usage, raw.headers
+
+
+def test_several_choices_are_written_by_their_worker_as_the_api_process_forwards_them():
+    """n = 3 with reasoning, a tool call and logprobs: all three choices open on one worker of two, which
+    writes their interleaved events and the tail (the one usage chunk, [DONE]) to the client's socket; the
+    SDK assembles the same response as from the forwarded path (--no-direct-streaming). Whole, the worker
+    writes the whole HTTP response (status, headers with Server-Timing, body), equal to the forwarded one."""
+    with running(options=options(), workers=2) as direct, \
+            running(options=ApiOptions(served_model_name=[MODEL], direct_streaming=False), workers=2) as forwarded:
+        got, usage, headers = stream_choices(direct, **N3)
+        assert headers["Connection"] == "close"            # the connection ends with the worker's body
+        assert direct.pool.handover_fallbacks == 0         # ... the socket went to the worker: it wrote all
+        want, want_usage, want_headers = stream_choices(forwarded, **N3)
+        assert want_headers.get("Connection") != "close"
+        assert sorted(got) == [0, 1, 2]
+        assert got == want
+        assert got[0]["finish"] == "tool_calls" and got[0]["content"] == "Checking."
+        assert [(c["ids"], c["name"], json.loads(c["arguments"])) for c in got[0]["calls"].values()] == \
+            [(1, "get_weather", {"city": "Zürich", "unit": "celsius"})]
+        assert len(got[0]["entries"]) == usage.completion_tokens // 3 and got[1] == got[2] == got[0]
+        assert usage == want_usage and usage.prompt_tokens > 0
+        for server in (direct, forwarded):                 # the tail: one usage chunk of the three, then [DONE]
+            events = raw_events(server, **N3)
+            assert events[-1] == b"data: [DONE]"
+            last = json.loads(events[-2][6:])
+            assert last["choices"] == [] and last["usage"]["completion_tokens"] == usage.completion_tokens
+            assert sum(b'"finish_reason":"tool_calls"' in e for e in events) == 3
+        whole_ask = {k: v for k, v in N3.items() if k != "stream_options"}
+        got, usage, headers = whole_choices(direct, **whole_ask)
+        assert headers["Connection"] == "close" and "engine;dur=" in headers["Server-Timing"]
+        assert headers["Content-Type"] == "application/json" and direct.pool.handover_fallbacks == 0
+        want, want_usage, want_headers = whole_choices(forwarded, **whole_ask)
+        assert want_headers.get("Connection") != "close" and "engine;dur=" in want_headers["Server-Timing"]
+        assert got == want and usage == want_usage and [c[0] for c in got] == [0, 1, 2]
+        assert got[0][1:5] == ("Checking.", "They want the weather: I call the tool.",
+                               [(True, "get_weather", '{"city": "Zürich", "unit": "celsius"}')], "tool_calls")
+        assert 3 * len(got[0][5]) == usage.completion_tokens
+        with requests.post(direct.url + "/v1/chat/completions", stream=True, timeout=30, json={
+                "model": MODEL, "stream": True, "n": 3, "messages": LONG}) as response:
+            lines = response.iter_lines()
+            for _ in range(8):
+                next(lines)
+            # the three choices of one response on one worker of the two
+            assert sorted(link.open_streams for link in direct.pool.links) == [0, 3]
+        direct.settled(5)
+        assert direct.pool.handover_fallbacks == 0
 
 
 def test_a_worker_that_cannot_take_the_socket_gets_its_response_forwarded():
@@ -96,4 +216,34 @@ def test_a_worker_that_cannot_take_the_socket_gets_its_response_forwarded():
         assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
         assert chunks[0].choices[0].delta.role == "assistant"
         assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason == "length"
-        assert server.pool.handover_fallbacks == 1
+        assert server.pool.handover_fallbacks == 2              # the streamed response and the whole one
+        got, usage, _ = stream_choices(server, **N3)           # several choices: each goes on forwarded
+        assert server.pool.handover_fallbacks == 3
+        assert sorted(got) == [0, 1, 2] and got[0] == got[1] == got[2] and got[0]["finish"] == "tool_calls"
+        assert got[0]["content"] == "Checking." and 3 * len(got[0]["entries"]) == usage.completion_tokens
+        events = raw_events(server, **N3)
+        assert events[-1] == b"data: [DONE]" and json.loads(events[-2][6:])["choices"] == []
+
+
+def test_a_killed_worker_ends_only_its_own_responses():
+    """Two n = 3 responses written by two workers: killing one worker cuts its response short (no [DONE]);
+    the other's worker writes the rest of its own, tail and all."""
+    with running(step_interval=0.005, options=options(), workers=2) as server:
+        ask = {"model": MODEL, "stream": True, "n": 3, "messages": LONG, "max_tokens": 300}
+        with requests.post(server.url + "/v1/chat/completions", stream=True, timeout=30, json=ask) as doomed, \
+                requests.post(server.url + "/v1/chat/completions", stream=True, timeout=30, json=ask) as spared:
+            doomed_lines, spared_lines = doomed.iter_lines(), spared.iter_lines()
+            first = json.loads(next(line for line in doomed_lines if line.startswith(b"data: "))[6:])
+            next(spared_lines)
+            link = server.pool.streams[f"{first['id']}-0"].link
+            assert link.open_streams == 3 and sorted(k.open_streams for k in server.pool.links) == [3, 3]
+            os.kill(link.info.pid, signal.SIGKILL)
+            rest = []
+            with pytest.raises(requests.exceptions.ChunkedEncodingError):
+                for line in doomed_lines:
+                    rest.append(line)
+            assert b"data: [DONE]" not in rest
+            events = [line for line in spared_lines if line.startswith(b"data: ")]
+        assert events[-1] == b"data: [DONE]"
+        assert sum(b'"finish_reason":"length"' in e for e in events) == 3
+        server.settled(30)

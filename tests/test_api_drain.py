@@ -51,16 +51,26 @@ def read_stream(url: str, body: dict, into: dict, started: threading.Event) -> N
 def test_a_drain_ends_every_stream_with_abort_and_done_then_exits(sig):
     proc, url = start(drain_timeout=2)
     try:
-        chat, messages = {}, {}
+        chat, messages, choices = {}, {}, {}
         threads = []
         for into, body in ((chat, dict(ENDLESS)),
                            (messages, {"path": "/v1/messages", "model": "m", "max_tokens": 3000, "stream": True,
-                                       "messages": [{"role": "user", "content": "Hi"}]})):
+                                       "messages": [{"role": "user", "content": "Hi"}]}),
+                           (choices, {**ENDLESS, "n": 3, "stream_options": {"include_usage": True}})):
             started = threading.Event()
             thread = threading.Thread(target=read_stream, args=(url, body, into, started), daemon=True)
             thread.start()
             assert started.wait(30)
             threads.append(thread)
+        whole = {}                                         # a whole response of three choices, in flight
+
+        def ask_whole():
+            response = requests.post(url + "/v1/chat/completions", json={**ENDLESS, "stream": False, "n": 3},
+                                     timeout=60)
+            whole["status"], whole["body"] = response.status_code, response.json()
+        threads.append(threading.Thread(target=ask_whole, daemon=True))
+        threads[-1].start()
+        time.sleep(0.5)
         signalled = time.monotonic()
         proc.send_signal(sig)
         time.sleep(0.3)
@@ -74,6 +84,11 @@ def test_a_drain_ends_every_stream_with_abort_and_done_then_exits(sig):
         assert last["choices"][0]["finish_reason"] == "abort" and chat["lines"][-1] == "data: [DONE]"
         assert 1.8 < chat["ended"] - signalled < 4, "the stream ran to the drain timeout, then ended"
         assert messages["lines"][-1] == 'data: {"type":"message_stop"}'
+        # several choices (written by one worker): each ends with abort, then the one usage chunk and [DONE]
+        assert sum('"finish_reason":"abort"' in line for line in choices["lines"]) == 3
+        assert choices["lines"][-1] == "data: [DONE]"
+        assert json.loads(choices["lines"][-2].removeprefix("data: "))["usage"]["completion_tokens"] > 3
+        assert whole["status"] == 200 and [c["finish_reason"] for c in whole["body"]["choices"]] == ["abort"] * 3
         assert exited - signalled < 4.5, "the process exits within a second or two of the drain's end"
     finally:
         proc.kill()

@@ -160,3 +160,17 @@ def test_giving_up_on_a_long_prompt_leaves_no_stream():
                 await asyncio.sleep(0.05)
             assert await _open_streams(pool) == 0 and pool.open_streams == 0
     asyncio.run(main())
+
+
+def test_the_renders_own_arguments_and_the_templates_variables_go_where_render_puts_them():
+    """add_generation_prompt, chat_template and a template variable (Qwen-style enable_thinking) reach the
+    render as render() passes them: the same ids."""
+    async def main():
+        async with await TokenizerPool.spawn(workers=1) as pool:
+            for kwargs in ({"add_generation_prompt": False}, {"chat_template": "chatml"},
+                           {"enable_thinking": False, "documents": [{"title": "t", "text": "d"}]}):
+                expected = (await pool.render(CHAT, **kwargs)).ids
+                reply, streams = await pool.render_open([OpenStream(stream_id="s")], 4096, CHAT, **kwargs)
+                assert reply.ids == expected and streams[0].prompt_ids == expected
+                await pool.close_stream("s")
+    asyncio.run(main())

@@ -13,6 +13,7 @@ import pytest
 
 from tokworker.frontend.sinks import SinkSender
 from tokworker.protocol.endpoints import sinks_path
+from tokworker.protocol.messages import CodedError
 from tokworker.worker.sessions import process_peer, session_key
 from tokworker.worker.sinks import Sink, SinkTable
 
@@ -152,3 +153,93 @@ def test_a_writable_socket_flushes_its_own_sink_only(tmp_path):
         for server, client in pairs:
             server.close()
             client.close()
+
+
+def test_the_choices_of_one_response_share_its_sink_and_the_last_end_writes_the_tail(tmp_path, pair):
+    """Three choices' streams write to one socket (handed over under the first's name); the tail, made from
+    the three usages, follows the last choice's end, then the body's end; the table lets the sink go once
+    every stream is released. A fourth choice, or one beside a stream that is not open, is refused."""
+    server, client = pair
+    path = sinks_path(f"ipc://{tmp_path}/worker")
+    table = SinkTable(path, max_bytes=1 << 20)
+    sender = SinkSender(path)
+    try:
+        table.on_readable(table.listener.fileno())
+        session = session_key(process_peer(os.getpid()), "session-a")
+        sink = table.open(session, "c-0", choices=3, tail=lambda usages: b"data: %d usages\n\n" % len(usages))
+        assert table.join(session, "c-1", "c-0") is sink and table.join(session, "c-2", "c-0") is sink
+        with pytest.raises(CodedError, match="has its 3 choices already"):
+            table.join(session, "c-3", "c-0")
+        with pytest.raises(CodedError, match="no open direct stream 'nobody'"):
+            table.join(session, "c-4", "nobody")
+        sink.write(b"data: 0a\n\n")
+        sender.hand("session-a", "c-0", server.fileno())
+        for fd in table.readable()[1:]:
+            table.on_readable(fd)
+        sink.write(b"data: 1a\n\n")
+        sink.finished(None)                               # choice 1 ends
+        table.release(session, "c-1")
+        sink.write(b"data: 0b\n\n")
+        sink.finished(None)
+        table.release(session, "c-0")
+        table.evict(time.monotonic())                     # one choice still streams: nothing goes
+        assert not sink.ending and len(table.sinks) == 3
+        sink.write(b"data: 2a\n\n")
+        sink.finished(None)
+        table.release(session, "c-2")
+        assert chunks(read_all(client)) == [b"data: 0a\n\n", b"data: 1a\n\n", b"data: 0b\n\n", b"data: 2a\n\n",
+                                            b"data: 3 usages\n\n", b""]
+        table.evict(time.monotonic())
+        assert table.sinks == {} and not table.waiting
+    finally:
+        sender.close()
+        table.close_all()
+
+
+def test_a_response_forwarded_instead_lets_its_sink_go_with_its_last_stream(tmp_path):
+    """No socket comes (the API process forwards the response): each stream leaves the sink as its Forward
+    comes, and the sink closes once none writes to it; a closed sink takes no more bytes."""
+    table = SinkTable(sinks_path(f"ipc://{tmp_path}/worker"), max_bytes=1 << 20)
+    try:
+        sink = table.open("s", "c-0", choices=2)
+        table.join("s", "c-1", "c-0")
+        sink.write(b"data: 0a\n\n")
+        table.forward("s", "c-0")
+        assert not sink.closed and list(table.sinks) == [("s", "c-1")]
+        table.forward("s", "c-1")
+        assert sink.closed and table.sinks == {}
+        sink.write(b"data: late\n\n")
+        assert not sink.pending and sink.pending_bytes == 0
+    finally:
+        table.close_all()
+
+
+def test_a_whole_response_is_written_once_its_socket_and_its_last_choice_are_here(tmp_path, pair):
+    """A whole response's sink writes nothing until both its socket (with the API's headers) and its last
+    choice's end are here, whichever comes last, then the status line, the headers, Content-Length and the
+    body joined in the choices' order, and closes; an error answered first is the only response."""
+    server, client = pair
+    table = SinkTable(sinks_path(f"ipc://{tmp_path}/worker"), max_bytes=1 << 20)
+    try:
+        sink = table.open("s", "c-0", choices=2, tail=lambda usages, bodies: b"[" + b",".join(bodies) + b"]",
+                          whole=True)
+        table.join("s", "c-1", "c-0")
+        sink.finished_whole(None, b'"one"', 1)
+        sink.finished_whole(None, b'"zero"', 0)         # the last choice, before the socket
+        assert not sink.pending and not sink.closed
+        sink.attach(os.dup(server.fileno()), b"Content-Type: application/json\r\nServer-Timing: engine;dur=1\r\n")
+        head, _, body = read_all(client).partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"HTTP/1.1 200 OK" and body == b'["zero","one"]'
+        assert lines[2:] == [b"Content-Type: application/json", b"Server-Timing: engine;dur=1",
+                             b"Content-Length: 14", b"Connection: close"] and lines[1].startswith(b"Date: ")
+        assert sink.closed
+        failing = table.open("s", "d-0", choices=2, tail=lambda usages, bodies: b"[]", whole=True)
+        failing.respond(501, b'{"error":{}}', b"Content-Type: application/json\r\n")
+        failing.finished_whole(None, b"{}", 0)
+        failing.finished_whole(None, b"{}", 1)          # ends after the error: it was answered already
+        failing.attach(os.dup(server.fileno()))
+        answer = read_all(client)
+        assert answer.startswith(b"HTTP/1.1 501 Not Implemented\r\n") and answer.endswith(b'\r\n\r\n{"error":{}}')
+    finally:
+        table.close_all()

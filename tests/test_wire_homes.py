@@ -298,6 +298,13 @@ def test_an_engine_failure_mid_stream_ends_each_stream_in_its_own_shape(server):
     response = requests.post(server.url + "/v1/messages", json={"model": MODEL, "max_tokens": 100,
                                                                 "messages": ask("fail")})
     assert response.status_code in (501, 502, 503) and response.json()["type"] == "error"
+    # whole with several choices: the API's own status, headers and body (written by their worker, direct)
+    response = requests.post(server.url + "/v1/chat/completions", json={"model": MODEL, "n": 3,
+                                                                        "messages": ask("fail")})
+    assert response.status_code == 501 and response.headers["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "unavailable" and response.json()["error"]["type"] == "server_error"
+    assert "the engine lost this request" in response.json()["error"]["message"]
+    assert (response.headers.get("Connection") == "close") == server.api.options.direct_streaming
     server.settled()
 
 

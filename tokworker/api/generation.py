@@ -23,11 +23,15 @@ from tokworker.frontend.errors import PoolError
 from tokworker.protocol.deltas import room
 from tokworker.protocol.messages import ErrorCode, OpenStream
 from tokworker.wire import home
+from tokworker.wire.common import header_lines
 
 EXCHANGE = web.RequestKey("tokworker.exchange", Exchange)
 PROMPTS_PER_WORKER = 64      # requests in their prompt phase at once, per worker (the pool bounds its in-flight)
 JSON_HEADERS = {"Content-Type": "application/json"}
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+# a direct response's client may go as soon as its worker wrote the end, before that worker's step reply
+# (which ends the exchange here) arrives: a disconnect ends it only if that reply has not come by then
+DIRECT_GRACE_S = 1.0
 
 
 class Generations:
@@ -108,8 +112,9 @@ class Generations:
             prompts = await self.prompts(plan)
             rendered = time.perf_counter()
             limits = [self.max_tokens(plan, prompt) for prompt in prompts]
+            exchange.prompt_tokens = sum(len(p) for p in prompts)     # the usage chunk's, written in a worker
             await self._open(exchange, prompts, [msgspec.structs.replace(plan.params, max_tokens=limit)
-                                                 for limit in limits])
+                                                 for limit in limits], total)
             opened = time.perf_counter()
         exchange.prompt_ids = prompts
         exchange.prompt_tokens = sum(len(p) for p in prompts)
@@ -154,14 +159,19 @@ class Generations:
             if exchange.direct:
                 self._hand_over(exchange, request.transport)
             exchange.begin(request.transport)
+        elif exchange.direct:                   # the worker writes the whole response, its headers with it
+            exchange.transport = request.transport
+            self._hand_over(exchange, request.transport, await _head(request, exchange.timing))
         return exchange, response
 
-    def _hand_over(self, exchange: Exchange, transport) -> None:
-        """Direct streaming: the headers are out; the stream's worker writes the rest of the body itself, or,
-        when it cannot take the socket at once, this process forwards the body as any other."""
-        choice = exchange.choices[0]
+    def _hand_over(self, exchange: Exchange, transport, head: bytes = b"") -> None:
+        """Direct responses: the streams' worker writes the rest itself (a streamed body, whose headers are
+        out: every choice's events and the tail; a whole response: the status line, `head`, the body), or,
+        when it cannot take the socket at once, this process forwards the response as any other."""
+        first, *others = exchange.choices
         try:
-            exchange.direct = self.pool.hand_over(choice.name, transport.get_extra_info("socket").fileno())
+            exchange.direct = self.pool.hand_over(first.name, transport.get_extra_info("socket").fileno(),
+                                                  [c.name for c in others], head)
         except (OSError, PoolError) as error:
             self.serving.end(exchange, f"its worker cannot take the client's socket: {error}")
 
@@ -170,11 +180,21 @@ class Generations:
         try:
             await exchange.done
         except asyncio.CancelledError:
-            self.serving.end(exchange, "the client disconnected")
+            if exchange.direct:         # its worker may have written its end already: its step reply says so
+                asyncio.get_running_loop().call_later(DIRECT_GRACE_S, self.serving.end, exchange,
+                                                      "the client disconnected")
+            else:
+                self.serving.end(exchange, "the client disconnected")
             raise
         if response is None:
-            if exchange.error is not None:
-                raise exchange.error
+            error = exchange.error
+            if self._written_by_worker(exchange) and (error is None or error.code != ErrorCode.WORKER_LOST):
+                # the worker wrote the response (or the error's); closing this copy of the socket, the
+                # status here is only the access log's and the metrics' (aiohttp's write of it fails quietly)
+                exchange.transport.close()
+                return web.Response(status=200 if error is None else error.status)
+            if error is not None:               # a lost worker wrote nothing: this process answers its error
+                raise error
             return web.Response(body=self._whole(exchange), headers={**JSON_HEADERS, "Server-Timing": exchange.timing})
         if exchange.direct:
             # the worker wrote the body, its end included, and holds the socket until its bytes are out;
@@ -185,46 +205,55 @@ class Generations:
             await response.write_eof()
         return response
 
-    def _openings(self, exchange: Exchange, params_of) -> list[OpenStream]:
-        """The OpenStream of each choice (`params_of(choice)`): its chunk format, and whether its worker is to
-        write the client's socket (direct streaming: a streamed response of one choice)."""
-        plan = exchange.plan
-        direct = plan.stream and len(exchange.choices) == 1 and self.options.direct_streaming
-        base = msgspec.structs.replace(exchange.format, n=len(exchange.choices))
-        return [OpenStream(stream_id=c.name, params=params_of(c), chunks=msgspec.structs.replace(base, index=c.index),
-                           sink=direct) for c in exchange.choices]
+    def _written_by_worker(self, exchange: Exchange) -> bool:
+        """A direct whole response is its worker's to write, unless that worker died before its end (it wrote
+        nothing) and its streams were rebuilt as forwarded ones on another."""
+        streams = self.pool.streams
+        return exchange.direct and all(getattr(streams.get(c.name), "sink", True) for c in exchange.choices)
 
     async def _render_open(self, exchange: Exchange) -> list[int]:
         """A chat's prompt rendered and its choices' streams opened on it, in one trip to one worker; the
-        prompt's ids. A prompt that leaves no room in the context opens nothing, and is refused here."""
+        prompt's ids. With direct streaming that worker writes the whole response to the client (the choices
+        after the first write to the first one's socket). A prompt that leaves no room in the context opens
+        nothing, and is refused here."""
         plan = exchange.plan
         params = msgspec.structs.replace(plan.params, max_tokens=plan.max_tokens)
-        reply, streams = await self.pool.render_open(self._openings(exchange, lambda choice: params),
-                                                     self.api.served.max_model_len, **plan.render)
+        sink = self.options.direct_streaming
+        base = msgspec.structs.replace(exchange.format, n=len(exchange.choices))
+        first = exchange.choices[0].name
+        opens = [OpenStream(stream_id=c.name, params=params, chunks=msgspec.structs.replace(base, index=c.index),
+                            sink=sink, sink_of=first if sink and c.index else None) for c in exchange.choices]
+        reply, streams = await self.pool.render_open(opens, self.api.served.max_model_len, **plan.render)
         if not streams:
             self.max_tokens(plan, reply.ids)          # raises: the worker applies the same rule
-        exchange.direct = bool(streams) and streams[0].sink
+        exchange.direct = bool(streams) and all(stream.sink for stream in streams)
         return reply.ids
 
-    async def _open(self, exchange: Exchange, prompts, params) -> None:
-        """Completions: each choice's stream opened on its prompt (any worker)."""
+    async def _open(self, exchange: Exchange, prompts, params, total: int) -> None:
+        """Completions: the first choice's stream opened on its prompt, then the others on its worker: one
+        worker serves the response (with direct streaming, it writes all of it to the client)."""
         plan = exchange.plan
         opened = []
+        sink = self.options.direct_streaming
+        base = msgspec.structs.replace(exchange.format, n=total)
+        first = exchange.choices[0]
 
-        async def open_one(msg: OpenStream, prompt: list[int]):
-            stream = await self.pool.open_stream(msg.stream_id, msg.params, prompt_ids=prompt, buffer=False,
-                                                 chunks=msg.chunks, sink=msg.sink)
-            exchange.direct = stream.sink
-            opened.append(msg.stream_id)
+        async def open_one(choice: Choice, beside: str | None = None):
+            p = choice.index // plan.n
+            chunks = msgspec.structs.replace(base, index=choice.index)
+            stream = await self.pool.open_stream(
+                choice.name, params[p], prompt_ids=prompts[p], buffer=False, chunks=chunks, sink=sink, beside=beside,
+                prompt_tokens=exchange.prompt_tokens if total > 1 and beside is None else None)
+            opened.append(stream)
 
-        openings = self._openings(exchange, lambda choice: params[choice.index // plan.n])
         try:
-            await asyncio.gather(*(open_one(msg, prompts[c.index // plan.n])
-                                   for msg, c in zip(openings, exchange.choices)))
+            await open_one(first)
+            await asyncio.gather(*(open_one(c, first.name) for c in exchange.choices[1:]))
         except BaseException:
             if opened:
-                await asyncio.shield(self.pool.close_stream(*opened))
+                await asyncio.shield(self.pool.close_stream(*(stream.id for stream in opened)))
             raise
+        exchange.direct = all(stream.sink for stream in opened)
 
     def _tail(self, exchange: Exchange) -> bytes:
         """What follows a streamed response's last event (the one usage chunk of several choices, [DONE])."""
@@ -238,6 +267,15 @@ class Generations:
         return exchange.home.body(exchange.format, [c.body for c in exchange.choices],
                                   [c.usage for c in exchange.choices], exchange.prompt_tokens,
                                   exchange.prompt_ids[0] if plan.return_token_ids else None)
+
+
+async def _head(request: web.Request, timing: str) -> bytes:
+    """A whole response's headers, for its worker to write: the JSON type, Server-Timing, and what the
+    apps' on_response_prepare signals add (CORS), as aiohttp would send them."""
+    response = web.Response(headers={**JSON_HEADERS, "Server-Timing": timing})
+    for app in request.match_info.apps:
+        await app.on_response_prepare.send(request, response)
+    return header_lines(response.headers)
 
 
 def _guide_error(error: Exception, plan: Plan) -> ApiError:

@@ -44,9 +44,9 @@ class ApiOptions(msgspec.Struct, kw_only=True):
     max_queued_bytes: Annotated[int, _flag(
         "request bytes that may wait for the pool to take their prompts; more get 429")] = 64 * 1024 * 1024
     direct_streaming: Annotated[bool, _flag(
-        "local workers write single-choice streamed responses to the client themselves, so the API process "
-        "only moves ids (the default where the workers are on this host; --no-direct-streaming forwards every "
-        "response through the API process)")] = True
+        "local workers write every response (streamed or whole, all its choices) to the client themselves, so "
+        "the API process only moves ids (the default where the workers are on this host; --no-direct-streaming "
+        "forwards every response through the API process)")] = True
     drain_timeout: float = 30.0
     derender_state_bytes: Annotated[int, _flag(
         "bytes of streamed derender sequences kept in the workers (vLLM's render tier routes, derender.py); "

@@ -28,7 +28,7 @@ from tokworker.api.access import Access
 from tokworker.api.count_tokens import CountTokens
 from tokworker.api.errorlog import ErrorLog
 from tokworker.api.errors import NOT_FOUND, ApiError, check_vocabulary, vllm_body
-from tokworker.api.generation import EXCHANGE, JSON_HEADERS, Generations
+from tokworker.api.generation import EXCHANGE, Generations
 from tokworker.api.fanout import priced
 from tokworker.api.health import EngineHealth
 from tokworker.api.limits import BodyBudget
@@ -45,11 +45,11 @@ from tokworker.api.serving import Serving
 from tokworker.frontend.errors import PoolError
 from tokworker.protocol.messages import ErrorCode
 from tokworker.wire import home
+from tokworker.wire.common import error_headers
 
 log = logging.getLogger("tokworker.api")
 IGNORED_LOGGED = 1024                   # distinct unknown fields logged (each once), then no more
 JSON_TYPES = ("application/json", "application/octet-stream")    # or none, or a +json type
-RETRY_AFTER_S = "1"                      # a 503's Retry-After: the engine's health is polled about this often
 # every plan priced before any work: n and prompt lists fan out, and no max_tokens may pass the context
 PRICED_CHAT, PRICED_COMPLETION = priced(plan_chat), priced(plan_completion)
 PRICED_RESPONSES, PRICED_MESSAGES = priced(plan_responses), priced(plan_messages)
@@ -255,8 +255,7 @@ class Api:
         status = status or error.status
         if not logged:
             self.errors.refused(request, status, error.code, error.message, error.param)
-        headers = {**JSON_HEADERS, "Retry-After": RETRY_AFTER_S} if status == 503 else JSON_HEADERS
-        return web.Response(status=status, body=error_body(request, error, status), headers=headers)
+        return web.Response(status=status, body=error_body(request, error, status), headers=error_headers(status))
 
 
 def error_body(request: web.Request, error: ApiError, status: int) -> bytes:

@@ -197,7 +197,9 @@ class Serving:
         choice.usage = update.usage
         choice.body = update.body
         choice.finish = finish_reason
-        if finish_reason == "abort" and exchange.direct:  # its worker can no longer write to the client
+        # a direct stream's abort: its worker can no longer write to the client (a whole response's worker
+        # writes its end, aborted or not)
+        if finish_reason == "abort" and exchange.direct and exchange.plan.stream:
             self.end(exchange, "the client went away")
             return
         self._end_choice(choice)

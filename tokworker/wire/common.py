@@ -149,6 +149,32 @@ class OneChoiceHome:
 OPENAI_TYPE = {403: "permission_error", 429: "rate_limit_error"}     # as OpenAI's own (its 401 too)
 
 
+RETRY_AFTER_S = "1"                      # a 503's Retry-After: the engine's health is polled about this often
+
+
+def error_headers(status: int) -> dict[str, str]:
+    """The headers of an error response (every format's error body is JSON), whoever writes it: the API
+    process, or the worker that holds a whole response's socket.
+
+    >>> error_headers(503)
+    {'Content-Type': 'application/json', 'Retry-After': '1'}
+    """
+    headers = {"Content-Type": "application/json"}
+    if status == 503:
+        headers["Retry-After"] = RETRY_AFTER_S
+    return headers
+
+
+def header_lines(headers: dict[str, str]) -> bytes:
+    """Headers as HTTP/1.1 writes them (what a worker writes of a whole response after its status line).
+
+    >>> header_lines({"Content-Type": "application/json"})
+    b'Content-Type: application/json\\r\\n'
+    """
+    return b"".join(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1"))
+                    for name, value in headers.items())
+
+
 def openai_error(status: int, code: str, message: str, param: str | None) -> bytes:
     """OpenAI's error object, `{"error": {message, type, param, code}}`.
 

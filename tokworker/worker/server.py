@@ -174,7 +174,7 @@ class Worker:
     def _capabilities(self) -> list[str]:
         caps = ["render", "encode", "decode", "stream", "step"]
         if sinks_path(self.options.bind) is not None:
-            caps.append("sinks")                            # it takes client sockets: direct streaming
+            caps.extend(("sinks", "sink_groups", "whole_sinks"))   # it takes client sockets: direct responses
         if self.options.allow_request_templates:
             caps.append("request_templates")
         if importlib.util.find_spec("tokworker.constrain") is not None:

@@ -1,35 +1,52 @@
 """Response bodies a worker writes itself (direct streaming): once a streamed response's headers are out, the
-API process hands the client's socket to the stream's worker (SCM_RIGHTS over a Unix socket beside the
+API process hands the client's socket to the response's worker (SCM_RIGHTS over a Unix socket beside the
 worker's endpoint), and the worker writes each step's server-sent events to it as HTTP/1.1 chunks. The
 engine's process then neither receives those bytes nor writes them: per token it only sends ids.
 
     table = SinkTable(path, max_bytes=4 << 20)      # the worker's listener, at <endpoint path>.sinks
-    sink = table.open(session, "req-1")             # when the stream opens; its socket arrives after
+    sink = table.open(session, "req-1", choices=2, tail=lambda usages: b"data: [DONE]\\n\\n")
+    table.join(session, "req-2", "req-1")           # the response's other choice writes to the same socket
     sink.write(b'data: {...}\\n\\n')                 # framed; what the socket does not take waits (bounded)
-    sink.end(b"data: [DONE]\\n\\n")                   # the last events and the chunked body's end
-    table.release(session, "req-1")                 # the stream is over: the sink goes once it is flushed
+    sink.finished(usage)                            # a choice ended; after the last: the tail, the body's end
+    table.release(session, "req-1")                 # a stream is over: the sink goes once all are, and flushed
+
+One sink per response: the streams of its choices (all on this worker) share it, their events interleaved
+as the steps make them, and the sink knows how many there are (ChunkFormat.n), so the last one's end writes
+the response's tail (the n > 1 usage chunk, [DONE]) and the chunked body's end.
+
+A whole response (ChunkFormat.whole) is handed over before anything of it is written: with its socket come
+the headers the API process would have sent (its Content-Type, Server-Timing), and once its last choice
+ends the sink writes the status line, those headers, Content-Length and the body (the choices' bodies
+joined by the format's home), then closes. Failed before that (the engine's error, the drain), it writes
+the API's error status and body instead (`respond`).
 
 Writes never block: what a full socket does not take waits in its Sink, and the lane polls the socket for
 writability (`table.waiting`), up to `max_bytes`, past which the client is cut (as a slow HTTP client is cut
 in the API process). A write that fails (the client went away) marks the sink `failed`: the stream's next
 update tells the API process to abort the request. A finished stream's sink that its client never drains is
 closed after LINGER_S. Only a peer of the same user may hand sockets over (SO_PEERCRED).
+
+A socket that never comes (the API process forwards the response instead) leaves nothing here to hand back:
+each stream keeps its own events until its socket comes (ServedStream), and gives them back itself.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+from email.utils import formatdate
+from http import HTTPStatus
 import socket
 import struct
 import time
 from collections import deque
 
+from tokworker.protocol.messages import CodedError, ErrorCode
 from tokworker.wire.common import http_chunk
 from tokworker.worker.sessions import process_peer, session_key
 
 END = b"0\r\n\r\n"
-MAX_KEY = 512                     # bytes of "session\0stream id" in one hand-over message
+MAX_MESSAGE = 4096                # bytes of "session\0stream id\0headers" in one hand-over message
 LINGER_S = 60.0                   # how long a finished stream's unread bytes may wait for its client
 _CREDENTIALS = struct.Struct("3i")
 
@@ -37,12 +54,14 @@ _CREDENTIALS = struct.Struct("3i")
 class Sink:
     """One response body: its socket once handed over (-1 before), and what waits to be written. `waiting`
     is the table's sinks with bytes waiting, by descriptor (the lane polls those for writability, and a
-    writable one is found there without looking at any other sink)."""
+    writable one is found there without looking at any other sink). `choices`: the streams that write
+    here; once they all ended (`finished`), `tail(usages)` makes a streamed response's last events, and
+    `tail(usages, bodies)` a `whole` one's body."""
 
     __slots__ = ("fd", "pending", "pending_bytes", "max_bytes", "failed", "ending", "closed", "released",
-                 "waiting")
+                 "waiting", "choices", "usages", "tail", "live", "bodies", "head", "response")
 
-    def __init__(self, max_bytes: int, waiting: dict):
+    def __init__(self, max_bytes: int, waiting: dict, choices: int = 1, tail=None, whole: bool = False):
         self.fd = -1
         self.pending: deque[bytes] = deque()
         self.pending_bytes = 0
@@ -50,13 +69,65 @@ class Sink:
         self.failed: str | None = None       # why the client can no longer be written to
         self.ending = False                  # END is queued: close once it is out
         self.closed = False                  # the socket is ours no more (the body ended, or it failed)
-        self.released = 0.0                  # when its stream ended (the sink only flushes from then on)
+        self.released = 0.0                  # when its last stream ended (the sink only flushes from then on)
         self.waiting = waiting
+        self.choices = choices
+        self.usages: list = []               # the usage of each of its choices that ended
+        self.tail = tail
+        self.live: set[str] = set()          # its streams still open (the table's keys that name it)
+        self.bodies: list | None = [] if whole else None   # a whole response's choices' bodies, with their index
+        self.head = b""                      # ... the headers that came with its socket
+        self.response: tuple | None = None   # ... its status line's status, body and headers, once known
 
     def write(self, data: bytes) -> None:
         """One event (or several) as one HTTP chunk."""
         if data and self.failed is None:
             self._send(http_chunk(data))
+
+    def finished(self, usage) -> None:
+        """One of the response's choices ended (with `usage`); after the last, its tail and the body's end.
+
+        >>> sink = Sink(1 << 20, {}, choices=2, tail=lambda usages: b"data: %d usages\\n\\n" % len(usages))
+        >>> sink.finished(None); sink.ending
+        False
+        >>> sink.finished(None); sink.ending, list(sink.pending)
+        (True, [b'10\\r\\ndata: 2 usages\\n\\n\\r\\n', b'0\\r\\n\\r\\n'])
+        """
+        usages = self.usages
+        usages.append(usage)
+        if len(usages) < self.choices:
+            return
+        if self.bodies is None:
+            self.end(self.tail(usages) if self.tail is not None else b"")
+        elif self.response is None:             # (an error answered it already)
+            self.respond(200, self.tail(usages, [body for _, body in sorted(self.bodies)]))
+
+    def finished_whole(self, usage, body: bytes, index: int) -> None:
+        """One of a whole response's choices ended with its `body` (choices[index]); after the last, the
+        response (status, headers, the body of them all).
+
+        >>> sink = Sink(1 << 20, {}, choices=2, tail=lambda usages, bodies: b"[" + b",".join(bodies) + b"]",
+        ...             whole=True)
+        >>> sink.finished_whole(None, b"1", 1); sink.finished_whole(None, b"0", 0); sink.response
+        (200, b'[0,1]', None)
+        """
+        self.bodies.append((index, body))
+        self.finished(usage)
+
+    def respond(self, status: int, body: bytes, head: bytes | None = None) -> None:
+        """A whole response, once: its status, and its body with the headers that came with its socket (or
+        `head`: an error's are the API's error headers), written when the socket is here; it closes after."""
+        if self.response is None and self.failed is None:
+            self.response = (status, body, head)
+            if self.fd >= 0:
+                self._respond()
+
+    def _respond(self) -> None:
+        status, body, head = self.response
+        self.ending = True
+        self._send(b"HTTP/1.1 %d %s\r\nDate: %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (
+            status, HTTPStatus(status).phrase.encode(), formatdate(usegmt=True).encode(),
+            self.head if head is None else head, len(body), body))
 
     def end(self, tail: bytes = b"") -> None:
         """The response's last bytes, then the chunked body's end; the socket closes once they are out."""
@@ -66,9 +137,14 @@ class Sink:
             self.ending = True
             self._send(END)
 
-    def attach(self, fd: int) -> None:
+    def attach(self, fd: int, head: bytes = b"") -> None:
+        """The client's socket is here (with a whole response's headers): what waits goes out."""
         self.fd = fd
-        self.flush()
+        self.head = head
+        if self.response is not None:
+            self._respond()
+        else:
+            self.flush()
 
     def flush(self) -> None:
         pending = self.pending
@@ -91,26 +167,6 @@ class Sink:
         self.waiting.pop(self.fd, None)
         if self.ending and not pending:
             self.close()
-
-    def held(self) -> bytes:
-        """What waits for a socket that has not come, unframed (the events as written).
-
-        >>> sink = Sink(1 << 20, {})
-        >>> sink.write(b"data: one\\n\\n"); sink.write(b"data: two\\n\\n")
-        >>> sink.held()
-        b'data: one\\n\\ndata: two\\n\\n'
-        """
-        events = []
-        for chunk in self.pending if self.fd < 0 else ():           # whole chunks: nothing was written yet
-            size, _, rest = chunk.partition(b"\r\n")
-            events.append(rest[:int(size, 16)])
-        return b"".join(events)
-
-    def take(self) -> bytes:
-        """held(), and the sink closed: its stream goes on through the API process instead (a Forward)."""
-        events = self.held()
-        self.close()
-        return events
 
     def close(self) -> None:
         self.closed = True
@@ -135,10 +191,12 @@ class Sink:
         if sent < len(data):
             self._queue(data[sent:])
             self.waiting[self.fd] = self
-        elif data is END:
+        elif self.ending:                        # the body's end (or a whole response) is out
             self.close()
 
     def _queue(self, data: bytes) -> None:
+        if self.closed:                          # cut while another choice of its response goes on
+            return
         if self.pending_bytes + len(data) > self.max_bytes:
             self._fail(f"the client fell more than {self.max_bytes} bytes behind")
             return
@@ -170,30 +228,52 @@ class SinkTable:
         self.listener.listen(16)
         self.listener.setblocking(False)
 
-    def open(self, session: str, stream_id: str) -> Sink:
-        """A new stream's sink: its events wait in it until the socket arrives."""
+    def open(self, session: str, stream_id: str, choices: int = 1, tail=None, whole: bool = False) -> Sink:
+        """A new response's sink, for its first stream (of `choices`): its events wait in it until the socket
+        arrives."""
         self.close(session, stream_id)
-        sink = self.sinks[(session, stream_id)] = Sink(self.max_bytes, self.waiting)
+        sink = self.sinks[(session, stream_id)] = Sink(self.max_bytes, self.waiting, choices, tail, whole)
+        sink.live.add(stream_id)
+        return sink
+
+    def join(self, session: str, stream_id: str, first: str) -> Sink:
+        """Another choice's stream of the response whose first stream is `first`: it writes to that sink."""
+        sink = self.sinks.get((session, first))
+        if sink is None or sink.closed or sink.ending or first not in sink.live:
+            raise CodedError(ErrorCode.INVALID, f"no open direct stream {first!r} on this worker to share a client "
+                                                f"socket with")
+        if len(sink.live) + len(sink.usages) >= sink.choices:
+            raise CodedError(ErrorCode.INVALID, f"the response of {first!r} has its {sink.choices} choices already")
+        self.close(session, stream_id)
+        self.sinks[(session, stream_id)] = sink
+        sink.live.add(stream_id)
         return sink
 
     def release(self, session: str, stream_id: str) -> None:
-        """The stream is over: its sink stays only while its last bytes wait for the client."""
+        """The stream is over: its sink stays only while its response's last bytes wait for the client."""
         sink = self.sinks.get((session, stream_id))
         if sink is not None:
+            live = sink.live
+            live.discard(stream_id)
             if sink.closed:
                 del self.sinks[(session, stream_id)]
-            else:
+            elif not live:
                 sink.released = time.monotonic()
 
-    def take(self, session: str, stream_id: str) -> bytes:
-        """The stream's socket will not come: its sink goes, and what it held comes back (Sink.take)."""
-        sink = self.sinks.pop((session, stream_id), None)
-        return sink.take() if sink is not None else b""
-
-    def close(self, session: str, stream_id: str) -> None:
-        """The stream was closed or aborted: its socket is let go now."""
+    def forward(self, session: str, stream_id: str) -> None:
+        """The stream goes on without its socket (the API process forwards its response): its sink goes once
+        no stream of its response writes to it."""
         sink = self.sinks.pop((session, stream_id), None)
         if sink is not None:
+            sink.live.discard(stream_id)
+            if not sink.live:
+                sink.close()
+
+    def close(self, session: str, stream_id: str) -> None:
+        """The stream was closed or aborted: its response's socket is let go now."""
+        sink = self.sinks.pop((session, stream_id), None)
+        if sink is not None:
+            sink.live.discard(stream_id)
             sink.close()
 
     def readable(self) -> list[int]:
@@ -216,9 +296,9 @@ class SinkTable:
                 sink.flush()
 
     def evict(self, now: float) -> None:
-        """Ended streams' sinks whose clients did not take their last bytes within LINGER_S."""
+        """Ended responses' sinks whose clients did not take their last bytes within LINGER_S."""
         for key, sink in list(self.sinks.items()):
-            if sink.released and (sink.closed or now - sink.released > LINGER_S):
+            if not sink.live and (sink.closed or now - sink.released > LINGER_S):
                 sink.close()
                 del self.sinks[key]
 
@@ -249,7 +329,7 @@ class SinkTable:
         peer, owner = self.peers[fd]
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(peer, MAX_KEY, 1)
+                data, fds, _, _ = socket.recv_fds(peer, MAX_MESSAGE, 1)
             except BlockingIOError:
                 return
             except OSError as error:
@@ -260,13 +340,15 @@ class SinkTable:
                 del self.peers[fd]
                 peer.close()
                 return
-            session, _, stream_id = data.decode("utf-8", "replace").partition("\0")
+            session, _, rest = data.partition(b"\0")
+            stream_id, _, head = rest.partition(b"\0")
+            session, stream_id = session.decode("utf-8", "replace"), stream_id.decode("utf-8", "replace")
             for extra in fds[1:]:
                 os.close(extra)
             if not fds:
                 continue
             sink = self.sinks.get((session_key(owner, session), stream_id))
             if sink is not None and sink.fd < 0 and not sink.closed:
-                sink.attach(fds[0])
+                sink.attach(fds[0], head)
             else:                                        # that stream is over (or never was): not ours to keep
                 os.close(fds[0])

@@ -11,7 +11,9 @@ decodes one bytes field per stream per step and writes it to the response untouc
 keeps the format's gatherer instead: its updates carry nothing until the last, whose `body` is the
 choice's finished JSON. Opened with `sink` too, the worker writes the events itself to the client's socket
 (sinks.py) and its updates carry only the finish: finish_reason "abort" once the client can no longer be
-written to.
+written to. The choices of one response share its sink (OpenStream.sink_of), which writes the response's
+tail after the last of them ends; a whole response's sink writes the whole HTTP response then (its updates
+carry no body).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from functools import partial
 
 import msgspec
 
 from tokworker.protocol.deltas import EMPTY, StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import CodedError, Error, ErrorCode, OpenStream, Step, StepReply
 from tokworker.wire import home, params_for, writer_for
+from tokworker.wire.common import error_headers, header_lines
 from tokworker.stream.state import TextStream
 from tokworker.worker.errors import error_of
 
@@ -36,17 +40,18 @@ REPLAY_PIECE = 4096                         # ids pushed at once in a replay (th
 
 class ServedStream:
     """One request's text state on the worker: its TextStream, its chunk writer or whole gatherer (or
-    None), the client socket it writes its events to itself (a Sink, or None) and the time it was last
+    None), the client socket it writes its events to itself (a Sink, or None; `unsent`: its events made
+    before the socket came, which the API process writes if it never comes) and the time it was last
     stepped (for idle eviction)."""
 
-    __slots__ = ("text", "writer", "whole", "sink", "tail", "last_used", "chunks")
+    __slots__ = ("text", "writer", "whole", "sink", "unsent", "last_used", "chunks")
 
-    def __init__(self, text, writer, now: float, sink=None, tail: bytes = b"", whole=None, chunks=None):
+    def __init__(self, text, writer, now: float, sink=None, whole=None, chunks=None):
         self.text = text
         self.writer = writer
         self.whole = whole
         self.sink = sink
-        self.tail = tail
+        self.unsent: list[bytes] = []
         self.last_used = now
         self.chunks = chunks                    # its ChunkFormat (a direct stream's errors are written here)
 
@@ -54,9 +59,13 @@ class ServedStream:
         """A direct stream's response ends with `error` (a StreamError), in its format; False when its
         client can no longer be written to."""
         sink = self.sink
-        if sink.failed is not None or sink.ending:
+        if sink.failed is not None or sink.ending or sink.response is not None:
             return False
         fmt = self.chunks
+        if fmt.whole:                           # nothing is written yet: the API's error status and body
+            sink.respond(error.status, home(fmt.api).error_body(error.status, error.code, error.message, error.param),
+                         header_lines(error_headers(error.status)))
+            return True
         sink.write(home(fmt.api).error_event(fmt, error.status, error.code, error.message, error.param,
                                              getattr(self.writer, "sequence", 0)))
         sink.end()
@@ -85,7 +94,7 @@ class ServedStream:
             whole = self.whole
             if whole is None:
                 return update
-            return self._whole(whole, ids, update)
+            return self._whole(whole, ids, update, self.sink)
         sse = writer.sse(update)
         sink = self.sink
         if sink is not None:
@@ -96,22 +105,32 @@ class ServedStream:
         return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason, abort=update.abort,
                             sse=sse, usage=update.usage if update.finish_reason is not None else None)
 
-    @staticmethod
-    def _whole(whole, ids, update: StreamUpdate) -> StreamUpdate:
-        """A whole choice: gathered here; only its end (with the body) or an abort goes out."""
+    def _whole(self, whole, ids, update: StreamUpdate, sink) -> StreamUpdate:
+        """A whole choice: gathered here; only its end (with the body, unless its sink writes the response:
+        then only while no socket came, for the API process to write if none comes) or an abort goes out."""
         whole.add(update, ids)
         if update.finish_reason is not None:
+            body = whole.fragment()
+            if sink is not None:
+                sink.finished_whole(update.usage, body, self.chunks.index)
+                if sink.fd >= 0 or sink.closed:
+                    body = b""
             return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
-                                abort=update.abort, usage=update.usage, body=whole.fragment())
+                                abort=update.abort, usage=update.usage, body=body)
         return EMPTY if not update.abort else StreamUpdate(abort=True)
 
     def _sink(self, sink, sse: bytes, update: StreamUpdate) -> StreamUpdate:
         """Direct streaming: the events go to the client's socket; the update says only how it ends."""
         if sse:
             sink.write(sse)
+            if sink.fd < 0:
+                if not sink.closed:                         # no socket yet: if none comes, the API process
+                    self.unsent.append(sse)                 # writes these (its Forward comes after)
+            elif self.unsent:
+                self.unsent = []
         if update.finish_reason is not None:
-            held = sink.held() if sink.fd < 0 else b""     # no socket yet: if none comes, the API process writes
-            sink.end(self.tail)                             # these (its Forward comes after this reply)
+            held = b"".join(self.unsent) if sink.fd < 0 and not sink.closed else b""
+            sink.finished(update.usage)                     # the last choice's end writes the response's tail
             return StreamUpdate(finish_reason=update.finish_reason, stop_reason=update.stop_reason,
                                 abort=update.abort, sse=held, usage=update.usage)
         if sink.failed is not None:
@@ -137,6 +156,11 @@ class ServedStream:
                     raise CodedError(ErrorCode.TIMEOUT, "the replay ran past this worker's budget; open the "
                                                         "stream on a worker with a larger --budget")
         return False
+
+
+def _whole_body(fmt, chunks, prompt_tokens, prompt_ids, usages, bodies) -> bytes:
+    """A whole response's body from its choices' (Sink.tail of a whole response)."""
+    return fmt.body(chunks, bodies, usages, prompt_tokens, prompt_ids)
 
 
 class StreamTable:
@@ -175,13 +199,20 @@ class StreamTable:
         chunks = msg.chunks
         made = writer_for(chunks, params, msg.prompt_ids, self.tokenizer) if chunks is not None else None
         whole = chunks is not None and chunks.whole
-        if msg.sink and (made is None or whole or self.sinks is None):
-            raise CodedError(ErrorCode.UNAVAILABLE, "direct streaming needs a streamed chunk format and a worker "
-                                                    "on ipc://")
+        if msg.sink and (made is None or self.sinks is None):
+            raise CodedError(ErrorCode.UNAVAILABLE, "direct streaming needs a chunk format and a worker on ipc://")
         now = time.monotonic()
-        sink = self.sinks.open(session, msg.stream_id) if msg.sink else None
-        tail = home(chunks.api).tail(chunks, [], False) if sink is not None else b""
-        stream = ServedStream(text, None if whole else made, now, sink, tail, made if whole else None, chunks)
+        sink = None
+        if msg.sink and msg.sink_of is not None:
+            sink = self.sinks.join(session, msg.stream_id, msg.sink_of)
+        elif msg.sink and whole:
+            prompt_ids = msg.prompt_ids if chunks.token_ids else None
+            sink = self.sinks.open(session, msg.stream_id, chunks.n, partial(
+                _whole_body, home(chunks.api), chunks, msg.prompt_tokens, prompt_ids), whole=True)
+        elif msg.sink:
+            sink = self.sinks.open(session, msg.stream_id, chunks.n, partial(
+                home(chunks.api).tail, chunks, include_usage=params.include_usage, prompt_tokens=msg.prompt_tokens))
+        stream = ServedStream(text, None if whole else made, now, sink, made if whole else None, chunks)
         self._finished.pop((session, msg.stream_id), None)
         if stream.replay(msg.replay, now + self.budget_s):
             self._remember_finished(session, msg.stream_id)
@@ -199,8 +230,11 @@ class StreamTable:
             if stream is not None:
                 closed += 1
                 if stream.sink is not None:
-                    if error is not None and stream.fail(error):
-                        self.sinks.release(session, stream_id)      # its last bytes may still wait
+                    # its response's last bytes may still wait (the error, written by it or another choice;
+                    # a whole response's, until its socket comes)
+                    sink = stream.sink
+                    if error is not None and (stream.fail(error) or sink.ending or sink.response is not None):
+                        self.sinks.release(session, stream_id)
                     else:
                         self.sinks.close(session, stream_id)
             self._finished.pop((session, stream_id), None)
@@ -218,16 +252,16 @@ class StreamTable:
 
     def forward(self, session: str, stream_id: str) -> bytes:
         """A direct stream whose socket did not come goes on without one: its updates carry their events from
-        now on, and the events its sink held are returned (none for a stream no longer open: its sink goes)."""
+        now on, and the events it made before are returned (none for a stream no longer open: its finish
+        carried them). Its sink goes once no choice of its response writes to it."""
         stream = (self.sessions.get(session) or {}).get(stream_id)
-        if stream is None:                      # it ended: its finish carried what its sink held
-            if self.sinks is not None:
-                self.sinks.close(session, stream_id)
-            return b""
-        if stream.sink is None:
+        if self.sinks is not None and (stream is None or stream.sink is not None):
+            self.sinks.forward(session, stream_id)
+        if stream is None or stream.sink is None:
             return b""
         stream.sink = None
-        return self.sinks.take(session, stream_id)
+        unsent, stream.unsent = stream.unsent, []
+        return b"".join(unsent)
 
     def cut_all(self) -> None:
         """The drain timeout: every open stream ends here, and the next step that names one fails it with
