@@ -119,11 +119,13 @@ class TextStream:
         self._idle = self._detok.idle
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
+        self._counted = False
         if params.logprobs is not None or params.include_usage or params.continuous_usage_stats:
             # logprob entries and usage counts: push and finish go through the accounting, so a stream
             # without them pays nothing for them
             self.accounting = StreamAccounting(self, tokenizer, params, prompt_ids)
             self.push, self.finish = self.accounting.push, self.accounting.finish
+            self._counted = True          # push_text goes through it too
 
     @property
     def done(self) -> bool:
@@ -164,6 +166,44 @@ class TextStream:
             self._count = count + len(ids)
         else:
             return self._general_step(ids)
+        return self._text_step(text)
+
+    def push_text(self, token_id):
+        """`push([token_id])` for the usual step of a stream served as events: when its update would be
+        plain content, that content itself ("" for a token that shows nothing), with no Delta or update
+        made; otherwise the update, as push gives it.
+
+        >>> from pathlib import Path
+        >>> import tokworker
+        >>> from tokworker.tokenizer import Tokenizer
+        >>> tok = Tokenizer.from_dir(Path(tokworker.__file__).parent / "data" / "default")
+        >>> stream = TextStream(tok, StreamParams(stop=["!"]))
+        >>> out = [stream.push_text(i) for i in tok.encode("Hi there!")]
+        >>> out[:-1], out[-1].finish_reason, out[-1].stop_reason
+        (['H', 'i', ' there'], 'stop', '!')
+        """
+        count = self._count
+        if not (count < self._quiet_until and type(token_id) is int and 0 <= token_id < self._size
+                and token_id not in self._enders) or self._counted:
+            return self.push((token_id,))
+        text = self._texts[token_id] if self._idle else None
+        if text is None:
+            detok = self._detok
+            text = detok.add_id(token_id)
+            self._idle = detok.idle
+        self._count = count + 1
+        # plain content: no stop can begin in it, and no parser would change it (push's own fast tests)
+        if self._stop is None or not self._stop_holding and (
+                (self._stop_a not in text and self._stop_b not in text) if self._stop_a
+                else self._stop_firsts.isdisjoint(text)):
+            reasoning = self._reasoning
+            if self._tools is None and (reasoning is None or reasoning.steady_markup
+                                        and reasoning.steady_markup not in text):
+                return text
+        return self._text_step(text)
+
+    def _text_step(self, text: str) -> StreamUpdate:
+        """The rest of a quiet step: this text through the stop checker and the parsers."""
         stop = self._stop
         first = self._stop_a
         if stop is not None and (self._stop_holding or ((first in text or self._stop_b in text) if first
