@@ -119,13 +119,14 @@ class TextStream:
         self._idle = self._detok.idle
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
-        self._counted = False
+        self._accounted = self._counted = False
         if params.logprobs is not None or params.include_usage or params.continuous_usage_stats:
             # logprob entries and usage counts: push and finish go through the accounting, so a stream
             # without them pays nothing for them
             self.accounting = StreamAccounting(self, tokenizer, params, prompt_ids)
             self.push, self.finish = self.accounting.push, self.accounting.finish
-            self._counted = True          # push_text goes through it too
+            # push_text: a quiet accounting (usage at the end) lets plain content by; any other sees each push
+            self._accounted, self._counted = True, not self.accounting.quiet
 
     @property
     def done(self) -> bool:
@@ -188,10 +189,11 @@ class TextStream:
             return self.push((token_id,))
         text = self._texts[token_id] if self._idle else None
         if text is None:
+            if self._accounted:                 # its end must go through the accounting: push decides
+                return self.push((token_id,))
             detok = self._detok
             text = detok.add_id(token_id)
             self._idle = detok.idle
-        self._count = count + 1
         # plain content: no stop can begin in it, and no parser would change it (push's own fast tests)
         if self._stop is None or not self._stop_holding and (
                 (self._stop_a not in text and self._stop_b not in text) if self._stop_a
@@ -199,7 +201,11 @@ class TextStream:
             reasoning = self._reasoning
             if self._tools is None and (reasoning is None or reasoning.steady_markup
                                         and reasoning.steady_markup not in text):
+                self._count = count + 1
                 return text
+        if self._accounted:                     # nothing has changed yet: the accounting's push
+            return self.push((token_id,))
+        self._count = count + 1
         return self._text_step(text)
 
     def _text_step(self, text: str) -> StreamUpdate:

@@ -295,10 +295,11 @@ class StreamTable:
         logprobs = msg.logprobs
         aborted = msg.aborted
         now = time.monotonic()
+        get, append = streams.get, updates.append
         for stream_id, ids in msg.ids.items():
-            stream = streams.get(stream_id)
+            stream = get(stream_id)
             if stream is None:
-                updates.append(self._missing(session, stream_id, errors))
+                append(self._missing(session, stream_id, errors))
                 continue
             try:
                 if ending and stream_id in ending:
@@ -310,18 +311,18 @@ class StreamTable:
                     update = stream.step(ids, False, now, logprobs.get(stream_id) if logprobs else None)
             except Exception as exc:  # a parser bug must cost one stream, not the worker
                 self._failed(session, streams, stream_id, exc, errors)
-                updates.append(None)
+                append(None)
                 continue
             if update is EMPTY:
                 if ending and stream_id in ending:
                     self._remove(session, streams, stream_id)
-                updates.append(None)
+                append(None)
                 continue
             if update.finish_reason is not None or stream_id in ending:
                 self._remove(session, streams, stream_id)
                 if update.finish_reason is not None:
                     finished.append(len(updates))
-            updates.append(update)
+            append(update)
         stepped = msg.ids
         for stream_id in finish:
             if stream_id in stepped:
