@@ -1,6 +1,7 @@
 """The usual step's short path: TextStream.push_text gives exactly what push gives (plain content as its
-text, anything else as the update), and a worker stream stepped through it (ServedStream.one) writes the
-same bytes as one stepped through its writer's sse, for every format, streamed and direct.
+text, anything else as the update; with reasoning and tool parsers too), and a worker stream stepped
+through it (ServedStream.one) writes the same bytes as one stepped through its writer's sse, for every
+format, streamed and direct.
 Covers TextStream.push_text, ChunkWriter.text_event, CompletionWriter.text_event, ServedStream.one."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.test_stream_state import STOPS, ids_strategy, qwen
 PROMPTS = [None, "<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n"]
 # mostly text that takes the short path, with what leaves it now and then (markup, stops, split characters)
 PLAIN = ["Hello", " world", ".", " more", " words", "\n", " 日本語", " 🧑‍🚀", " The answer is 42", "ab", "c",
-         "<think>", "</think>", "STOP"]
+         "<think>", "</think>", "STOP", "<tool_call>", '{"name": "f", "arguments": {"a": 1}}', "</tool_call>"]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +36,14 @@ def ref():
     return qwen()[1]
 
 
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+                                                                       "properties": {"a": {"type": "integer"}}}}}]
+
+
 def stream_params():
     return st.builds(StreamParams, stop=st.lists(st.sampled_from(STOPS), max_size=2),
+                     tool_parser=st.sampled_from([None, None, "hermes", "qwen3_coder", "mistral", "pythonic"]),
+                     tools=st.just(TOOLS),
                      include_stop_str_in_output=st.booleans(), ignore_eos=st.booleans(),
                      min_tokens=st.integers(0, 4), max_tokens=st.one_of(st.none(), st.integers(1, 30)),
                      skip_special_tokens=st.booleans(),
@@ -45,7 +52,7 @@ def stream_params():
 
 
 def plain_ids(ref, eos):
-    weighted = st.sampled_from(PLAIN[:11] * 4 + PLAIN[11:])
+    weighted = st.sampled_from(PLAIN[:11] * 5 + PLAIN[11:])
     return st.lists(st.one_of(weighted, weighted, weighted, st.just(None)), max_size=40).map(
         lambda parts: [i for p in parts for i in ([eos] if p is None else ref.encode(p, add_special_tokens=False).ids)])
 

@@ -198,9 +198,10 @@ class TextStream:
         if self._stop is None or not self._stop_holding and (
                 (self._stop_a not in text and self._stop_b not in text) if self._stop_a
                 else self._stop_firsts.isdisjoint(text)):
-            reasoning = self._reasoning
-            if self._tools is None and (reasoning is None or reasoning.steady_markup
-                                        and reasoning.steady_markup not in text):
+            reasoning, tools = self._reasoning, self._tools
+            if (tools is None or text and tools.steady_content and text[-1] not in _WHITESPACE and (
+                    tools.first_marker is None or tools.first_marker(text) is None)) and (
+                    reasoning is None or reasoning.steady_markup and reasoning.steady_markup not in text):
                 self._count = count + 1
                 return text
         if self._accounted:                     # nothing has changed yet: the accounting's push
@@ -229,6 +230,9 @@ class TextStream:
             if index >= 0 and self._string_piece(text):
                 call = ToolCallDelta(index=index, function=FunctionDelta(arguments=text))
                 return StreamUpdate([Delta(tool_calls=[call])])
+            if tools.steady_content and text[-1] not in _WHITESPACE and (  # content that cannot begin a call
+                    tools.first_marker is None or tools.first_marker(text) is None):
+                return StreamUpdate([Delta(text)])
             deltas = tools.feed(text)
             if len(deltas) > 1:
                 deltas = coalesce(deltas)
