@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -23,7 +24,15 @@ from tests.test_stream_state import STOPS, ids_strategy, qwen
 PROMPTS = [None, "<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n"]
 # mostly text that takes the short path, with what leaves it now and then (markup, stops, split characters)
 PLAIN = ["Hello", " world", ".", " more", " words", "\n", " 日本語", " 🧑‍🚀", " The answer is 42", "ab", "c",
-         "<think>", "</think>", "STOP", "<tool_call>", '{"name": "f", "arguments": {"a": 1}}', "</tool_call>"]
+         "<think>", "</think>", "STOP", "<tool_call>", '{"name": "f", "arguments": {"a": 1}}', "</tool_call>",
+         '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>', '[TOOL_CALLS][{"name": "f", "arguments": {}}]']
+
+
+@pytest.fixture(autouse=True)
+def same_call_ids(monkeypatch):
+    """Two streams fed alike draw the same call ids (each is random otherwise)."""
+    from tokworker.parsers.tools.core import callids
+    monkeypatch.setattr(callids, "os", types.SimpleNamespace(urandom=bytes))
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +51,7 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "
 
 def stream_params():
     return st.builds(StreamParams, stop=st.lists(st.sampled_from(STOPS), max_size=2),
-                     tool_parser=st.sampled_from([None, None, "hermes", "qwen3_coder", "mistral", "pythonic"]),
+                     tool_parser=st.sampled_from([None, None, "hermes", "hermes", "qwen3_coder", "mistral", "pythonic"]),
                      tools=st.just(TOOLS),
                      include_stop_str_in_output=st.booleans(), ignore_eos=st.booleans(),
                      min_tokens=st.integers(0, 4), max_tokens=st.one_of(st.none(), st.integers(1, 30)),
@@ -52,7 +61,7 @@ def stream_params():
 
 
 def plain_ids(ref, eos):
-    weighted = st.sampled_from(PLAIN[:11] * 5 + PLAIN[11:])
+    weighted = st.sampled_from(PLAIN[:11] * 3 + PLAIN[11:] * 2)
     return st.lists(st.one_of(weighted, weighted, weighted, st.just(None)), max_size=40).map(
         lambda parts: [i for p in parts for i in ([eos] if p is None else ref.encode(p, add_special_tokens=False).ids)])
 
@@ -79,6 +88,24 @@ def test_push_text_is_push_one_id_at_a_time(tok, ref):
         assert short.finish() == pushed.finish()
 
     check()
+
+
+def test_push_text_around_a_tool_call(tok, ref):
+    """Content, a hermes call, content: the short path carries the plain tokens on both sides of the call,
+    and the stream says what push says."""
+    ids = ref.encode('Sure, let me check that for you. <tool_call>\n{"name": "f", "arguments": {"a": 1}}\n'
+                     '</tool_call> And more words after it', add_special_tokens=False).ids
+    params = StreamParams(tool_parser="hermes", tools=TOOLS)
+    pushed, short = TextStream(tok, params), TextStream(tok, params)
+    texts = 0
+    for token_id in ids:
+        expected, got = pushed.push([token_id]), short.push_text(token_id)
+        if got.__class__ is str:
+            texts += 1
+            got = StreamUpdate([Delta(got)]) if got else EMPTY
+        assert got == expected
+    assert short.finish("stop") == pushed.finish("stop") and short.finish_reason == "tool_calls"
+    assert texts >= 10                          # of 33 ids: 12 (the call and its edges take push)
 
 
 FORMATS = ["chat", "completions", "responses", "anthropic"]
