@@ -46,10 +46,10 @@ class ToolParser:
     # and changes no state, so a caller may emit it without feed() (TextStream does, per token).
     string_args = -1
     is_string_piece = STRING_PIECE.fullmatch  # characters and whole escapes: what leaves a JSON string open
-    # True while plain content is scanned with nothing held (after some content, not next to a call): a text
-    # in which `first_marker` (a search; None for a format with no markers) finds nothing and that does not
-    # end in whitespace is then content, one delta of itself, and changes no state (TextStream emits it
-    # without feed(), per token).
+    # True while plain content is scanned (or passed through) with nothing held, after some content and not
+    # next to a call: a text in which `first_marker` (a search; None for a format with no markers) finds
+    # nothing and that does not end in whitespace is then content, one delta of itself, and changes no state
+    # (TextStream emits it without feed(), per token).
     steady_content = False
     first_marker = None
     reads_reasoning = False  # splits reasoning from content itself (harmony's channels): needs no reasoning parser
@@ -100,8 +100,10 @@ class ToolParser:
                 while self._mode(False):
                     pass
         out = self._take()
+        mode = self._mode
         self.steady_content = (not self._buf and not self._held_ws and not self._after_call and self._content_seen
-                               and not self._args_open and self._mode == self._content_mode)
+                               and not self._args_open and (mode == self._content_mode
+                                                            or mode == self._passthrough_mode))
         return out
 
     def finish(self) -> list[Delta]:
