@@ -17,6 +17,7 @@ import json
 import time
 import weakref
 
+import msgspec
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from tests.tool_formats import (EXAMPLES, SETTINGS, assert_soup_streams_like_whole, assert_split_invariant, cuts, dumps,
                                 nasty_text, stream, summary, NASTY)
 from tokworker.parsers.tools import TOOL_PARSERS, get_tool_parser
+from tokworker.protocol.deltas import Delta
 
 # vLLM's tool-parser names (the ones it registers for the formats tokworker reads)
 VLLM_NAMES = {
@@ -106,6 +108,40 @@ def test_text_without_the_formats_markers_is_content_intact(name, text, chunking
     lead = "all\n" if name == "functionary_v32" else ""  # functionary's text for the user comes after "all"
     result = assert_split_invariant(name, lead + text, cuts=chunking)
     assert result == {"content": text or None, "reasoning_content": None, "calls": []}
+
+
+# ---- steady content: text a caller may emit without feed() ----
+
+WORDS = ["Hello", " world", "42", " café", " 日本語", "x.y", "ok", " then"]
+
+
+@pytest.mark.parametrize("name", TOOL_PARSERS)
+@SETTINGS
+@given(data=st.data())
+def test_steady_content_is_content_as_it_is(name, data):
+    """While `steady_content`, a text in which `first_marker` finds nothing and that does not end in
+    whitespace feeds as one content delta of itself and changes nothing: a parser that skips feed() for
+    it (TextStream's per-token path) streams exactly what one fed everything does."""
+    pieces = data.draw(st.lists(st.sampled_from(SOUP + markers_of(name) + WORDS * 4), max_size=24))
+    fed, skipping = get_tool_parser(name), get_tool_parser(name)
+    for piece in pieces:
+        expected = fed.feed(piece)
+        marker = skipping.first_marker
+        if skipping.steady_content and piece and piece[-1] not in " \t\r\n" and (
+                marker is None or marker(piece) is None):
+            assert expected == [Delta(content=piece)] and fed.steady_content, (piece, expected)
+        else:
+            assert _no_ids(skipping.feed(piece)) == _no_ids(expected)
+    assert _no_ids(skipping.finish()) == _no_ids(fed.finish())
+
+
+def _no_ids(deltas: list) -> list:
+    """Deltas as builtins without their call ids (each parser draws its own)."""
+    out = msgspec.to_builtins(deltas)
+    for delta in out:
+        for call in delta.get("tool_calls") or ():
+            call.pop("id", None)
+    return out
 
 
 # ---- the output opens after a think block written first ----

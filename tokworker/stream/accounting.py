@@ -68,6 +68,8 @@ class StreamAccounting:
         self._per_token = self._top is not None or self._reasoning
         self._usage_at_end = params.include_usage or params.continuous_usage_stats
         self._usage_always = params.continuous_usage_stats
+        # until the stream ends, its updates are TextStream's own (usage at the end only, nothing per token)
+        self.quiet = not self._per_token and not self._usage_always
         self._prompt_tokens = len(prompt_ids) if prompt_ids is not None else 0
         self._pending: list[TokenLogprob] = []
         self._first_reasoning = -1        # the position of the first token that showed reasoning text

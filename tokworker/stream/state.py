@@ -119,11 +119,14 @@ class TextStream:
         self._idle = self._detok.idle
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
+        self._accounted = self._counted = False
         if params.logprobs is not None or params.include_usage or params.continuous_usage_stats:
             # logprob entries and usage counts: push and finish go through the accounting, so a stream
             # without them pays nothing for them
             self.accounting = StreamAccounting(self, tokenizer, params, prompt_ids)
             self.push, self.finish = self.accounting.push, self.accounting.finish
+            # push_text: a quiet accounting (usage at the end) lets plain content by; any other sees each push
+            self._accounted, self._counted = True, not self.accounting.quiet
 
     @property
     def done(self) -> bool:
@@ -164,6 +167,50 @@ class TextStream:
             self._count = count + len(ids)
         else:
             return self._general_step(ids)
+        return self._text_step(text)
+
+    def push_text(self, token_id):
+        """`push([token_id])` for the usual step of a stream served as events: when its update would be
+        plain content, that content itself ("" for a token that shows nothing), with no Delta or update
+        made; otherwise the update, as push gives it.
+
+        >>> from pathlib import Path
+        >>> import tokworker
+        >>> from tokworker.tokenizer import Tokenizer
+        >>> tok = Tokenizer.from_dir(Path(tokworker.__file__).parent / "data" / "default")
+        >>> stream = TextStream(tok, StreamParams(stop=["!"]))
+        >>> out = [stream.push_text(i) for i in tok.encode("Hi there!")]
+        >>> out[:-1], out[-1].finish_reason, out[-1].stop_reason
+        (['H', 'i', ' there'], 'stop', '!')
+        """
+        count = self._count
+        if not (count < self._quiet_until and type(token_id) is int and 0 <= token_id < self._size
+                and token_id not in self._enders) or self._counted:
+            return self.push((token_id,))
+        text = self._texts[token_id] if self._idle else None
+        if text is None:
+            if self._accounted:                 # its end must go through the accounting: push decides
+                return self.push((token_id,))
+            detok = self._detok
+            text = detok.add_id(token_id)
+            self._idle = detok.idle
+        # plain content: no stop can begin in it, and no parser would change it (push's own fast tests)
+        if self._stop is None or not self._stop_holding and (
+                (self._stop_a not in text and self._stop_b not in text) if self._stop_a
+                else self._stop_firsts.isdisjoint(text)):
+            reasoning, tools = self._reasoning, self._tools
+            if (tools is None or text and tools.steady_content and text[-1] not in _WHITESPACE and (
+                    tools.first_marker is None or tools.first_marker(text) is None)) and (
+                    reasoning is None or reasoning.steady_markup and reasoning.steady_markup not in text):
+                self._count = count + 1
+                return text
+        if self._accounted:                     # nothing has changed yet: the accounting's push
+            return self.push((token_id,))
+        self._count = count + 1
+        return self._text_step(text)
+
+    def _text_step(self, text: str) -> StreamUpdate:
+        """The rest of a quiet step: this text through the stop checker and the parsers."""
         stop = self._stop
         first = self._stop_a
         if stop is not None and (self._stop_holding or ((first in text or self._stop_b in text) if first
@@ -183,6 +230,9 @@ class TextStream:
             if index >= 0 and self._string_piece(text):
                 call = ToolCallDelta(index=index, function=FunctionDelta(arguments=text))
                 return StreamUpdate([Delta(tool_calls=[call])])
+            if tools.steady_content and text[-1] not in _WHITESPACE and (  # content that cannot begin a call
+                    tools.first_marker is None or tools.first_marker(text) is None):
+                return StreamUpdate([Delta(text)])
             deltas = tools.feed(text)
             if len(deltas) > 1:
                 deltas = coalesce(deltas)

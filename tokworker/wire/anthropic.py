@@ -42,6 +42,13 @@ class MessagesWriter:
         self._blocks = 0                            # blocks begun so far: the next block's index
         self._open: tuple | None = None             # (kind, call index or None) of the block being written
 
+    def text_event(self, text: str) -> bytes | None:
+        """`sse(StreamUpdate([Delta(content=text)]))` without the update while a text block is open (None
+        otherwise: then sse opens one)."""
+        if self._open == _TEXT_BLOCK:
+            return _TEXT_DELTA % (self._blocks - 1, json(text))
+        return None
+
     def sse(self, update: StreamUpdate) -> bytes:
         ending = update.finish_reason is not None
         deltas = update.deltas

@@ -27,6 +27,7 @@ _to_builtins = msgspec.to_builtins
 _ROLE = b'{"role":"assistant"'
 _OPEN = b',"finish_reason":null,"logprobs":null}]}\n\n'      # after the delta of every chunk but the last
 _ENTRIES = b',"finish_reason":null,"logprobs":{"content":'
+_TEXT_TAIL = b"}" + _OPEN                                     # after a plain content delta's text
 
 
 class ChunkWriter:
@@ -45,7 +46,7 @@ class ChunkWriter:
     b'data: {...,"delta":{"content":"!"},"finish_reason":"stop","logprobs":null,"stop_reason":null}]}\\n\\n'
     """
 
-    __slots__ = ("id", "model", "created", "index", "_role_sent", "_head", "_usage_chunk")
+    __slots__ = ("id", "model", "created", "index", "_role_sent", "_head", "_text_head", "_usage_chunk")
 
     def __init__(self, id: str, model: str, created: int | None = None, index: int = 0, *,
                  include_usage: bool = False):
@@ -58,6 +59,7 @@ class ChunkWriter:
         # Every event starts with the same bytes up to its delta: encoded once per response.
         self._head = b'data: {"id":%s,"object":"chat.completion.chunk","created":%d,"model":%s,' \
                      b'"choices":[{"index":%d,"delta":' % (_json(id), self.created, _json(model), index)
+        self._text_head = self._head + b'{"content":'
 
     @classmethod
     def for_format(cls, chunk_format: ChunkFormat, params: StreamParams | None = None) -> "ChunkWriter":
@@ -116,6 +118,21 @@ class ChunkWriter:
                 return announced + last
         return announced + head + (_OPEN + head).join(encoded) + _OPEN + last
 
+    def text_event(self, text: str) -> bytes | None:
+        """`sse(StreamUpdate([Delta(content=text)]))` without the update, once the role chunk is out (None
+        before: then sse writes it). The usual step of a stream with no logprobs and no continuous usage.
+
+        >>> from tokworker.protocol.deltas import Delta, StreamUpdate
+        >>> writer = ChunkWriter("chatcmpl-1", "my-model", created=1700000000)
+        >>> writer.text_event("Hi") is None, b'"delta":{"content":"Hi"}' in writer.sse(StreamUpdate([Delta("Hi")]))
+        (True, True)
+        >>> writer.text_event("!") == writer.sse(StreamUpdate([Delta(content="!")]))
+        True
+        """
+        if self._role_sent:
+            return self._text_head + _json(text) + _TEXT_TAIL
+        return None
+
     def _role_chunk(self, usage: bytes = b"") -> bytes:
         """vLLM's first chunk of a choice: the role and empty content (and `usage`, the usage field with its
         comma, for continuous usage stats)."""
@@ -139,6 +156,8 @@ class ScoredChunkWriter(ChunkWriter):
     the usage so far on every chunk."""
 
     __slots__ = ("_continuous",)
+
+    text_event = None            # every event may carry entries or usage: no short path
 
     def __init__(self, *args, include_usage: bool = False, continuous_usage: bool = False):
         super().__init__(*args, include_usage=include_usage)

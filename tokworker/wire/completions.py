@@ -36,6 +36,13 @@ class CompletionWriter:
         self._usage_chunk = params.include_usage and chunk_format.n == 1
         self._continuous = params.include_usage and params.continuous_usage_stats
 
+    def text_event(self, text: str) -> bytes | None:
+        """`sse(StreamUpdate([Delta(content=text)]))` without the update, where that is the usual chunk
+        (None where it is not: continuous usage, an echo not yet written, entries carried)."""
+        if self._continuous or self._echo or self._carry:
+            return None
+        return self._head + json(text) + _PLAIN_TAIL
+
     def sse(self, update: StreamUpdate) -> bytes:
         deltas = update.deltas
         if len(deltas) == 1 and update.finish_reason is None and not update.logprobs and not self._continuous \

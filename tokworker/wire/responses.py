@@ -47,6 +47,17 @@ class ResponsesWriter:
         self._prefix = chunk_format.id.removeprefix("resp_")
         self.response: dict | None = None     # the finished `response` object (what response.completed carries)
 
+    def text_event(self, text: str) -> bytes | None:
+        """`sse(StreamUpdate([Delta(content=text)]))` without the update while a message's text is open and
+        no entries wait (None otherwise: then sse writes it)."""
+        current = self._open
+        if current is None or current["kind"] != TEXT or self._carry:
+            return None
+        current["parts"].append(text)
+        number = self._sequence
+        self._sequence = number + 1
+        return current["head"] + json(text) + _PLAIN_TEXT_TAIL % number
+
     def sse(self, update: StreamUpdate) -> bytes:
         ending = update.finish_reason is not None
         deltas = update.deltas

@@ -25,7 +25,7 @@ from functools import partial
 
 import msgspec
 
-from tokworker.protocol.deltas import EMPTY, StreamParams, StreamUpdate, joined_logprobs
+from tokworker.protocol.deltas import EMPTY, Delta, StreamParams, StreamUpdate, joined_logprobs
 from tokworker.protocol.messages import CodedError, Error, ErrorCode, OpenStream, Step, StepReply
 from tokworker.wire import home, params_for, writer_for
 from tokworker.wire.common import error_headers, header_lines
@@ -44,7 +44,7 @@ class ServedStream:
     before the socket came, which the API process writes if it never comes) and the time it was last
     stepped (for idle eviction)."""
 
-    __slots__ = ("text", "writer", "whole", "sink", "unsent", "last_used", "chunks")
+    __slots__ = ("text", "writer", "whole", "sink", "unsent", "last_used", "chunks", "push_text", "text_event")
 
     def __init__(self, text, writer, now: float, sink=None, whole=None, chunks=None):
         self.text = text
@@ -54,6 +54,9 @@ class ServedStream:
         self.unsent: list[bytes] = []
         self.last_used = now
         self.chunks = chunks                    # its ChunkFormat (a direct stream's errors are written here)
+        # the usual step's short path (`one`): plain content straight to its event, for a writer that has one
+        self.text_event = getattr(writer, "text_event", None)
+        self.push_text = text.push_text
 
     def fail(self, error) -> bool:
         """A direct stream's response ends with `error` (a StreamError), in its format; False when its
@@ -89,6 +92,28 @@ class ServedStream:
                     final = msgspec.structs.replace(final, deltas=update.deltas + final.deltas,
                                                     logprobs=joined_logprobs((update, final)))
                 update = final
+        return self._written(update, ids)
+
+    def one(self, token_id: int, now: float) -> StreamUpdate:
+        """`step([token_id], False, now)` for a stream whose writer has a short path (`text_event`): plain
+        content goes from the detokenizer to its event and the client's socket (or the update's `sse`)
+        with no Delta or update in between."""
+        self.last_used = now
+        text = self.push_text(token_id)
+        if text.__class__ is not str:                   # anything but plain content: the update as it is
+            return self._written(text, (token_id,))
+        if not text:
+            return self._written(EMPTY, (token_id,))    # a first step still writes the role chunk
+        event = self.text_event(text)
+        if event is None:
+            return self._written(StreamUpdate([Delta(text)]), (token_id,))
+        sink = self.sink
+        if sink is None:
+            return StreamUpdate(sse=event)
+        return self._sink(sink, event, EMPTY)          # its events kept while no socket came
+
+    def _written(self, update: StreamUpdate, ids) -> StreamUpdate:
+        """`update` through the stream's writer or gatherer: what goes back to the API process."""
         writer = self.writer
         if writer is None:
             whole = self.whole
@@ -303,31 +328,34 @@ class StreamTable:
         logprobs = msg.logprobs
         aborted = msg.aborted
         now = time.monotonic()
+        get, append = streams.get, updates.append
         for stream_id, ids in msg.ids.items():
-            stream = streams.get(stream_id)
+            stream = get(stream_id)
             if stream is None:
-                updates.append(self._missing(session, stream_id, errors))
+                append(self._missing(session, stream_id, errors))
                 continue
             try:
                 if ending and stream_id in ending:
                     update = stream.step(ids, True, now, logprobs.get(stream_id) if logprobs else None,
                                          "abort" if stream_id in aborted else "length")
+                elif len(ids) == 1 and stream.text_event is not None and not (logprobs and stream_id in logprobs):
+                    update = stream.one(ids[0], now)        # the usual step: one id, one event
                 else:
                     update = stream.step(ids, False, now, logprobs.get(stream_id) if logprobs else None)
             except Exception as exc:  # a parser bug must cost one stream, not the worker
                 self._failed(session, streams, stream_id, exc, errors)
-                updates.append(None)
+                append(None)
                 continue
             if update is EMPTY:
                 if ending and stream_id in ending:
                     self._remove(session, streams, stream_id)
-                updates.append(None)
+                append(None)
                 continue
             if update.finish_reason is not None or stream_id in ending:
                 self._remove(session, streams, stream_id)
                 if update.finish_reason is not None:
                     finished.append(len(updates))
-            updates.append(update)
+            append(update)
         stepped = msg.ids
         for stream_id in finish:
             if stream_id in stepped:

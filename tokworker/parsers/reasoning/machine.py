@@ -38,8 +38,9 @@ class ReasoningParser:
     reasoning that has started with nothing held (else ""): then a text without that character, not ending
     in whitespace, is one reasoning delta of itself and changes no state, so a caller may skip feed().
     `steady_markup` is the character that begins every markup tag the parser cuts from the content, while
-    the answer has begun with nothing held (else ""): then a text without it is content as it is and
-    changes no state, so a caller may skip feed().
+    the answer has begun with nothing held, or every tag that could open a block or be cut, while no block
+    has opened yet, content has been shown and nothing is held (else ""): then a text without it is
+    content as it is and changes no state, so a caller may skip feed().
     `tool_starts` are a tool parser's call openings: they end the reasoning implicitly and stay in the
     content, where that parser reads them. With `opens_call` (that parser's test of what follows an
     opening: a call, text, or not yet known) only an opening that begins a call ends the reasoning; one the
@@ -48,7 +49,8 @@ class ReasoningParser:
     __slots__ = ("fmt", "special_tokens", "passthrough", "steady_end", "steady_markup", "_initial",
                  "_tool_starts", "_opens_call", "_probed", "_mode", "_steady", "_held", "_held_blank", "_started",
                  "_emitted_content", "_ends", "_implicit", "_end_firsts", "_end_first", "_content_tags",
-                 "_content_firsts", "_content_first", "_expect_tags", "_answer_firsts", "_answer_first")
+                 "_content_firsts", "_content_first", "_expect_tags", "_expect_firsts", "_expect_first",
+                 "_answer_firsts", "_answer_first")
 
     def __init__(self, fmt: ReasoningFormat, mode: str, tool_starts: tuple[str, ...] = (), opens_call=None):
         self.fmt = fmt
@@ -61,6 +63,7 @@ class ReasoningParser:
         self._content_tags = fmt.strays + fmt.answer_starts
         self._content_firsts, self._content_first = _firsts(self._content_tags)
         self._expect_tags = fmt.starts + self._content_tags
+        self._expect_firsts, self._expect_first = _firsts(self._expect_tags)
         self._answer_firsts, self._answer_first = _firsts(fmt.answer_ends)
         self._mode = _REASONING if mode == INSIDE_TEXT else CONTENT if mode == CONTENT_TEXT else mode
         self._started = mode == INSIDE_TEXT or mode == CONTENT_TEXT  # a prefill already wrote text
@@ -81,6 +84,10 @@ class ReasoningParser:
         if steady is CONTENT:
             first = self._content_first
             if not self._content_tags or ((first not in text) if first else self._content_firsts.isdisjoint(text)):
+                return [Delta(content=text)] if text else []
+        elif steady is EXPECT:  # no block yet, content shown: text that cannot begin a tag is content
+            first = self._expect_first
+            if (first not in text) if first else self._expect_firsts.isdisjoint(text):
                 return [Delta(content=text)] if text else []
         elif steady is _REASONING and text:
             first = self._end_first
@@ -109,11 +116,15 @@ class ReasoningParser:
         if (mode is _REASONING or mode is _ANSWER) and self._started and held and not held.strip(_WHITESPACE):
             self._held_blank.append(held)  # only whitespace waits: the steady path can go on from here
             self._held = held = ""
-        self._steady = mode if (mode is CONTENT or mode is _REASONING or mode is _ANSWER) and self._started \
-            and not held else None
+        if (mode is CONTENT or mode is _REASONING or mode is _ANSWER) and self._started and not held:
+            self._steady = mode
+        else:  # before any block: steady once content was shown (whitespace is then content, never held)
+            self._steady = EXPECT if mode is EXPECT and self._emitted_content and not held \
+                and not self._held_blank else None
         self.passthrough = self._steady is CONTENT and not self._content_tags
         self.steady_end = self._end_first if self._steady is _REASONING and not self._held_blank else ""
-        self.steady_markup = self._content_first if self._steady is CONTENT and self._content_tags else ""
+        self.steady_markup = self._content_first if self._steady is CONTENT and self._content_tags else \
+            self._expect_first if self._steady is EXPECT else ""
 
     def _plain_reasoning(self, text: str) -> list[Delta]:
         """Steady reasoning and text that cannot begin an end tag, next to whitespace: what the machine would

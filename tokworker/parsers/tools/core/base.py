@@ -46,6 +46,12 @@ class ToolParser:
     # and changes no state, so a caller may emit it without feed() (TextStream does, per token).
     string_args = -1
     is_string_piece = STRING_PIECE.fullmatch  # characters and whole escapes: what leaves a JSON string open
+    # True while plain content is scanned (or passed through) with nothing held, after some content and not
+    # next to a call: a text in which `first_marker` (a search; None for a format with no markers) finds
+    # nothing and that does not end in whitespace is then content, one delta of itself, and changes no state
+    # (TextStream emits it without feed(), per token).
+    steady_content = False
+    first_marker = None
     reads_reasoning = False  # splits reasoning from content itself (harmony's channels): needs no reasoning parser
     # The markers with which the model begins to act: a call, or a section of calls. Written inside a think
     # block the model never closed, one ends the reasoning there (where the reasoning format says its models
@@ -78,6 +84,7 @@ class ToolParser:
             cls._start_re = re.compile("|".join(re.escape(s) for s in ordered))
             cls._start_prefixes = frozenset(s[:k] for s in cls.starts for k in range(1, len(s)))
             cls._start_first = re.compile("[" + "".join(re.escape(c) for c in {s[0] for s in cls.starts}) + "]")
+            cls.first_marker = cls._start_first.search
             cls._start_hold = max(map(len, cls.starts)) - 1
 
     # ---- public surface ----
@@ -87,14 +94,20 @@ class ToolParser:
             self._args_open, self.string_args = False, -1
             if self._scan_args(text):
                 self._run(False)
-            return self._take()
-        for start in range(0, len(text), FEED_PIECE):  # a huge text in pieces: consuming copies the buffer,
-            self._buf += text[start:start + FEED_PIECE]  # so it must stay short (parsing is split-invariant)
-            while self._mode(False):
-                pass
-        return self._take()
+        else:
+            for start in range(0, len(text), FEED_PIECE):  # a huge text in pieces: consuming copies the buffer,
+                self._buf += text[start:start + FEED_PIECE]  # so it must stay short (parsing is split-invariant)
+                while self._mode(False):
+                    pass
+        out = self._take()
+        mode = self._mode
+        self.steady_content = (not self._buf and not self._held_ws and not self._after_call and self._content_seen
+                               and not self._args_open and (mode == self._content_mode
+                                                            or mode == self._passthrough_mode))
+        return out
 
     def finish(self) -> list[Delta]:
+        self.steady_content = False
         self._args_open, self.string_args, self._probe = False, -1, None
         self._run(True)
         if self._held_ws and not self._after_call:
