@@ -36,12 +36,22 @@ async def _texts(pool: TokenizerPool, names: list[str], ids: list[int]) -> dict[
     return texts
 
 
-async def _give_up(pool: TokenizerPool, task: asyncio.Future) -> None:
-    """Cancel `task`; one that ended first (the machine was quick) closes what it opened, as its caller would."""
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    if not task.cancelled() and task.exception() is None:
-        await pool.close_stream(*(stream.id for stream in task.result()[1]))
+async def _give_up_each(pool: TokenizerPool, calls, waits) -> None:
+    """Start each call and cancel it after its wait; one that ended first (the machine was quick) closes what
+    it opened, as its caller would. Then no stream may be left, in the pool or on a worker (the last render
+    may still be running for a while)."""
+    for call, wait in zip(calls, waits):
+        task = asyncio.ensure_future(call())
+        await asyncio.sleep(wait)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if not task.cancelled() and task.exception() is None:
+            await pool.close_stream(*(stream.id for stream in task.result()[1]))
+    for _ in range(100):
+        if await _open_streams(pool) == 0 and pool.open_streams == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await _open_streams(pool) == 0 and pool.open_streams == 0
 
 
 def test_one_trip_equals_render_then_open():
@@ -85,16 +95,9 @@ def test_a_caller_giving_up_mid_render_leaves_no_stream():
 
     async def main():
         async with await TokenizerPool.spawn(workers=1) as pool:
-            for wait in (0, 0.001, 0.005, 0.02, 0.05):
-                task = asyncio.ensure_future(pool.render_open(
-                    [OpenStream(stream_id=f"gone-{wait}-{i}") for i in range(2)], 1 << 20, long_chat))
-                await asyncio.sleep(wait)
-                await _give_up(pool, task)
-            for _ in range(100):                                   # the last render may still be running
-                if await _open_streams(pool) == 0 and pool.open_streams == 0:
-                    break
-                await asyncio.sleep(0.05)
-            assert await _open_streams(pool) == 0 and pool.open_streams == 0
+            await _give_up_each(pool, [lambda wait=wait: pool.render_open(
+                [OpenStream(stream_id=f"gone-{wait}-{i}") for i in range(2)], 1 << 20, long_chat)
+                for wait in (0, 0.001, 0.005, 0.02, 0.05)], (0, 0.001, 0.005, 0.02, 0.05))
     asyncio.run(main())
 
 
@@ -149,16 +152,9 @@ def test_a_long_prompt_is_encoded_in_parts_on_the_other_workers():
 def test_giving_up_on_a_long_prompt_leaves_no_stream():
     async def main():
         async with await TokenizerPool.spawn(workers=2) as pool:
-            for i, wait in enumerate((0.005, 0.02, 0.04, 0.08, 0.15)):
-                task = asyncio.ensure_future(pool.render_open([OpenStream(stream_id=f"gone-{i}")], 1 << 20,
-                                                              _long_chat(10 + i)))
-                await asyncio.sleep(wait)
-                await _give_up(pool, task)
-            for _ in range(100):
-                if await _open_streams(pool) == 0 and pool.open_streams == 0:
-                    break
-                await asyncio.sleep(0.05)
-            assert await _open_streams(pool) == 0 and pool.open_streams == 0
+            await _give_up_each(pool, [lambda i=i: pool.render_open([OpenStream(stream_id=f"gone-{i}")], 1 << 20,
+                                                                    _long_chat(10 + i)) for i in range(5)],
+                                (0.005, 0.02, 0.04, 0.08, 0.15))
     asyncio.run(main())
 
 
