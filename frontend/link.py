@@ -185,6 +185,9 @@ class WorkerLink(Recovery):
         """Fail what is past its deadline, probe a worker quiet while work waits (one timer per link, not one
         per request, armed for the first of them: _watch)."""
         self._sweeping = None
+        connection = self._connection
+        if self.pending and connection is not None and connection.get(_EVENTS) & _POLLIN:
+            self._on_readable()      # a reply already here is no silence (timers run before the loop reads)
         now = self.loop.time()
         if self.pending and self.ready and now - self.replied > self.hang_timeout / 2:
             self._probe(now)
@@ -236,7 +239,8 @@ class WorkerLink(Recovery):
         if connection is None:
             return
         get, recv = connection.get, connection.recv
-        try:
+        try:                         # read first: a wake-up nearly always has a reply (Again when it had none)
+            self._deliver(recv(_NOBLOCK))
             while connection is self._connection and get(_EVENTS) & _POLLIN:
                 self._deliver(recv(_NOBLOCK))
         except zmq.ZMQError:
