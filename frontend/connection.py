@@ -26,8 +26,11 @@ class Connection:
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.RECONNECT_IVL, 20)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
-        sock.setsockopt(zmq.HEARTBEAT_IVL, 2000)             # a peer gone silent (no FIN on tcp) counts as
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)       # a disconnect, and recovery starts
+        if not endpoint.startswith("ipc://"):
+            # a peer gone silent (no FIN on tcp) counts as a disconnect, and recovery starts; over ipc the kernel
+            # closes a dead worker's socket and a hung one fails the link's probe, so no heartbeat wakes anyone
+            sock.setsockopt(zmq.HEARTBEAT_IVL, 2000)
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10_000)
         if keys is not None:
             keys.apply(sock)
         self.loop, self.sock, self._on_event = loop, sock, on_event

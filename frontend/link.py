@@ -28,7 +28,7 @@ log = logging.getLogger("tokworker.frontend")
 
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 _unpack_id = ID_FRAME.unpack_from
-_SWEEP_S = 0.05                           # how often a link with requests in flight looks for ones past their deadline
+_SLACK_S = 0.001                          # the sweep wakes this late, so what falls due then is past due
 _STATS = encode_message(Stats())
 
 
@@ -78,7 +78,8 @@ class WorkerLink(Recovery):
         self.lagging = False                    # replaced as hung and not yet back
         self._ids = itertools.count(1)
         self._connection = None                 # this epoch's Connection (recovery.py)
-        self._sweeping = None
+        self._sweeping = None                   # the one timer: the sweep, due at _sweep_at
+        self._sweep_at = 0.0
         self._hello: asyncio.Future | None = None
         self._hello_id = -1
         self._auth_error: PoolError | None = None
@@ -147,8 +148,8 @@ class WorkerLink(Recovery):
         if not pipelined:
             self.replied = now                  # the hang clock starts when work starts waiting
         self.pending[rid] = pending
-        if self._sweeping is None:
-            self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
+        if self._sweeping is None or pending.deadline < self._sweep_at:
+            self._watch(now)
         if self.ready:
             self._transmit(rid, pending)
             if pipelined:            # a reply may have come in while sending; with none awaited, the sweep looks
@@ -162,9 +163,31 @@ class WorkerLink(Recovery):
         except zmq.ZMQError as exc:
             self._finish(pending, Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
 
+    def _arm(self, due: float) -> None:
+        """Have the sweep run at `due` (its one timer, moved earlier). It runs when something falls due, not
+        at a fixed pace: a link that is answered promptly never wakes the loop for it."""
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+        self._sweep_at = due
+        self._sweeping = self.loop.call_at(due + _SLACK_S, self._sweep)
+
+    def _watch(self, now: float) -> None:
+        """Arm the sweep for the first thing due among what waits: a deadline, the hang probe (quiet for
+        hang_timeout / 2) or the hang itself (quiet for hang_timeout, the probe unanswered)."""
+        due = min(p.deadline for p in self.pending.values())
+        if self.ready:
+            quiet = now - self.replied
+            due = min(due, self.replied + (self.hang_timeout if quiet > self.hang_timeout / 2
+                                           else self.hang_timeout / 2))
+        self._arm(max(due, now))
+
     def _sweep(self) -> None:
-        """Fail what is past its deadline (one timer per link, not one per request)."""
+        """Fail what is past its deadline, probe a worker quiet while work waits (one timer per link, not one
+        per request, armed for the first of them: _watch)."""
         self._sweeping = None
+        connection = self._connection
+        if self.pending and connection is not None and connection.get(_EVENTS) & _POLLIN:
+            self._on_readable()      # a reply already here is no silence (timers run before the loop reads)
         now = self.loop.time()
         if self.pending and self.ready and now - self.replied > self.hang_timeout / 2:
             self._probe(now)
@@ -176,7 +199,7 @@ class WorkerLink(Recovery):
                     log.warning("stream request to %s timed out; reconnecting to fence it off", self.endpoint)
                     self._start_recovery()
         if self.pending and not self.closed:
-            self._sweeping = self.loop.call_later(_SWEEP_S, self._sweep)
+            self._watch(now)
             self._kick()             # a send may have taken the descriptor's signal for a reply: read it now
 
     def _probe(self, now: float) -> None:
@@ -216,7 +239,8 @@ class WorkerLink(Recovery):
         if connection is None:
             return
         get, recv = connection.get, connection.recv
-        try:
+        try:                         # read first: a wake-up nearly always has a reply (Again when it had none)
+            self._deliver(recv(_NOBLOCK))
             while connection is self._connection and get(_EVENTS) & _POLLIN:
                 self._deliver(recv(_NOBLOCK))
         except zmq.ZMQError:

@@ -196,6 +196,8 @@ class Recovery:
             if not pending.stateful:
                 self.stateless += 1
             self._transmit(rid, pending)
+        if self.pending:
+            self._watch(self.loop.time())                    # the hang clock starts again from the handshake
         self._kick()
 
     def _give_up(self, error: PoolError) -> None:

@@ -1,6 +1,6 @@
 """Whether the engine can take requests, known before anyone asks: a background task polls the engine's own
-health (`Engine.healthy()`: llama-server's, vLLM's or SGLang's /health; in-process engines always are) every
-`interval` seconds, so /health answers from memory (a load balancer's probe costs the engine nothing) and a
+health (`Engine.healthy()`: llama-server's, vLLM's or SGLang's /health; in-process engines always are, and are
+not polled) every `interval` seconds, so /health answers from memory (a load balancer's probe costs the engine nothing) and a
 generation request meets a 503 with Retry-After at once while the engine is unreachable or loading, instead
 of waiting on a connection that will fail.
 
@@ -18,6 +18,7 @@ import logging
 from aiohttp import web
 
 from tokworker.api.errors import ApiError
+from tokworker.engines.base import Engine
 from tokworker.protocol.messages import ErrorCode
 
 log = logging.getLogger("tokworker.api")
@@ -35,7 +36,10 @@ class EngineHealth:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._poll(), name="tokworker-engine-health")
+        """Poll in the background, unless the engine has no health of its own to ask (in-process engines are
+        always healthy): then nothing wakes the loop for it."""
+        if type(self.engine).healthy is not Engine.healthy:
+            self._task = asyncio.create_task(self._poll(), name="tokworker-engine-health")
 
     async def close(self) -> None:
         if self._task is not None:

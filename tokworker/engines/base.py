@@ -123,14 +123,13 @@ class Engine:
 
     def __init__(self):
         self._pending: dict[str, EngineOutput] = {}
-        self._ready: asyncio.Event | None = None
+        self._waiter: asyncio.Future | None = None    # outputs() waiting for the next emit
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self, pool) -> None:
         """Called once with the server's TokenizerPool before any request (an engine may guide or encode
         through it)."""
         self._loop = asyncio.get_running_loop()
-        self._ready = asyncio.Event()
 
     async def add(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> None:
         raise NotImplementedError
@@ -162,7 +161,8 @@ class Engine:
             if logprobs is not None:
                 pending.logprobs = (pending.logprobs or []) + logprobs
             pending.finish, pending.error = finish, error
-        self._ready.set()
+        if self._waiter is not None:
+            self._wake_outputs()
 
     def emit_threadsafe(self, outputs: list[EngineOutput]) -> None:
         """emit() for an engine that steps in a thread of its own: one hand-over per step."""
@@ -174,13 +174,19 @@ class Engine:
                 self.emit(out.request_id, out.ids, out.logprobs, out.finish, out.error)
             return
         self._pending = {out.request_id: out for out in outputs}     # the usual step: nothing waiting
-        if outputs:
-            self._ready.set()
+        if outputs and self._waiter is not None:
+            self._wake_outputs()
+
+    def _wake_outputs(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if not waiter.done():                      # else outputs() was cancelled
+            waiter.set_result(None)
 
     async def outputs(self) -> list[EngineOutput]:
-        """Everything emitted since the last call (waits for something)."""
+        """Everything emitted since the last call (waits for something: one future, which the next emit
+        resolves)."""
         while not self._pending:
-            self._ready.clear()
-            await self._ready.wait()
+            self._waiter = waiter = self._loop.create_future()
+            await waiter
         pending, self._pending = self._pending, {}
         return list(pending.values())

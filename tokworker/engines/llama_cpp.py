@@ -7,6 +7,11 @@ translated by tokworker.constrain.gbnf), response_format as `json_schema`. Abort
 connection, which llama-server answers by freeing the slot. llama-server's text, stop strings and chat
 templates are never used: tokworker renders and reads every token itself.
 
+One limit is llama-server's own: while its text ends inside a UTF-8 character it holds the event back, and the
+event that finally goes out carries only the last token's id (a stop in mid-character carries none), so the
+ids of the held tokens never reach the adapter: a reply that starts an emoji with byte tokens is short of
+them, in text and in usage (`tokens_predicted` counts them).
+
     engine = LlamaCppEngine("http://127.0.0.1:8080")
 """
 
