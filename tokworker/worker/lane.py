@@ -35,7 +35,6 @@ from tokworker.worker.sessions import peer_of
 
 log = logging.getLogger("tokworker.worker")
 
-POLL_S = 0.1                       # how soon the lane sees a stop
 RETRY_S = 0.005                    # how soon a blocked client's held replies are tried again, doubling
 RETRY_MAX_S = 1.0                  # up to this while it reads nothing: a parked client costs next to nothing
 SWITCH_S = 0.001                   # the interpreter's switch interval: a step's longest wait behind a render
@@ -139,7 +138,7 @@ class Lane:
         while not self.stop[0]:
             if sinks is not None:
                 polled = _poll_sinks(poller, sinks, polled)
-            timeout = POLL_S
+            timeout = max(0.0, housekeeping - time.monotonic())      # a stop or a drain wakes it sooner
             if self.blocked:
                 timeout = min(timeout, max(0.0, min(b.retry_at for b in self.blocked.values()) - time.monotonic()))
             ready = dict(poller.poll(timeout * 1000))

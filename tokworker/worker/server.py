@@ -241,6 +241,7 @@ class Worker:
                     break
         finally:
             stop[0] = True
+            lane.wake()                                     # it sleeps until its next housekeeping otherwise
             thread.join()
             signal.set_wakeup_fd(-1)
             wake_read.close()
