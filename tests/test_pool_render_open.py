@@ -2,7 +2,8 @@
 render()'s, the streams step exactly as streams opened on those ids, a prompt with no room in the context
 opens nothing anywhere, a caller that gives up mid-render leaves no stream behind on any worker, and a
 stream opened so survives its worker's kill -9 (its replay opens it on the render's ids). A long prompt is
-cut by its worker and its runs encoded on the others: the same ids, the same guarantees."""
+cut by its worker and its runs encoded on the others: the same ids, the same guarantees.
+Covers tokworker.frontend.prompts."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Encoding in parts (Tokenizer.encode_parts / encode_run): runs cut where the pipeline cuts, encoded apart,
-give exactly the ids of one encode, on every real vocabulary here and the bundled one, on the parity corpus."""
+give exactly the ids of one encode, on every real vocabulary here and the bundled one, on the parity corpus.
+Covers tokworker.tokenizer.parts."""
 
 from __future__ import annotations
 
