@@ -34,14 +34,14 @@ from pathlib import Path
 import zmq
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
-from tokworker.protocol.messages import (CloseStreams, StreamError, Compile, Decode, Encode, ErrorCode, Forward, OpenStream, Render,
+from tokworker.protocol.messages import (CloseStreams, StreamError, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
                                RenderReply, Stats, StatsReply)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, guide
 from tokworker.frontend.prompts import render_open
 from tokworker.frontend.errors import InvalidRequest, NoSuchSocket, Overloaded, PoolError, ShuttingDown, WorkerLost
 from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink, encode_request
-from tokworker.frontend.recovery import quiet
+from tokworker.frontend.handover import hand_over
 from tokworker.frontend.sinks import takes_sink
 from tokworker.frontend.steps import send_step
 from tokworker.frontend.stream import StreamHandle
@@ -367,34 +367,15 @@ class TokenizerPool:
         """Give the worker of a stream opened with `sink` the client's socket `fd` (it gets a reference of
         its own; the caller's stays open until the caller closes it); `shared`: the streams opened `beside`
         it, which write to the same socket; `head`: a whole response's headers ("Name: value\\r\\n" each),
-        which its worker writes after the status line. Never waits: True when the socket is on its way; False when that
-        worker cannot take it now (its lane is stopped or far behind) or cannot be reached. Then the caller
+        which its worker writes after the status line (frontend/handover.py). Never waits: True when the
+        socket is on its way; False when that worker cannot take it now (its lane is stopped or far behind) or
+        cannot be reached. Then the caller
         writes the response itself, as for streams opened without `sink`: each stream's updates carry its
         events in `sse` from its next step on, those its worker made already first (a Forward each; counted
         once in `handover_fallbacks`), or in its finish when the step that ended it was sent already.
         WorkerLost when a finish reached the caller before this call (the caller, writing nothing then, has
         dropped its events: it cuts the response short)."""
-        stream = self.streams[stream_id]
-        if not stream.direct:
-            raise InvalidRequest(ErrorCode.INVALID, f"stream {stream_id!r} was not opened for direct streaming")
-        group = [stream, *(self.streams[name] for name in shared)]
-        link = stream.link
-        if all(s.sink for s in group):
-            if link.hand_over(stream_id, fd, head):
-                for member in group:
-                    member.handed_over()
-                return True
-        else:                                                # a recovery forwarded them already
-            link.handover_fallbacks += 1
-        for member in group:         # a streamed one's events wait in a sink no socket will reach (a whole
-            if member.sink and member.finished and not member.chunks.whole:     # one's body came with its end)
-                raise WorkerLost(ErrorCode.WORKER_LOST, f"the worker of {member.id!r} could not take its client's "
-                                                        f"socket, and the stream ended before it could be forwarded")
-        for member in group:
-            if member.sink:
-                link.request(encode_request(Forward(stream_id=member.id)), on_reply=_forwarded(member),
-                             on_error=member.fail, stateful=True).add_done_callback(quiet)
-        return False
+        return hand_over(self.streams, stream_id, fd, shared, head)
 
     @property
     def handover_fallbacks(self) -> int:
@@ -466,13 +447,6 @@ class TokenizerPool:
             await asyncio.get_running_loop().run_in_executor(None, self.launcher.stop)
         if self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
-
-
-def _forwarded(stream: StreamHandle):
-    """A Forward's reply: the events its stream's worker made before, which the caller writes first."""
-    def on_reply(reply) -> None:
-        stream.forwarded(StreamUpdate(sse=reply.sse) if reply.sse else None)
-    return on_reply
 
 
 async def _checked_peer(endpoint: str, timeout: float) -> None:

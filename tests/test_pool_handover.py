@@ -4,7 +4,8 @@ within the call, and the response is forwarded instead (a Forward): every event 
 steps' `sse` (the role chunk once, then the whole text, those made before the hand-over first), while a
 ticker on the same loop is never held up more than 50 ms. A worker stopped for a moment serves it within a
 second of the hand-over; one stopped for good is found hung, killed and replaced, and the stream, whose
-socket never reached it, is rebuilt there from its log as a forwarded stream."""
+socket never reached it, is rebuilt there from its log as a forwarded stream.
+Covers tokworker.frontend.handover."""
 
 from __future__ import annotations
 
