@@ -30,6 +30,7 @@ from tokworker.protocol.messages import ErrorCode
 log = logging.getLogger("tokworker.api")
 RESERVED_DESCRIPTORS = 128         # the pool's sockets, the listening socket, logs, pipes, the event loop's own
 DISCARD_BYTES = 256 * 1024         # of a refused body, read and dropped so its client reads the answer (as Go's)
+LINGER_S = 1.0                     # how long a connection answered 408 reads and drops its client's bytes
 CLOSE_AFTER = web.RequestKey("tokworker.close_after", bool)
 
 
@@ -162,6 +163,7 @@ class GuardedHandler(web.RequestHandler):
     """aiohttp's connection protocol with a deadline on each request's head and the server's connection limit."""
 
     def connection_made(self, transport) -> None:
+        self.lingering = False             # answered and closing: what still arrives is dropped
         self.head_bytes = 0                # bytes of the next head received so far
         self.head_timer = None
         self.body = None                   # the last request's body (aiohttp's StreamReader)
@@ -179,6 +181,8 @@ class GuardedHandler(web.RequestHandler):
         self.head_timer = self._loop.call_later(self._manager.limits.header_timeout_s, self._head_late)
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            return
         parsed = self._request_count
         body = self.body                           # still arriving: these are its bytes, not a head's
         busy = self._request_in_progress or self._messages or body is not None and not body.is_eof()
@@ -208,7 +212,8 @@ class GuardedHandler(web.RequestHandler):
 
     def idle(self) -> bool:
         """Between requests with nothing of the next one received (what a full server closes first)."""
-        return not (self._request_in_progress or self._messages or self.head_bytes or self._force_close)
+        return self.lingering or not (self._request_in_progress or self._messages or self.head_bytes or
+                                      self._force_close)
 
     def reading_head(self) -> bool:
         return bool(self.head_bytes) and not (self._request_in_progress or self._messages or self._force_close)
@@ -218,10 +223,20 @@ class GuardedHandler(web.RequestHandler):
         if self.transport is None or self._request_in_progress or self._messages:
             return
         self._manager.late += 1
-        self.transport.write(raw_answer(408, "Request Timeout", ErrorCode.TIMEOUT,
-                                        f"the request's head did not arrive within "
-                                        f"{self._manager.limits.header_timeout_s:g} s (--header-timeout-s)"))
-        self.force_close()
+        self._answer_and_linger(raw_answer(408, "Request Timeout", ErrorCode.TIMEOUT,
+                                           f"the request's head did not arrive within "
+                                           f"{self._manager.limits.header_timeout_s:g} s (--header-timeout-s)"))
+
+    def _answer_and_linger(self, answer: bytes) -> None:
+        """Write `answer`, end our side, and read and drop what the client still sends for up to LINGER_S (or
+        until it ends its side) before closing. A close with the client's bytes unread resets the connection,
+        and the reset can reach the client before it has read the answer (nginx's lingering close)."""
+        transport = self.transport
+        transport.write(answer)
+        self.lingering, self.head_bytes = True, 0
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.head_timer = self._loop.call_later(LINGER_S, self.force_close)
 
 
 class GuardedServer(web.Server):
