@@ -82,7 +82,7 @@ class TokenizerPool:
         self.session = uuid.uuid4().hex
         self._link_options = dict(keys=keys, request_timeout=request_timeout, connect_timeout=connect_timeout,
                                   max_inflight=max_inflight, max_attempts=max_attempts, hang_timeout=hang_timeout,
-                                  on_hung=self._replace_hung)
+                                  on_hung=self._replace_hung, on_news=None)
         self.streams: dict[str, StreamHandle] = {}   # the one table of streams, open and lately finished
         self.links: list[WorkerLink] = [self._new_link(endpoint, i) for i, endpoint in enumerate(endpoints)]
         self.launcher = launcher
@@ -382,6 +382,19 @@ class TokenizerPool:
         """Client sockets that workers could not take at once, whose responses were forwarded instead (for
         the front door's /metrics)."""
         return sum(link.handover_fallbacks for link in self.links)
+
+    @property
+    def on_news(self):
+        """None, or a callable that takes {stream id: update}. Set, a step of streams whose worker writes
+        their client's socket goes out without waiting for an answer (its update would be empty but for
+        their end), and those streams' ends and failures come to it instead (an engine loop sets it)."""
+        return self._link_options["on_news"]
+
+    @on_news.setter
+    def on_news(self, callback) -> None:
+        self._link_options["on_news"] = callback
+        for link in self.links:
+            link.on_news = callback
 
     @property
     def open_streams(self) -> int:

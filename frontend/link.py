@@ -30,6 +30,7 @@ _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 _unpack_id = ID_FRAME.unpack_from
 _SLACK_S = 0.001                          # the sweep wakes this late, so what falls due then is past due
 _STATS = encode_message(Stats())
+ASK_EVERY_S = 1.0                         # news-only steps go out for this long after an answered request
 
 
 def encode_request(msg) -> bytes:
@@ -43,7 +44,7 @@ def encode_request(msg) -> bytes:
 class WorkerLink(Recovery):
     def __init__(self, context: zmq.Context, endpoint: str, session: str, streams: dict, *, keys=None,
                  request_timeout=30.0, connect_timeout=60.0, max_inflight=256, max_attempts=3,
-                 max_message_bytes=64 << 20, hang_timeout=10.0, on_hung=None):
+                 max_message_bytes=64 << 20, hang_timeout=10.0, on_hung=None, on_news=None):
         self.context = context
         self.endpoint = endpoint
         self.session = session
@@ -55,6 +56,9 @@ class WorkerLink(Recovery):
         self.max_message_bytes = max_message_bytes
         self.hang_timeout = hang_timeout        # no reply at all for this long while requests wait: hung
         self.on_hung = on_hung                  # what to do then (the pool kills a worker it spawned)
+        self.on_news = on_news                  # where the news of news-only steps goes ({stream id: update})
+        self.asked = 0.0                        # when a request that is answered was last sent (news_only)
+        self.news_only: dict[int, Pending] = {} # news-only steps sent, by request id, while none is answered
         self.replied = 0.0                      # when the worker last answered anything
         self.loop = asyncio.get_running_loop()
         self.pending: dict[int, Pending] = {}
@@ -62,7 +66,8 @@ class WorkerLink(Recovery):
         self.live: dict = {}                    # id -> StreamHandle placed here and not finished (place/remove)
         self.buffered = 0                       # of those, buffered ones (a step's reply must visit them),
         self.scored = 0                         # those stepped with logprobs,
-        self.logged = 0                         # and those that keep their own id log (not engine_ids)
+        self.logged = 0                         # those that keep their own id log (not engine_ids),
+        self.handed = 0                         # and those whose worker writes their client's socket
         self.late = 0                           # streams holding late output (steps.py)
         self.stateless = 0                      # stateless requests in flight (bounded by max_inflight)
         self.ready = False                      # connected and handshaken: requests go out at once
@@ -103,6 +108,7 @@ class WorkerLink(Recovery):
         self.buffered += stream.buffered
         self.scored += stream.scored
         self.logged += stream.logged
+        self.handed += stream.handed
 
     def remove(self, stream) -> None:
         """A placed stream ended (finished, failed or closed)."""
@@ -111,6 +117,7 @@ class WorkerLink(Recovery):
         self.buffered -= stream.buffered
         self.scored -= stream.scored
         self.logged -= stream.logged
+        self.handed -= stream.handed
         if stream.late is not None:             # counted while open (StreamHandle.hold_late)
             self.late -= 1
 
@@ -139,7 +146,7 @@ class WorkerLink(Recovery):
 
     def send(self, pending: Pending, timeout: float | None = None) -> None:
         """Put `pending` in flight (check() first: this does not refuse)."""
-        now = self.loop.time()
+        now = self.asked = self.loop.time()
         pending.deadline = now + (timeout or self.request_timeout)
         if not pending.stateful:
             self.stateless += 1
@@ -154,6 +161,26 @@ class WorkerLink(Recovery):
             self._transmit(rid, pending)
             if pipelined:            # a reply may have come in while sending; with none awaited, the sweep looks
                 self._kick()
+
+    def tells_news_only(self) -> bool:
+        """A step of this link's streams may go out news_only: every stream here has its client's socket
+        with its worker (nothing of theirs comes back but their end), none holds late output, and an answered
+        request went out within ASK_EVERY_S (its answer shows the worker alive and every step before it
+        served, as the hang clock needs)."""
+        return (self.handed == len(self.live) and not self.late and self.ready and self.on_news is not None
+                and self.loop.time() - self.asked < ASK_EVERY_S)
+
+    def send_news_only(self, step: Pending) -> None:
+        """Send `step` (a Step with news_only, of streams tells_news_only() allowed); its answer, if any, goes
+        to `step.reply`, and none has come once an answer to a later request has."""
+        rid = next(self._ids)
+        step.rid = rid
+        self.news_only[rid] = step
+        try:
+            self._connection.send(frame(rid, step.body), _NOBLOCK)
+        except zmq.ZMQError as exc:
+            del self.news_only[rid]
+            step.fail(Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
 
     def _transmit(self, rid: int, pending: Pending) -> None:
         pending.rid = rid
@@ -266,7 +293,9 @@ class WorkerLink(Recovery):
             if self._hello is not None and not self._hello.done():
                 self._hello.set_result(reply)
             return
-        pending = self.pending.pop(rid, None)
+        if self.news_only:
+            self._heard(rid)
+        pending = self.pending.pop(rid, None) or self.news_only.pop(rid, None)
         if pending is None:
             if not rid and type(reply) is Draining:         # unasked: the worker read SIGTERM
                 self._drains()
@@ -276,6 +305,16 @@ class WorkerLink(Recovery):
         if type(reply) is ErrorReply and reply.code == ErrorCode.SHUTTING_DOWN:
             self.draining = True                             # new work goes to other workers until it is back
         pending.reply(reply)
+
+    def _heard(self, rid: int) -> None:
+        """An answer to request `rid`: the news-only steps sent before it were served with nothing to say (a
+        worker serves a connection's steps in order, and its other answers never overtake them)."""
+        news_only = self.news_only
+        while news_only:
+            sent = next(iter(news_only))
+            if sent >= rid:
+                return
+            del news_only[sent]
 
     def _drains(self) -> None:
         """The worker drains: no new work goes to it (its open streams go on). What it will not answer once

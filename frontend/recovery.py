@@ -152,6 +152,7 @@ class Recovery:
     def _take_pending(self) -> list[Pending]:
         waiting = list(self.pending.values())
         self.pending.clear()
+        self.news_only.clear()             # only streams that end with their worker had them
         self.stateless = 0
         return waiting
 

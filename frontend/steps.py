@@ -73,7 +73,9 @@ def _shares(links: list, ids: dict) -> list | None:
 
 def _send_shares(table: dict, shares: list) -> asyncio.Future:
     """Each link's share as one Step (several, past the worker's streams per step); a step on one link (the
-    usual case) needs no StepCall."""
+    usual case) needs no StepCall. A share whose link tells news only (every stream there written to its
+    client by its worker) goes out news_only: the step does not wait for it, and what it has to say goes
+    to the link's on_news."""
     pieces = []
     for link, share in shares:
         limit = link.info.limits.max_batch
@@ -83,13 +85,17 @@ def _send_shares(table: dict, shares: list) -> asyncio.Future:
             items = list(share.items())
             pieces += [(link, dict(items[at:at + limit])) for at in range(0, len(items), limit)]
     future = asyncio.get_running_loop().create_future()
-    call = StepCall(future, None, len(pieces)) if len(pieces) > 1 else None
+    news_only = [link.tells_news_only() for link, _ in pieces]
+    awaited = news_only.count(False)
+    call = StepCall(future, None, awaited) if awaited > 1 else None
     parts = []
-    for link, share in pieces:
-        body = encode_request(Step(ids=share))
+    for (link, share), told in zip(pieces, news_only):
+        body = encode_request(Step(ids=share, news_only=told))
         link.check(size=len(body))                  # every link takes its share, or none does
-        parts.append((link, StepPart(body, future, call, link, share)))
+        parts.append((link, StepPart(body, None if told else future, call, link, share)))
     _dispatch(table, parts)
+    if not awaited:
+        future.set_result({})
     return future
 
 
@@ -189,6 +195,9 @@ def _dispatch(table: dict, parts: list) -> None:
             drop_logged(batch_ids, table)
         raise
     for link, part in parts:
+        if part.future is None:
+            link.send_news_only(part)
+            continue
         link.send(part)
         if link.lagging:                             # replaced as hung: the others' share does not wait for it
             part.detach()
@@ -290,7 +299,8 @@ class StepPart(Pending):
     the step only ends), whose names, in that order, are the order of the reply's updates. `streams` are
     their StreamHandles when the step looked them up; a step sent whole to its one link (the usual case) did
     not, and a reply that needs them finds them in the link's table. `call` is the StepCall when the step
-    has other shares; otherwise the reply resolves `future` itself."""
+    has other shares; otherwise the reply resolves `future` itself, or, sent news_only (no future), goes to
+    the link's on_news."""
 
     __slots__ = ("future", "call", "link", "ids", "finish_only", "streams", "finishing", "detached")
 
@@ -317,6 +327,8 @@ class StepPart(Pending):
     def _done(self, updates: dict) -> None:
         if self.call is not None:
             self.call.done(updates)
+        elif self.future is None:
+            self.link.on_news(updates)
         elif not self.future.done():
             self.future.set_result(updates)
 
@@ -380,10 +392,12 @@ class StepPart(Pending):
     def fail(self, error: PoolError) -> None:
         """The step failed as a whole (timeout, worker lost, rejected): its streams' state is unknown to
         their callers, so they end with the error rather than continue with a gap."""
-        for stream in self._streams(self._names()):
-            if stream is not None:
-                stream.fail(StreamFailed(error.code, f"a step of this stream failed: {error.message}"))
-        if self.call is not None:
+        streams = [stream for stream in self._streams(self._names()) if stream is not None]
+        for stream in streams:
+            stream.fail(StreamFailed(error.code, f"a step of this stream failed: {error.message}"))
+        if self.future is None:                      # news only: the failures are the news
+            self.link.on_news({stream.id: _untold(stream) or EMPTY for stream in streams})
+        elif self.call is not None:
             self.call.failed(error)
         elif not self.future.done():
             self.future.set_exception(error)

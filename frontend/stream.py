@@ -137,6 +137,8 @@ class StreamHandle:
         whose socket never came (`unsent`), and keeps its log."""
         if self.chunks is not None and self.chunks.whole:
             return
+        if not (self.finished or self.handed):
+            self.link.handed += 1
         self.handed = True
         self.unsent = False
         if self.logged and not self.finished:

@@ -17,7 +17,7 @@ import msgspec
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 
 # 6: a step reply's empty updates are nil; stats count dropped messages (see PROTOCOL.md for the others)
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 ID_FRAME = struct.Struct("<Q")          # a request id frame: 8 bytes, little-endian
 
 
@@ -300,6 +300,9 @@ class Step(_Request, tag="step"):
     # streams of `finish` that were aborted (the engine's abort, the server's drain): they end with
     # finish_reason "abort" instead of "length"
     aborted: list[str] = []
+    # answer only with news: a reply of none but empty updates and no errors is not sent (a step of streams
+    # whose worker writes their clients' sockets, which its client does not wait for)
+    news_only: bool = False
 
 
 class StepReply(_Reply, tag="step"):

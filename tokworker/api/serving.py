@@ -123,6 +123,14 @@ class Serving:
         self.max_buffer_bytes = max_buffer_bytes
         self.choices: dict[str, Choice] = {}
         self.exchanges = 0
+        pool.on_news = self._news          # what a direct stream's worker tells between the steps' answers
+
+    def _news(self, updates: dict) -> None:
+        choices = self.choices
+        for name, update in updates.items():
+            choice = choices.get(name)
+            if choice is not None:
+                self._deliver(choice, update)
 
     def admit(self, exchange: Exchange) -> None:
         for choice in exchange.choices:

@@ -237,6 +237,8 @@ class Lane:
             match msg:
                 case Step():
                     reply = worker.step(identity, msg, len(message))
+                    if msg.news_only and not reply.errors and not any(reply.updates):
+                        return
                     body = encode_reply(reply, worker.options.max_message_bytes, sized=len(message) > SMALL_STEP)
                 case OpenStream():
                     self.connections.note(identity, message)

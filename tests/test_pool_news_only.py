@@ -1,0 +1,135 @@
+"""News-only steps (protocol version 9, frontend/link.py `send_news_only`): with `pool.on_news` set, a step of
+streams whose worker writes their client's socket goes out without waiting for an answer, and the worker
+answers only when it has something to say (a stream's end, a failure), which reaches `on_news`. A real worker,
+a real socket pair for the client's connection: the worker writes every event to the socket and leaves the
+steps unanswered, the stop string's end comes as news, an id outside the vocabulary fails the stream as
+news, and a step after ASK_EVERY_S without an answered request is answered again (the hang clock's)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import pytest
+
+from tokworker.frontend import TokenizerPool
+from tokworker.frontend.link import ASK_EVERY_S
+from tokworker.protocol.deltas import EMPTY, ChunkFormat, StreamParams
+from tests.test_pool_streams import MODEL
+
+pytestmark = pytest.mark.slow  # worker processes
+
+TEXT = "Every word of this reply goes from the worker to the client's socket, and then STOP comes"
+
+
+def read_all(client: socket.socket) -> bytes:
+    """What the worker wrote to the client's end of the pair so far."""
+    client.setblocking(False)
+    data = b""
+    try:
+        while chunk := client.recv(1 << 16):
+            data += chunk
+    except BlockingIOError:
+        pass
+    return data
+
+
+def chat_contents(written: bytes) -> tuple[str, list]:
+    """The chat chunks' joined content and finish reasons, from the HTTP chunks the worker wrote."""
+    events = [json.loads(line[6:]) for line in written.split(b"\n") if line.startswith(b"data: {")]
+    return ("".join(e["choices"][0]["delta"].get("content") or "" for e in events),
+            [e["choices"][0]["finish_reason"] for e in events if e["choices"][0]["finish_reason"]])
+
+
+async def opened(pool: TokenizerPool, name: str, stop=()) -> socket.socket:
+    """A direct stream named `name` whose client's socket went to its worker: the client's end."""
+    await pool.open_stream(name, StreamParams(stop=list(stop)), buffer=False, sink=True,
+                           chunks=ChunkFormat(id=f"chatcmpl-{name}", model="m", created=1))
+    ours, client = socket.socketpair()
+    assert pool.hand_over(name, ours.fileno())
+    ours.close()                                  # the worker holds its own copy
+    return client
+
+
+async def until(condition, seconds: float = 5.0) -> None:
+    for _ in range(int(seconds / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never happened")
+
+
+def test_steps_of_direct_streams_go_unanswered_and_their_end_comes_as_news():
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            news: list[dict] = []
+            pool.on_news = news.append
+            link = pool.links[0]
+            ids = await pool.encode(TEXT)
+            before = await pool.encode(TEXT[:TEXT.index(" STOP")])
+            assert ids[:len(before)] == before
+            client = await opened(pool, "s", stop=["STOP"])
+            for token in before:
+                assert await pool.step({"s": [token]}) == {}    # nobody waits for these
+            assert len(link.news_only) == len(before)           # ... and none was answered
+            await pool.encode("any answered request")           # served after them: they had nothing to say
+            assert not link.news_only and news == []
+            for token in ids[len(before):]:
+                assert await pool.step({"s": [token]}) in ({}, {"s": EMPTY})   # {}: sent; then: it had ended
+                await asyncio.sleep(0.01)
+            await until(lambda: news)
+            assert [list(told) for told in news] == [["s"]] and news[0]["s"].finish_reason == "stop"
+            written = bytearray()
+            await until(lambda: written.extend(read_all(client)) or b"[DONE]" in written)
+            assert chat_contents(written) == (TEXT[:TEXT.index("STOP")], ["stop"])
+            assert pool.open_streams == 0
+
+    asyncio.run(main())
+
+
+def test_a_failure_in_a_news_only_step_is_news():
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            news: list[dict] = []
+            pool.on_news = news.append
+            ids = await pool.encode("Fine so far")
+            client = await opened(pool, "s")             # held: a closed one is news too
+            assert await pool.step({"s": ids}) == {}
+            assert await pool.step({"s": [10 ** 9]}) == {}       # no such token
+            await until(lambda: news)
+            failure = news[0]["s"]
+            assert failure.finish_reason == "error" and "not in the vocabulary" in failure.message, failure
+            client.close()
+
+    asyncio.run(main())
+
+
+def test_a_step_is_answered_again_once_nothing_was_for_a_while():
+    """So a hung worker is still found: news-only steps go out only within ASK_EVERY_S of an answered
+    request; the step after that waits for its answer."""
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            pool.on_news = lambda updates: None
+            ids = await pool.encode("one two three")
+            client = await opened(pool, "s")             # held: a closed one is news too
+            assert await pool.step({"s": ids[:1]}) == {}
+            await asyncio.sleep(ASK_EVERY_S + 0.1)
+            assert list(await pool.step({"s": ids[1:2]})) == ["s"]      # answered
+            assert await pool.step({"s": ids[2:]}) == {}
+            client.close()
+
+    asyncio.run(main())
+
+
+def test_without_on_news_every_step_is_answered():
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            ids = await pool.encode("one two three")
+            client = await opened(pool, "s")             # held: a closed one is news too
+            for token in ids:
+                assert list(await pool.step({"s": [token]})) == ["s"]
+            assert not pool.links[0].news_only
+            client.close()
+
+    asyncio.run(main())
