@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from array import array
 from typing import NamedTuple
 
@@ -28,6 +29,7 @@ from tokworker.frontend.link import encode_request
 from tokworker.frontend.pending import Pending
 from tokworker.frontend.stream import merge_updates
 
+log = logging.getLogger("tokworker.frontend")
 _LEFT_OUT = object()                  # the place of a stream a reply has no update for
 
 
@@ -328,7 +330,7 @@ class StepPart(Pending):
         if self.call is not None:
             self.call.done(updates)
         elif self.future is None:
-            self.link.on_news(updates)
+            _tell(self.link, updates)
         elif not self.future.done():
             self.future.set_result(updates)
 
@@ -396,8 +398,17 @@ class StepPart(Pending):
         for stream in streams:
             stream.fail(StreamFailed(error.code, f"a step of this stream failed: {error.message}"))
         if self.future is None:                      # news only: the failures are the news
-            self.link.on_news({stream.id: _untold(stream) or EMPTY for stream in streams})
+            _tell(self.link, {stream.id: _untold(stream) or EMPTY for stream in streams})
         elif self.call is not None:
             self.call.failed(error)
         elif not self.future.done():
             self.future.set_exception(error)
+
+
+def _tell(link, updates: dict) -> None:
+    """A news-only step's news to `link.on_news`, which runs as the reply is read: a bug there must not stop
+    the link's reading."""
+    try:
+        link.on_news(updates)
+    except Exception:
+        log.exception("on_news failed on the updates of %d streams", len(updates))
