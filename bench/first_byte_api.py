@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -56,6 +57,9 @@ SECTIONS = [
     ("tokworker.frontend.link", "WorkerLink._transmit"), ("tokworker.frontend.client", "TokenizerPool.submit_step"),
     ("tokworker.api.serving", "Serving._deliver"), ("tokworker.engines.base", "Engine.outputs"),
     ("tokworker.api.server", "AccessLogger.log"), ("tokworker.api.metrics", "Metrics.request"),
+    ("aiohttp.web_protocol", "RequestHandler.start"), ("aiohttp.web_protocol", "RequestHandler.finish_response"),
+    ("tokworker.api.serving", "Serving.run"), ("tokworker.engines.base", "Engine._emit_all"),
+    ("tokworker.frontend.link", "WorkerLink._sweep"), ("tokworker.frontend.link", "WorkerLink._kick"),
 ]
 
 
@@ -105,7 +109,19 @@ def _serve_timed(out: str, *args: str) -> None:
     the loop thread's CPU, and its whole CPU since SIGUSR1) to `out` as JSON."""
     import importlib
 
+    import gc
+
     spent = dict.fromkeys((f"{module}:{path}" for module, path in SECTIONS), 0)
+    spent.update({"gc": 0, "gc collections": 0})
+    began = [0]
+
+    def collecting(phase, info):
+        if phase == "start":
+            began[0] = time.thread_time_ns()
+        else:
+            spent["gc"] += time.thread_time_ns() - began[0]
+            spent["gc collections"] += 1000        # shown per request, as the others (ns -> µs)
+    gc.callbacks.append(collecting)
     for module, path in SECTIONS:
         owner = importlib.import_module(module)
         *parents, name = path.split(".")
@@ -197,8 +213,8 @@ class Server:
         command = ["bench.first_byte_api", mode, profile, *FLAGS] if profile else \
             ["bench.first_byte_api", "serve-floor"] if mode == "floor" else ["bench.front_door", "serve", str(STEP_S),
                                                                                *FLAGS]
-        self.process = subprocess.Popen([sys.executable, "-m", *command], stdout=subprocess.PIPE, cwd=REPO, text=True,
-                                        env=env)
+        self.process = subprocess.Popen([sys.executable, "-m", *command], stdout=subprocess.PIPE, text=True, env=env,
+                                        cwd=tree or REPO)       # the tree's own bench and tokworker first
         port, self.engine = map(int, self.process.stdout.readline().split())
         self.url = f"http://127.0.0.1:{port}"
         self.pid = self.process.pid
@@ -297,8 +313,10 @@ def run(quick: bool = False, model_dirs=(), base: str | None = None, profile: st
     if sections:
         profile = tempfile.mktemp(prefix="tokworker-sections-", suffix=".json")
     servers = {"this": Server(profile=profile, mode="serve-timed" if sections else "serve-profiled")}
+    tree = None
     if base is not None:
-        servers["base"] = Server(base_tree(base))
+        tree = base_tree(base)
+        servers["base"] = Server(tree)
     if not (profile or sections):
         servers["floor"] = Server(mode="floor")
     try:
@@ -314,6 +332,8 @@ def run(quick: bool = False, model_dirs=(), base: str | None = None, profile: st
     finally:
         for server in servers.values():
             server.stop()
+        if tree is not None:
+            shutil.rmtree(tree)
     row = {"case": "api cpu, 4k chat with two tools, new", "requests": count}
     for name, figures in found.items():
         prefix = "" if name == "this" else f"{name}_"
