@@ -7,7 +7,10 @@ and decoded, the render-and-open trip, the engine's add, the headers, one step a
 - `api_ms`: the API process's CPU per request (every thread but the replay engine's own, from
   /proc/PID/task/*/schedstat, read before the request and 5 ms after its end), the median over the requests
   and `api_mean_ms` over all of them (`idle_ms_per_request`: what the process spends in those 5 ms when no
-  request comes, measured apart); `zmq_ms`: of it, ZeroMQ's background I/O thread;
+  request comes, measured apart); `zmq_ms`: of it, ZeroMQ's background I/O thread; `api_open_ms`: of it, what
+  was spent by the time the response's headers reached the client (the body read, decoded and planned, the
+  render-and-open trip, the engine's add, the headers: the stream is open; read then, so the hand-over of
+  the socket, right after the headers, may fall on either side), the rest being the token's step and the end;
 - `workers_ms`: the worker's CPU per request, for scale;
 - `floor_api_ms`: the floor under any aiohttp front door for this request, measured beside it: a bare aiohttp
   app reading the body, decoding it into the same Struct and answering one SSE event on a response that
@@ -269,7 +272,7 @@ async def _requests(servers: dict[str, Server], chats: list[list[dict]]) -> dict
 
     from bench.cold_prompt import TOOLS
 
-    found = {name: {"api_s": [], "workers_s": [], "zmq_s": []} for name in servers}
+    found = {name: {"api_s": [], "open_s": [], "workers_s": [], "zmq_s": []} for name in servers}
     names = list(servers)
     sessions = {name: aiohttp.ClientSession() for name in names}
     try:
@@ -282,6 +285,7 @@ async def _requests(servers: dict[str, Server], chats: list[list[dict]]) -> dict
                     _zmq_cpu(server.pid)
                 async with sessions[name].post(server.url + "/v1/chat/completions", data=body,
                                                headers={"Content-Type": "application/json"}) as response:
+                    found[name]["open_s"].append(_cpu(server.pid, server.engine) - api0)   # headers are here
                     if response.status != 200:
                         raise RuntimeError(f"{name}: HTTP {response.status}: {(await response.text())[:500]}")
                     async for _ in response.content:
@@ -338,7 +342,8 @@ def run(quick: bool = False, model_dirs=(), base: str | None = None, profile: st
     for name, figures in found.items():
         prefix = "" if name == "this" else f"{name}_"
         row.update({f"{prefix}api_ms": round(statistics.median(figures["api_s"]) * 1e3, 3),
-                    f"{prefix}api_mean_ms": round(statistics.mean(figures["api_s"]) * 1e3, 3)})
+                    f"{prefix}api_mean_ms": round(statistics.mean(figures["api_s"]) * 1e3, 3),
+                    f"{prefix}api_open_ms": round(statistics.median(figures["open_s"]) * 1e3, 3)})
         if name != "floor":
             row.update({f"{prefix}zmq_ms": round(statistics.median(figures["zmq_s"]) * 1e3, 3),
                         f"{prefix}workers_ms": round(statistics.median(figures["workers_s"]) * 1e3, 3)})
