@@ -207,32 +207,29 @@ def _serve_profiled(out: str, *args: str) -> None:
 
 
 class Server:
-    """A front door server process from `tree` (None: this one), its API process's pid and engine thread."""
+    """A server process from `tree` (None: this one): `mode` "serve" (bench/front_door.py's), "floor" (the bare
+    aiohttp app), "serve-profiled" or "serve-timed" (writing to `out`); its pid, engine thread and workers."""
 
-    def __init__(self, tree: Path | None = None, profile: str | None = None, mode: str = "serve-profiled"):
+    def __init__(self, tree: Path | None = None, mode: str = "serve", out: str | None = None):
+        from bench.front_door import _children
+
         env = dict(os.environ)
         if tree is not None:
             env["PYTHONPATH"] = str(tree)
-        command = ["bench.first_byte_api", mode, profile, *FLAGS] if profile else \
-            ["bench.first_byte_api", "serve-floor"] if mode == "floor" else ["bench.front_door", "serve", str(STEP_S),
-                                                                               *FLAGS]
+        command = {"serve": ["bench.front_door", "serve", str(STEP_S), *FLAGS],
+                   "floor": ["bench.first_byte_api", "serve-floor"]}.get(mode) or \
+            ["bench.first_byte_api", mode, out, *FLAGS]
         self.process = subprocess.Popen([sys.executable, "-m", *command], stdout=subprocess.PIPE, text=True, env=env,
                                         cwd=tree or REPO)       # the tree's own bench and tokworker first
-        port, self.engine = map(int, self.process.stdout.readline().split())
+        port, engine = map(int, self.process.stdout.readline().split())
         self.url = f"http://127.0.0.1:{port}"
         self.pid = self.process.pid
+        self.engine = engine or None                # the floor has no engine thread (and no workers)
         self.workers = _children(self.pid)
-        if not self.engine:                          # the floor: no engine thread, no workers
-            self.engine = None
 
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(30)
-
-
-def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(p) for p in f.read().split()]
 
 
 def _cpu(pid: int, skip: int | None = None) -> float:
@@ -316,7 +313,8 @@ def run(quick: bool = False, model_dirs=(), base: str | None = None, profile: st
     count = 20 if quick else 60
     if sections:
         profile = tempfile.mktemp(prefix="tokworker-sections-", suffix=".json")
-    servers = {"this": Server(profile=profile, mode="serve-timed" if sections else "serve-profiled")}
+    servers = {"this": Server(mode="serve-timed" if sections else "serve-profiled" if profile else "serve",
+                              out=profile)}
     tree = None
     if base is not None:
         tree = base_tree(base)
