@@ -48,7 +48,8 @@ FLAGS = ("--direct", "--workers", "1", "--reply", "none", "--parsers")
 
 # what `--sections` times in the server (inclusive CPU of the loop's thread): (module, attribute path)
 SECTIONS = [
-    ("tokworker.api.limits", "GuardedHandler.connection_made"), ("tokworker.api.limits", "GuardedHandler.data_received"),
+    ("tokworker.api.limits", "GuardedHandler.connection_made"),
+    ("tokworker.api.limits", "GuardedHandler.data_received"),
     ("tokworker.api.limits", "GuardedHandler.connection_lost"), ("tokworker.api.limits", "GuardedServer.__call__"),
     ("tokworker.api.generation", "Generations.handle"), ("tokworker.api.server", "Api.read"),
     ("tokworker.api.server", "Api.decode"), ("tokworker.api.server", "PRICED_CHAT"),
@@ -108,7 +109,7 @@ def _timed(function, key: str, spent: dict):
 
 
 def _serve_timed(out: str, *args: str) -> None:
-    """bench.front_door's server with SECTIONS timed: SIGUSR1 zeroes the sums, SIGUSR2 writes them (µs of
+    """bench.front_door's server with SECTIONS timed: SIGUSR1 zeroes the sums, SIGUSR2 writes them (ns of
     the loop thread's CPU, and its whole CPU since SIGUSR1) to `out` as JSON."""
     import importlib
 
