@@ -111,9 +111,8 @@ def _timed(function, key: str, spent: dict):
 def _serve_timed(out: str, *args: str) -> None:
     """bench.front_door's server with SECTIONS timed: SIGUSR1 zeroes the sums, SIGUSR2 writes them (ns of
     the loop thread's CPU, and its whole CPU since SIGUSR1) to `out` as JSON."""
-    import importlib
-
     import gc
+    import importlib
 
     spent = dict.fromkeys((f"{module}:{path}" for module, path in SECTIONS), 0)
     spent.update({"gc": 0, "gc collections": 0})
