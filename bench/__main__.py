@@ -19,8 +19,8 @@ from pathlib import Path
 
 from bench.report import write_markdown, write_plot
 
-SECTIONS = ["encode", "chat", "cold_prompt", "stream", "writers", "pool", "constrain", "front_door", "llama_cpp",
-            "gguf_load", "render_tier", "http_engines", "vllm_served"]
+SECTIONS = ["encode", "chat", "cold_prompt", "stream", "writers", "pool", "constrain", "front_door", "first_byte_api",
+            "llama_cpp", "gguf_load", "render_tier", "http_engines", "vllm_served"]
 # the sections --vllm-python's install measures
 WITH_VLLM = ("beside_vllm", "render_tier", "http_engines", "vllm_served")
 

@@ -91,10 +91,12 @@ class BodyBudget:
         client = request.remote or ""
         if declared is not None:
             self._check(request, client, declared, 0)
+        content = request.content
+        if declared is not None and content.is_eof() and content.total_bytes == declared:
+            return content.read_nowait()   # it all came with the head: nothing to wait for, no timer
         taken = declared or 0              # a declared length is reserved before its first byte
         self._take(client, taken)
         body = bytearray()
-        content = request.content
         try:
             async with asyncio.timeout(self.timeout):
                 while chunk := await content.readany():

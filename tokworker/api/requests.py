@@ -80,6 +80,35 @@ def unknown_fields(raw: bytes, kind: type) -> list[str]:
     return [key for key in keys if key not in known]
 
 
+_DECODERS: dict[type, tuple[msgspec.json.Decoder, msgspec.json.Decoder]] = {}
+
+
+def decode_body(raw: bytes, kind: type) -> tuple[Struct, list[str]]:
+    """`raw` decoded into `kind`, and the top-level fields `kind` does not know (ignored, as vLLM ignores
+    them). One pass for the usual body: it is decoded into a twin of `kind` that refuses unknown fields at the
+    top, and only a body that has some is decoded again as `kind` (whose errors are the ones raised) and its
+    keys read. The value is an instance of `kind` (or of that twin, a subclass adding nothing).
+
+    >>> body, unknown = decode_body(b'{"messages": [{"role": "user", "content": "hi"}], "top_kk": 3}',
+    ...                             ChatCompletionRequest)
+    >>> isinstance(body, ChatCompletionRequest), body.messages[0].content, unknown
+    (True, 'hi', ['top_kk'])
+    >>> decode_body(b'{"messages": [{"role": "user", "content": "hi", "extra": 1}]}', ChatCompletionRequest)[1]
+    []
+    """
+    decoders = _DECODERS.get(kind)
+    if decoders is None:
+        twin = type(kind.__name__, (kind,), {"__module__": kind.__module__, "__doc__": kind.__doc__},
+                    forbid_unknown_fields=True)
+        decoders = _DECODERS[kind] = (msgspec.json.Decoder(twin), msgspec.json.Decoder(kind))
+    try:
+        return decoders[0].decode(raw), []
+    except msgspec.ValidationError as error:
+        if not str(error).startswith("Object contains unknown field"):
+            raise
+    return decoders[1].decode(raw), unknown_fields(raw, kind)
+
+
 class Body(Struct, kw_only=True):
     """Every body: unknown fields are ignored (OpenAI's SDKs and vLLM's clients send extras). What reaches a
     chat template (messages, tool definitions) omits the optional fields the client did not send, so the

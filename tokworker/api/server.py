@@ -39,8 +39,7 @@ from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_co
 from tokworker.api.render import RenderTier, json_response
 from tokworker.api.derender import DerenderTier
 from tokworker.api.requests import (MAX_DEPTH, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
-                                    MessagesRequest, ResponsesRequest, TokenizeRequest, nesting_over,
-                                    unknown_fields)
+                                    MessagesRequest, ResponsesRequest, TokenizeRequest, decode_body, nesting_over)
 from tokworker.api.serving import Serving
 from tokworker.frontend.errors import PoolError
 from tokworker.protocol.messages import ErrorCode
@@ -159,10 +158,10 @@ class Api:
         if nesting_over(raw, MAX_DEPTH):
             raise ApiError.invalid(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels")
         try:
-            body = msgspec.json.decode(raw, type=kind)
+            body, unknown = decode_body(raw, kind)
         except (msgspec.ValidationError, msgspec.DecodeError) as error:
             raise ApiError.of(error) from None
-        for field in unknown_fields(raw, kind):
+        for field in unknown:
             self._ignored(kind, field)
         model = getattr(body, "model", None)
         if model is not None and model not in self.names:
