@@ -37,12 +37,12 @@ from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.protocol.messages import (CloseStreams, StreamError, Compile, Decode, Encode, ErrorCode, OpenStream, Render,
                                RenderReply, Stats, StatsReply)
 from tokworker.frontend.constraints import Constraint, GuideStep, compile_on, guide
+from tokworker.frontend.opens import open_stream
 from tokworker.frontend.prompts import render_open
 from tokworker.frontend.errors import InvalidRequest, NoSuchSocket, Overloaded, PoolError, ShuttingDown, WorkerLost
 from tokworker.worker.launcher import Launcher
 from tokworker.frontend.link import WorkerLink, encode_request
 from tokworker.frontend.handover import hand_over
-from tokworker.frontend.sinks import takes_sink
 from tokworker.frontend.steps import send_step
 from tokworker.frontend.stream import StreamHandle
 from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
@@ -306,62 +306,8 @@ class TokenizerPool:
         same socket (the response's events interleaved, its tail after the last of `chunks.n` choices), and
         hand_over takes them together. `prompt_tokens` (the first choice of several): the response's prompt
         tokens, for its usage chunk (several prompts; none: the first choice's)."""
-        if chunks is not None and not isinstance(chunks, ChunkFormat):
-            raise InvalidRequest(ErrorCode.INVALID, f"chunks is a ChunkFormat, not {type(chunks).__name__}")
-        if not isinstance(stream_id, str):
-            raise InvalidRequest(ErrorCode.INVALID, f"stream ids are str, not {type(stream_id).__name__}")
-        if engine_ids is not None and not callable(engine_ids):
-            raise InvalidRequest(ErrorCode.INVALID, f"engine_ids is a callable returning the stream's ids, not "
-                                                    f"{type(engine_ids).__name__}")
-        self._check_open()
-        existing = self.streams.get(stream_id)
-        if existing is not None and not existing.finished:
-            raise InvalidRequest(ErrorCode.STREAM_EXISTS, f"stream {stream_id!r} is already open")
-        if self.open_streams >= self.max_streams:
-            raise Overloaded(ErrorCode.OVERLOADED, f"{self.open_streams} streams open, the pool's limit")
-        params = params or StreamParams()
-        prompt_ids = list(prompt_ids) if prompt_ids is not None else None
-        if beside is not None:
-            first = self.streams.get(beside)
-            if first is None or first.finished:
-                raise InvalidRequest(ErrorCode.UNKNOWN_STREAM, f"no open stream {beside!r} to open {stream_id!r} "
-                                                               f"beside")
-            direct = sink and first.sink and chunks is not None
-            return await self._open_on(first.link, stream_id, params, prompt_ids, prompt_text, buffer, chunks,
-                                       engine_ids, direct, beside if direct else None)
-        while True:
-            link = min(self._for_new_work(), key=lambda link: (link.open_streams, link.load))
-            capabilities = link.info.capabilities
-            direct = sink and takes_sink(capabilities, chunks)
-            try:
-                return await self._open_on(link, stream_id, params, prompt_ids, prompt_text, buffer, chunks,
-                                           engine_ids, direct, prompt_tokens=prompt_tokens if direct else None)
-            except ShuttingDown:
-                continue                                     # that worker is draining: open it on another
-
-    async def _open_on(self, link: WorkerLink, stream_id: str, params: StreamParams, prompt_ids, prompt_text,
-                       buffer: bool, chunks, engine_ids, sink: bool, sink_of: str | None = None,
-                       prompt_tokens: int | None = None) -> StreamHandle:
-        body = encode_request(OpenStream(stream_id=stream_id, params=params, prompt_ids=prompt_ids,
-                                         prompt_text=prompt_text, chunks=chunks, sink=sink, sink_of=sink_of,
-                                         prompt_tokens=prompt_tokens))
-        link.check(size=len(body))                   # refused before the stream exists anywhere
-        stream = StreamHandle(stream_id, link, params, prompt_ids, prompt_text, buffer, chunks, self._retire,
-                              engine_ids, sink)
-        link.place(stream)
-
-        def opened(reply):
-            stream.opened = True
-            return stream
-
-        self.streams[stream_id] = stream
-        try:
-            return await link.request(body, on_reply=opened, on_error=stream.fail, stateful=True)
-        except asyncio.CancelledError:
-            # the caller gave up while the worker opens it: it is closed there too, or it would stay open
-            # (and counted) with no one to close it
-            await asyncio.shield(self.close_stream(stream_id))
-            raise
+        return await open_stream(self, stream_id, params, prompt_ids, prompt_text, buffer, chunks, engine_ids, sink,
+                                 beside, prompt_tokens)
 
     def hand_over(self, stream_id: str, fd: int, shared: Sequence[str] = (), head: bytes = b"") -> bool:
         """Give the worker of a stream opened with `sink` the client's socket `fd` (it gets a reference of

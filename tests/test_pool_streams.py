@@ -1,7 +1,7 @@
 """Streams through a real pool (worker processes, ipc sockets, uvloop) equal the in-process TextStream,
 update for update, with many concurrent streams, random step sizes and pipelined steps; streams opened
 with a ChunkFormat get the server-sent events those updates make, through worker deaths too.
-Covers tokworker.worker.streams."""
+Covers tokworker.worker.streams and tokworker.frontend.opens (open_stream)."""
 
 from __future__ import annotations
 
