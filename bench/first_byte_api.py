@@ -232,24 +232,14 @@ class Server:
         self.process.wait(30)
 
 
-def _cpu(pid: int, skip: int | None = None) -> float:
+def _cpu(pid: int, skip: int | None = None, named: str | None = None) -> float:
     from bench.front_door import _cpu as cpu
-    return cpu(pid, skip)
+    return cpu(pid, skip, named)
 
 
 def _zmq_cpu(pid: int) -> float:
     """CPU seconds of the process's ZeroMQ background threads (their I/O: the sends and receives proper)."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/comm") as f:
-                if not f.read().startswith("ZMQbg"):
-                    continue
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except FileNotFoundError:
-            continue
-    return total / 1e9
+    return _cpu(pid, named="ZMQbg")
 
 
 def base_tree(rev: str) -> Path:

@@ -146,14 +146,18 @@ def _serve_floor(step_interval: float) -> None:
     uvloop.run(main())
 
 
-def _cpu(pid: int, skip: int | None = None) -> float:
+def _cpu(pid: int, skip: int | None = None, named: str | None = None) -> float:
     """CPU seconds of every thread of `pid` but `skip` (the replay engine's; schedstat: nanoseconds on a
-    CPU, where /proc's stat counts 10 ms ticks)."""
+    CPU, where /proc's stat counts 10 ms ticks); `named`: only the threads whose name starts so."""
     total = 0
     for task in os.listdir(f"/proc/{pid}/task"):
         if task == str(skip):
             continue
         try:
+            if named is not None:
+                with open(f"/proc/{pid}/task/{task}/comm") as f:
+                    if not f.read().startswith(named):
+                        continue
             with open(f"/proc/{pid}/task/{task}/schedstat") as f:
                 total += int(f.read().split()[0])
         except FileNotFoundError:
