@@ -11,8 +11,9 @@ UTF-8 bytes to symbol ids and cache by the raw piece.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from functools import cached_property
-from itertools import accumulate, chain
+from itertools import accumulate
 
 import regex
 
@@ -161,14 +162,25 @@ class Split:
 
     def _by_stand_ins(self, piece: str) -> list[str] | None:
         """The Isolated split of `piece` through the ASCII twin, each non-ASCII character replaced by its
-        stand-in, or None when one has none or the matches leave gaps (then `regex` splits it)."""
-        standing = self._stand_ins.ascii_text(piece)
-        if standing is None:
+        stand-in, or None when one has none or the matches leave gaps (then `regex` splits it). The twin's
+        words are the piece's own where they hold no stand-in; only the words a replaced run touches are
+        cut from the piece again (a chat's few accented words, not its thousands of others)."""
+        found = self._stand_ins.ascii_text(piece)
+        if found is None:
             return None
-        ends = list(accumulate(map(len, self._matches_ascii(standing))))
+        standing, runs = found
+        words = self._matches_ascii(standing)
+        ends = list(accumulate(map(len, words)))
         if not ends or ends[-1] != len(piece):
             return None
-        return list(filter(None, map(piece.__getitem__, map(slice, chain((0,), ends), ends))))
+        for start, stop in runs:
+            i = bisect_right(ends, start)           # the first word ending past the run's start
+            begin = ends[i - 1] if i else 0
+            while begin < stop:
+                end = ends[i]
+                words[i] = piece[begin:end]
+                begin, i = end, i + 1
+        return list(filter(None, words)) if "" in words else words
 
 
 class ByteLevel:
