@@ -13,6 +13,14 @@ milliseconds of:
   `ratio` = reference / worker) and whether the ids are equal.
 Each figure is the median over the chats (each a different text) of the best of three rounds; the issue's
 target for the whole worker side of a first byte is 5 ms on this chat.
+
+On the bundled vocabulary (what `tokworker serve` loads by default), `job_ms` and `job_p90_ms`: a worker's
+whole render-and-open job as its lane hands it over (server.Worker.run: the request decoded, the CPU budget,
+the render and encode, the reply encoded; then the lane's open of the stream on the prompt, with the
+chunk format and tools an API request opens it with), the thread's CPU per chat, each chat seen once and
+never before (no cache cleared, as in a serving worker: no chat's words were seen, but the template's own
+text and the digits were), p50 and p90 over JOB_CHATS chats (10 with --quick). The worker process's
+collector threshold (server.GC_YOUNG) is set around it, as `serve` sets it.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+JOB_CHATS = 40
 
 TOOLS = [{"type": "function", "function": {
     "name": "read_file", "description": "Read a file of the repository.",
@@ -131,7 +140,55 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
         if name == "qwen3":
             row.update(_beside_transformers(tokenizer, template, chats, row["worker_ms"]))
         rows.append(row)
+    if rows and rows[0]["vocabulary"] == "bundled":       # last: a Worker freezes the heap it finds
+        rows[0].update(_job(10 if quick else JOB_CHATS))
     return rows
+
+
+def _job(count: int) -> dict:
+    """A worker's render-and-open job on `count` never-seen chats: p50 and p90 of the thread's CPU (ms)."""
+    import gc
+    import tempfile
+
+    import zmq
+
+    from tokworker.protocol.deltas import ChunkFormat, StreamParams
+    from tokworker.protocol.messages import OpenStream, Render, encode_message
+    from tokworker.worker.lane import Job
+    from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
+    from tokworker.worker.server import GC_YOUNG, Worker
+
+    with tempfile.TemporaryDirectory() as directory:        # an endpoint the job never binds
+        worker = Worker(WorkerOptions(model_dir=str(DEFAULT_MODEL_DIR), bind=f"ipc://{directory}/worker"))
+    identity = b"bench"
+    session = worker.sessions.session(identity)
+
+    def job(seed: int) -> float:
+        name = f"chatcmpl-{seed}"
+        opens = [OpenStream(stream_id=name, params=StreamParams(tools=copy.deepcopy(TOOLS)),
+                            chunks=ChunkFormat(id=name, model="bench", created=0))]
+        body = encode_message(Render(messages=long_chat(seed), tools=TOOLS, open=opens, max_model_len=32768))
+        message = zmq.Frame(bytes(8) + body)                # a request id, then the body, as the lane gets it
+        started = time.thread_time()
+        done = worker.run(Job(identity, 0, message, time.monotonic()))
+        if done.error is None:
+            worker.open_all(identity, done.opens)
+        spent = time.thread_time() - started
+        if done.error is not None or worker.streams.close(session, [name]) != 1:
+            raise RuntimeError(f"the render-and-open job failed: {done.error}")
+        return spent
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG, *threshold[1:])
+    try:
+        for seed in range(10_001, 10_004):                  # first uses (the stream's tables, its parsers)
+            job(seed)
+        times = sorted(job(seed) for seed in range(20_001, 20_001 + count))
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+    return {"job_ms": round(statistics.median(times) * 1e3, 3),
+            "job_p90_ms": round(times[int(0.9 * len(times))] * 1e3, 3), "job_chats": count}
 
 
 def _beside_transformers(tokenizer, template, chats, worker_ms: float) -> dict:

@@ -109,15 +109,23 @@ class StandIns(dict):
         self[code] = stand_in
         return stand_in
 
-    def ascii_text(self, text: str) -> str | None:
-        """`text` with its non-ASCII characters replaced by their stand-ins, or None when one has none."""
+    def ascii_text(self, text: str) -> tuple[str, list[tuple[int, int]]] | None:
+        """`text` with its non-ASCII characters replaced by their stand-ins, and the (start, end) spans of
+        the runs replaced; None when a character has no stand-in.
+
+        >>> StandIns("[a-z]+|[^a-z]+").ascii_text("naïve café")
+        ('na0ve caf0', [(2, 3), (9, 10)])
+        """
+        runs = []
+        append = runs.append
+
+        def replace(run: re.Match) -> str:
+            append(run.span())
+            return run.group().translate(self)
         try:
-            return _NON_ASCII_RUN(self._replace, text)
+            return _NON_ASCII_RUN(replace, text), runs
         except NoStandIn:
             return None
-
-    def _replace(self, run: re.Match) -> str:
-        return run.group().translate(self)
 
 
 class NoStandIn(Exception):

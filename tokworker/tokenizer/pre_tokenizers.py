@@ -11,8 +11,9 @@ UTF-8 bytes to symbol ids and cache by the raw piece.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from functools import cached_property
-from itertools import accumulate, chain
+from itertools import accumulate
 
 import regex
 
@@ -110,7 +111,7 @@ class Split:
         # returns gaps and matches alternately (Isolated); uncaptured, gaps only (Removed); findall gives
         # matches only (Removed + invert). Patterns with their own groups take the general path. An all-ASCII
         # piece goes through the pattern's `re` twin, about twice as fast.
-        self._fast = self._fast_ascii = self._stand_ins = None
+        self._fast = self._fast_ascii = self._stand_ins = self._words_ascii = None
         if plain is None or behavior not in ("Isolated", "Removed"):
             return
         if behavior == "Isolated":
@@ -124,11 +125,13 @@ class Split:
         self._fast = getattr(compiled, method)
         twin = ascii_twin(source)
         self._fast_ascii = getattr(twin, method) if twin is not None else None
-        if twin is not None and behavior == "Isolated" and not invert:
-            # other text through the twin too, each non-ASCII character replaced by an ASCII one the
-            # pattern cannot tell from it; the twin's findall (the captured pattern: whole matches) then
-            # gives the lengths of the original's matches
-            self._stand_ins, self._matches_ascii = StandIns(source), twin.findall
+        words = ascii_twin(plain) if twin is not None and behavior == "Isolated" and not invert else None
+        if words is not None:
+            # the uncaptured twin's findall is the Isolated split wherever its matches leave no gap (nearly
+            # always, for a tokenizer's pattern): 10-15% faster than split, with no empty gaps to drop; other
+            # text through it too, each non-ASCII character replaced by an ASCII one the pattern cannot tell
+            # from it, which gives the lengths of the original's matches
+            self._stand_ins, self._words_ascii = StandIns(source), words.findall
 
     @cached_property
     def pattern(self) -> regex.Pattern:
@@ -143,9 +146,14 @@ class Split:
 
     def split(self, pieces: list[str], at_start: bool = True) -> list[str]:
         out: list[str] = []
-        fast, fast_ascii, stand_ins = self._fast, self._fast_ascii, self._stand_ins
+        fast, fast_ascii, stand_ins, words_ascii = self._fast, self._fast_ascii, self._stand_ins, self._words_ascii
         for piece in pieces:
             if fast_ascii is not None and piece.isascii():
+                if words_ascii is not None:
+                    words = words_ascii(piece)
+                    if sum(map(len, words)) == len(piece):         # no gap between the matches
+                        out.extend(filter(None, words) if "" in words else words)
+                        continue
                 out.extend(filter(None, fast_ascii(piece)))
             elif fast is not None:
                 # a few non-ASCII characters: faster through the twin with stand-ins; past about one byte in
@@ -161,14 +169,25 @@ class Split:
 
     def _by_stand_ins(self, piece: str) -> list[str] | None:
         """The Isolated split of `piece` through the ASCII twin, each non-ASCII character replaced by its
-        stand-in, or None when one has none or the matches leave gaps (then `regex` splits it)."""
-        standing = self._stand_ins.ascii_text(piece)
-        if standing is None:
+        stand-in, or None when one has none or the matches leave gaps (then `regex` splits it). The twin's
+        words are the piece's own where they hold no stand-in; only the words a replaced run touches are
+        cut from the piece again (a chat's few accented words, not its thousands of others)."""
+        found = self._stand_ins.ascii_text(piece)
+        if found is None:
             return None
-        ends = list(accumulate(map(len, self._matches_ascii(standing))))
+        standing, runs = found
+        words = self._words_ascii(standing)
+        ends = list(accumulate(map(len, words)))
         if not ends or ends[-1] != len(piece):
             return None
-        return list(filter(None, map(piece.__getitem__, map(slice, chain((0,), ends), ends))))
+        for start, stop in runs:
+            i = bisect_right(ends, start)           # the first word ending past the run's start
+            begin = ends[i - 1] if i else 0
+            while begin < stop:
+                end = ends[i]
+                words[i] = piece[begin:end]
+                begin, i = end, i + 1
+        return list(filter(None, words)) if "" in words else words
 
 
 class ByteLevel:

@@ -30,8 +30,11 @@ def _tables():
         for char in pair:
             divergent = charset.union(divergent, charset.of_char(ord(char)))
     divergent_chars = regex.compile("(?V1)" + charset.explicit(divergent))
+    # a few hundred characters: a set's isdisjoint over the text is 2-3x faster than the search, and the
+    # answer for nearly every text
+    divergent_set = frozenset(chr(c) for a, b in charset.ranges(divergent) for c in range(a, b))
     inert_chars = frozenset(chr(c) for a, b in charset.ranges(inert) for c in range(a, b))
-    return divergent_chars, inert_chars, not_composed
+    return divergent_chars, divergent_set, inert_chars, not_composed
 
 
 def normalize(form: str, text: str) -> str:
@@ -40,10 +43,10 @@ def normalize(form: str, text: str) -> str:
         raise ValueError(f"unknown normalization form {form!r}; expected one of {', '.join(FORMS)}")
     if text.isascii():
         return text
-    divergent, inert, not_composed = _tables()
-    found = divergent.search(text)
-    if found is None:
+    divergent, divergent_set, inert, not_composed = _tables()
+    if divergent_set.isdisjoint(text):
         return unicodedata.normalize(form, text)
+    found = divergent.search(text)
     pieces, cursor, length = [], 0, len(text)
     while found is not None:
         start = found.start()
