@@ -173,22 +173,25 @@ def test_the_choices_of_one_response_share_its_sink_and_the_last_end_writes_the_
         with pytest.raises(CodedError, match="no open direct stream 'nobody'"):
             table.join(session, "c-4", "nobody")
         sink.write(b"data: 0a\n\n")
+        table.flush_step()                                # a step's end
         sender.hand("session-a", "c-0", server.fileno())
         for fd in table.readable()[1:]:
             table.on_readable(fd)
-        sink.write(b"data: 1a\n\n")
+        sink.write(b"data: 1a\n\n")                      # the next step: two choices' events, one write
         sink.finished(None)                               # choice 1 ends
         table.release(session, "c-1")
         sink.write(b"data: 0b\n\n")
         sink.finished(None)
         table.release(session, "c-0")
+        assert read_all(client) == b"a\r\ndata: 0a\n\n\r\n"    # the rest waits for the step's end
+        table.flush_step()
         table.evict(time.monotonic())                     # one choice still streams: nothing goes
         assert not sink.ending and len(table.sinks) == 3
         sink.write(b"data: 2a\n\n")
-        sink.finished(None)
+        sink.finished(None)                               # the last end: its event, the tail, the body's end
         table.release(session, "c-2")
-        assert chunks(read_all(client)) == [b"data: 0a\n\n", b"data: 1a\n\n", b"data: 0b\n\n", b"data: 2a\n\n",
-                                            b"data: 3 usages\n\n", b""]
+        assert chunks(read_all(client)) == [b"data: 1a\n\ndata: 0b\n\n", b"data: 2a\n\n", b"data: 3 usages\n\n",
+                                            b""]
         table.evict(time.monotonic())
         assert table.sinks == {} and not table.waiting
     finally:

@@ -59,9 +59,11 @@ class Sink:
     `tail(usages, bodies)` a `whole` one's body."""
 
     __slots__ = ("fd", "pending", "pending_bytes", "max_bytes", "failed", "ending", "closed", "released",
-                 "waiting", "choices", "usages", "tail", "live", "bodies", "head", "response")
+                 "waiting", "choices", "usages", "tail", "live", "bodies", "head", "response", "gathered",
+                 "gathering")
 
-    def __init__(self, max_bytes: int, waiting: dict, choices: int = 1, tail=None, whole: bool = False):
+    def __init__(self, max_bytes: int, waiting: dict, choices: int = 1, tail=None, whole: bool = False,
+                 gathering: list | None = None):
         self.fd = -1
         self.pending: deque[bytes] = deque()
         self.pending_bytes = 0
@@ -78,11 +80,33 @@ class Sink:
         self.bodies: list | None = [] if whole else None   # a whole response's choices' bodies, with their index
         self.head = b""                      # ... the headers that came with its socket
         self.response: tuple | None = None   # ... its status line's status, body and headers, once known
+        # several streamed choices: this step's events, written at its end as one chunk (SinkTable.flush_step)
+        self.gathered: list[bytes] | None = [] if choices > 1 and not whole and gathering is not None else None
+        self.gathering = gathering
 
     def write(self, data: bytes) -> None:
-        """One event (or several) as one HTTP chunk."""
+        """One event (or several) as one HTTP chunk; the events a step makes for several choices as one
+        chunk, once the step is done (`flush_step` of the table in `gathering`).
+
+        >>> gathering = []
+        >>> sink = Sink(1 << 20, {}, choices=2, gathering=gathering)
+        >>> sink.write(b"data: 0\\n\\n"); sink.write(b"data: 1\\n\\n"); list(sink.pending), gathering == [sink]
+        ([], True)
+        >>> sink.flush_step(); list(sink.pending)
+        [b'12\\r\\ndata: 0\\n\\ndata: 1\\n\\n\\r\\n']
+        """
         if data and self.failed is None:
-            self._send(http_chunk(data))
+            gathered = self.gathered
+            if gathered is None:
+                self._send(http_chunk(data))
+                return
+            if not gathered:
+                self.gathering.append(self)
+            gathered.append(data)
+
+    def flush_step(self) -> None:
+        if self.gathered:
+            self._send(b"")
 
     def finished(self, usage) -> None:
         """One of the response's choices ended (with `usage`); after the last, its tail and the body's end.
@@ -170,6 +194,8 @@ class Sink:
 
     def close(self) -> None:
         self.closed = True
+        if self.gathered:
+            self.gathered.clear()
         if self.fd >= 0:
             self.waiting.pop(self.fd, None)
             os.close(self.fd)
@@ -178,6 +204,10 @@ class Sink:
         self.pending_bytes = 0
 
     def _send(self, data: bytes) -> None:
+        gathered = self.gathered
+        if gathered:                             # what this step gathered goes first
+            data = http_chunk(b"".join(gathered)) + data
+            gathered.clear()
         if self.pending or self.fd < 0:
             self._queue(data)
             return
@@ -217,6 +247,7 @@ class SinkTable:
         self.sinks: dict[tuple[str, str], Sink] = {}
         self.peers: dict[int, tuple[socket.socket, str]] = {}     # descriptor -> (API process, its peer)
         self.waiting: dict[int, Sink] = {}                          # descriptor -> its sink, bytes waiting
+        self.gathering: list[Sink] = []                             # sinks holding this step's events
         if os.path.exists(path):
             os.unlink(path)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -232,7 +263,8 @@ class SinkTable:
         """A new response's sink, for its first stream (of `choices`): its events wait in it until the socket
         arrives."""
         self.close(session, stream_id)
-        sink = self.sinks[(session, stream_id)] = Sink(self.max_bytes, self.waiting, choices, tail, whole)
+        sink = self.sinks[(session, stream_id)] = Sink(self.max_bytes, self.waiting, choices, tail, whole,
+                                                       self.gathering)
         sink.live.add(stream_id)
         return sink
 
@@ -275,6 +307,13 @@ class SinkTable:
         if sink is not None:
             sink.live.discard(stream_id)
             sink.close()
+
+    def flush_step(self) -> None:
+        """A step is done: each sink that gathered its choices' events writes them, one write each."""
+        gathering = self.gathering
+        for sink in gathering:
+            sink.flush_step()
+        gathering.clear()
 
     def readable(self) -> list[int]:
         """The descriptors to poll for input: the listener and the connected API processes."""

@@ -378,6 +378,9 @@ class StreamTable:
             updates.append(update)
         if not streams and session in self.sessions:
             del self.sessions[session]
+        sinks = self.sinks
+        if sinks is not None and sinks.gathering:        # several choices' events of one response: one write
+            sinks.flush_step()
         return StepReply(updates=updates, errors=errors, finished=finished)
 
     # ------------------------------------------------------------ helpers
