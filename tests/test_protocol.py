@@ -41,6 +41,7 @@ REQUESTS = [
                                                       tools=[{"type": "function", "function": {"name": "f"}}]),
                prompt_ids=[1, 2], prompt_text="<|im_start|>", replay=[[5], [6, 7]]),
     Step(ids={"a": [1, 2], "b": []}, finish=["c"]),
+    Step(ids={"a": [3]}, news_only=True),
     CloseStreams(stream_ids=["a", "b"]),
 ]
 REPLIES = [
