@@ -3,15 +3,18 @@ streams whose worker writes their client's socket goes out without waiting for a
 answers only when it has something to say (a stream's end, a failure), which reaches `on_news`. A real worker,
 a real socket pair for the client's connection: the worker writes every event to the socket and leaves the
 steps unanswered, the stop string's end comes as news, an id outside the vocabulary fails the stream as
-news, and a step after ASK_EVERY_S without an answered request is answered again (the hang clock's)."""
+news, a step after ASK_EVERY_S without an answered request is answered again (the hang clock's), and a
+property holds the client's bytes equal to those of answered steps whatever the text and the steps' sizes."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tokworker.frontend import TokenizerPool
 from tokworker.frontend.link import ASK_EVERY_S
@@ -20,6 +23,7 @@ from tests.test_pool_streams import MODEL
 
 pytestmark = pytest.mark.slow  # worker processes
 
+NAMES = itertools.count()
 TEXT = "Every word of this reply goes from the worker to the client's socket, and then STOP comes"
 
 
@@ -133,3 +137,52 @@ def test_without_on_news_every_step_is_answered():
             client.close()
 
     asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def served():
+    """One pool (one worker) for every example, on a loop of its own."""
+    loop = asyncio.new_event_loop()
+    pool = loop.run_until_complete(TokenizerPool.spawn(MODEL, workers=1))
+    yield loop, pool
+    loop.run_until_complete(pool.close())
+    loop.close()
+
+
+def read_to_end(client: socket.socket) -> bytes:
+    client.settimeout(10)
+    data = b""
+    while chunk := client.recv(1 << 16):
+        data += chunk
+    client.close()
+    return data
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(["alpha", " beta", " STOP", "é", " 日本", "\n", " ga", "mma", "!"]),
+                      min_size=1, max_size=12),
+       cuts=st.lists(st.integers(1, 4), min_size=1, max_size=12))
+def test_news_only_steps_write_the_bytes_awaited_steps_write(served, words, cuts):
+    """Whatever the text and however the engine groups its ids into steps, the client's bytes are the same
+    whether the steps are answered or news-only (a stop string's end included)."""
+    loop, pool = served
+
+    async def stream(name: str, news_only: bool) -> bytes:
+        pool.on_news = (lambda updates: None) if news_only else None
+        ids = await pool.encode("".join(words))
+        client = await opened(pool, name, stop=["STOP"])
+        at, turn, quiet = 0, 0, 0
+        while at < len(ids):
+            size, sent = cuts[turn % len(cuts)], len(pool.links[0].news_only)
+            await pool.step({name: ids[at:at + size]})
+            quiet += len(pool.links[0].news_only) > sent
+            at, turn = at + size, turn + 1
+        assert bool(quiet) == news_only                 # the first step at least went out news-only
+        await pool.step({}, finish=[name])
+        return read_to_end(client)
+
+    names = [f"s-{next(NAMES)}" for _ in range(2)]
+    answered = loop.run_until_complete(stream(names[0], False))
+    told = loop.run_until_complete(stream(names[1], True))
+    assert told.replace(names[1].encode(), b"") == answered.replace(names[0].encode(), b"")
+    assert answered.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
