@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import signal
 import socket
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tokworker.frontend import TokenizerPool
+from tokworker.frontend.errors import PoolError
 from tokworker.frontend.link import ASK_EVERY_S
 from tokworker.protocol.deltas import EMPTY, ChunkFormat, StreamParams
 from tests.test_pool_streams import MODEL
@@ -186,3 +189,34 @@ def test_news_only_steps_write_the_bytes_awaited_steps_write(served, words, cuts
     told = loop.run_until_complete(stream(names[1], True))
     assert told.replace(names[1].encode(), b"") == answered.replace(names[0].encode(), b"")
     assert answered.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+
+
+def test_a_hung_worker_is_still_found_when_its_steps_go_news_only():
+    """Stopped (SIGSTOP), the worker answers nothing and news-only steps wait for nothing; the answered step
+    after ASK_EVERY_S does, so the hang clock finds it, the launcher replaces it, and its direct stream fails
+    (its client's socket was with the worker)."""
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1, hang_timeout=0.5) as pool:
+            news: list[dict] = []
+            pool.on_news = news.append
+            link = pool.links[0]
+            ids = await pool.encode("one two three four five six seven eight nine ten")
+            client = await opened(pool, "s")
+            assert await pool.step({"s": ids[:1]}) == {}
+            os.kill(link.info.pid, signal.SIGSTOP)
+            failure = None
+            for token in ids * 40:                              # the engine goes on stepping (8 s at most)
+                try:
+                    result = await asyncio.wait_for(pool.step({"s": [token]}), 10)
+                except PoolError as error:
+                    failure = error
+                    break
+                if "s" in result and result["s"].finish_reason == "error":
+                    failure = result["s"]
+                    break
+                await asyncio.sleep(0.02)
+            assert link.hangs == 1 and pool.launcher.restarts == 1, failure
+            assert pool.open_streams == 0
+            client.close()
+
+    asyncio.run(main())
