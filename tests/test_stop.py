@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from tests.cuts import cut_at
+from tests.work import lines_run
 from tokworker.stream.stop import StopChecker
 
 PIECES = ["a", "b", "c", "ab", "abc", "</", "ans", "wer>", "</answer>", "\n", "é", "日本", "🧑‍🚀", "STOP", "ST", "OP"]
@@ -140,23 +139,6 @@ def test_overlapping_stops_on_a_small_alphabet(text, stops, include, cuts, armed
     assert streamed == expected and checker.matched == matched
     assert all(expected.startswith(prefix) for prefix in emitted)
     assert len(checker._held) < max(map(len, stops))
-
-
-def lines_run(work) -> int:
-    """How many lines of Python `work()` runs."""
-    count = 0
-
-    def trace(frame, event, arg):
-        nonlocal count
-        count += event == "line"
-        return trace
-
-    sys.settrace(trace)
-    try:
-        work()
-    finally:
-        sys.settrace(None)
-    return count
 
 
 def test_one_long_stop_string_is_cheap_and_bounded():
