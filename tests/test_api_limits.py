@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from front_doors import Watch, front_door, health_seconds, rss_mb
-from tests.work import RESPONSIVE_S, cpu_s
+from tests.work import RESPONSIVE_S
 
 pytestmark = pytest.mark.slow
 
@@ -268,9 +268,8 @@ def test_a_thousand_choices_within_the_limits_are_served(tmp_path):
 
 def test_schema_compiles_leave_the_loop_free(tmp_path):
     """Before, a JSON Schema string with maxLength ~1,000 had the replay engine build its DFA on the API
-    event loop (1.3-1.7 s of CPU each): eight such requests stalled /health 5.6 s. Scaled to four (the
-    workers' own compiles of these constraints take longer, off the API process), whose compiles on the loop
-    would show in the API process's own CPU seconds whatever the machine's load."""
+    event loop (1.3-1.7 s of CPU each): eight such requests stalled /health 5.6 s, past RESPONSIVE_S (the
+    compiles still run in the API process, off its loop: its CPU seconds would not tell)."""
     def schema(i: int) -> dict:                     # a distinct pattern each: no cache helps
         return {"type": "object", "properties": {"name": {"type": "string", "maxLength": 1000 + i}},
                 "required": ["name"]}
@@ -281,17 +280,15 @@ def test_schema_compiles_leave_the_loop_free(tmp_path):
                 "model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40,
                 "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema(i)}}})
 
-        watch, cpu_before = Watch(base, proc.pid), cpu_s(proc.pid)
+        watch = Watch(base, proc.pid)
         try:
-            with ThreadPoolExecutor(4) as clients:
-                replies = list(clients.map(ask, range(4)))
+            with ThreadPoolExecutor(8) as clients:
+                replies = list(clients.map(ask, range(8)))
         finally:
             watch.stop()
-        api_cpu = cpu_s(proc.pid) - cpu_before
-        assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies if r.status_code != 200]
+        assert [r.status_code for r in replies] == [200] * 8, [r.text for r in replies if r.status_code != 200]
         assert all(r.json()["choices"][0]["message"]["content"] == '{"name": ""}' for r in replies), replies[0].text
         assert watch.slowest < RESPONSIVE_S, watch.slowest
-        assert api_cpu < 2.5, api_cpu           # counted, not timed: the four compiles on the loop were 5-7 s
 
 
 def test_a_slow_body_is_not_held_to_the_header_timeout(tmp_path):
