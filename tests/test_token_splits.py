@@ -6,7 +6,7 @@ holding one 300,000-character token loads in about the lines of Python of the sa
 from __future__ import annotations
 
 import base64
-import json
+import functools
 import random
 import struct
 
@@ -74,7 +74,7 @@ def _ordinary_tokens() -> list[bytes]:
 
 def _load_lines(load, *paths) -> list[int]:
     """Lines of Python each load runs (counted, not timed: a loaded machine cannot stretch them)."""
-    return [lines_run(lambda: load(path), limit=10_000_000) for path in paths]
+    return [lines_run(functools.partial(load, path), limit=10_000_000) for path in paths]
 
 
 def _from_tiktoken(path):
