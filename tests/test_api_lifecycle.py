@@ -21,7 +21,7 @@ from api_server import running, script
 from tokworker.api.options import ApiOptions
 from tokworker.engines.replay import ReplayEngine
 
-pytestmark = pytest.mark.slow  # the front door on worker processes
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # storms of hang-ups at the front door on worker processes
 
 MODEL = "tokworker-test"
 

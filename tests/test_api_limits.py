@@ -21,7 +21,7 @@ import requests
 from front_doors import Watch, front_door, health_seconds, rss_mb
 from tests.work import RESPONSIVE_S
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # attacks on a real front door
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -17,7 +17,7 @@ from front_doors import StandInEngine, front_door, health_seconds, rss_mb
 from tests.work import RESPONSIVE_S
 from tools.llama_server import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # misbehaving engines behind a real front door
 COMPLETION = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 2}
 
 

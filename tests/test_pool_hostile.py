@@ -23,7 +23,7 @@ from tests.test_template_bombs import BOMBS
 from tests.work import RESPONSIVE_S
 from tokworker.stream.stop import MAX_STOP_BYTES
 
-pytestmark = pytest.mark.slow  # worker processes
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # hostile requests to worker processes
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 STOP = "".join(chr(0x4E00 + i) for i in range(1000)) + "ab" * 29500          # 60,000 characters

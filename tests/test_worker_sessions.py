@@ -33,7 +33,7 @@ from tokworker.tokenizer import Tokenizer
 from tokworker.worker.options import WorkerOptions, options_to_json
 from tokworker.worker.security import generate_keys
 
-pytestmark = pytest.mark.slow  # worker processes
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # sessions under attack, on worker processes
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
