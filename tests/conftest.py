@@ -1,7 +1,8 @@
 """Suite-wide hypothesis settings: a failing property stops at its first counterexample and shrinks it,
 without the explain phase (it traces every line, many times slower on a template render). Hunting for more
 distinct failures after the first, as hypothesis does by default, can outlast pytest-timeout, whose thread
-method then ends the whole run without a report. And the fixtures several modules share."""
+method then ends the whole run without a report. A test marked long is marked slow as well. And the fixtures
+several modules share."""
 
 import pytest
 from hypothesis import Phase, settings
@@ -12,6 +13,14 @@ from tokworker.worker.options import DEFAULT_MODEL_DIR
 settings.register_profile("tokworker", report_multiple_bugs=False,
                           phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink])
 settings.load_profile("tokworker")
+
+
+@pytest.hookimpl(tryfirst=True)         # before `-m` deselects by the markers
+def pytest_collection_modifyitems(items):
+    """A test marked long is slow too: the inner loop (`-m "not slow"`) leaves it out with the rest."""
+    for item in items:
+        if item.get_closest_marker("long") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from api_server import running, script
 from tokworker.api.options import ApiOptions
 from tokworker.engines.replay import ReplayEngine
 
-pytestmark = pytest.mark.slow  # the front door on worker processes
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # storms of hang-ups at the front door on worker processes
 
 MODEL = "tokworker-test"
 
@@ -98,7 +98,7 @@ def test_hang_ups_in_every_phase_leave_nothing_behind(phase, stream, add_delay, 
         stop.set()
         watcher.join(10)
         assert settled(server) == {"requests": 0, "choices": 0, "streams": 0, "engine": 0}, phase
-        assert bystander and max(bystander) < 1.0
+        assert bystander and max(bystander) < 3.0, max(bystander)    # served throughout: milliseconds, not stuck
         # every slot came back: as many requests as the limit allows are served at once, and then some
         engine.add_delay = 0.0
         with requests.Session() as http:

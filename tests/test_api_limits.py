@@ -2,7 +2,7 @@
 and real sockets, scaled down where the mechanism shows at a smaller size: slowloris heads closed after
 --header-timeout-s; bodies that never finish held within --max-body-bytes-in-flight (RSS read from /proc)
 and answered 408 after --body-timeout-s; more idle connections than the descriptor limit allows while a
-bystander is still served within 1 s."""
+bystander is still served (within RESPONSIVE_S: the attacks stalled one 5-16 s or locked it out)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ import pytest
 import requests
 
 from front_doors import Watch, front_door, health_seconds, rss_mb
+from tests.work import RESPONSIVE_S
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # attacks on a real front door
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -69,10 +70,11 @@ def test_slowloris_heads_are_closed_after_the_header_timeout(tmp_path):
             closed = asyncio.run(slowloris(int(base.rsplit(":", 1)[1]), 300, 6))
         finally:
             watch.stop()
-        assert all(when is not None and when < 3 for when, _ in closed), sorted(w or 99 for w, _ in closed)[-5:]
+        late = sorted(when or 99 for when, _ in closed)[-5:]
+        assert all(when is not None and when < 1 + RESPONSIVE_S for when, _ in closed), late
         assert all(answer.startswith(b"HTTP/1.1 408 Request Timeout") for _, answer in closed)
         assert b"--header-timeout-s" in closed[0][1]
-        assert watch.slowest < 1
+        assert watch.slowest < RESPONSIVE_S, watch.slowest
 
 
 def test_a_late_head_reads_its_408_and_a_clean_end(tmp_path):
@@ -139,7 +141,7 @@ def test_unfinished_bodies_are_held_within_the_byte_budget(tmp_path, chunked):
         refused = [a for a in answers if a.startswith(b"HTTP/1.1 429")]
         assert len(refused) >= 24 - 5, answers
         assert watch.peak_mb - watch.before_mb < 32 + 24, (watch.before_mb, watch.peak_mb)
-        assert watch.slowest < 1
+        assert watch.slowest < RESPONSIVE_S, watch.slowest
         reply = requests.post(base + "/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2},
                               timeout=10)
         assert reply.status_code == 200, reply.text     # the budget is whole again
@@ -224,7 +226,7 @@ def test_idle_connections_past_the_descriptor_limit_do_not_lock_clients_out(tmp_
             return took, reply.status_code
 
         took, status = asyncio.run(idle_connections(int(base.rsplit(":", 1)[1]), 400, bystander))
-        assert status == 200 and took < 1
+        assert status == 200 and took < RESPONSIVE_S, took
 
 
 def test_fan_out_is_priced_before_any_work(tmp_path):
@@ -237,7 +239,7 @@ def test_fan_out_is_priced_before_any_work(tmp_path):
             reply = requests.post(base + "/v1/completions", timeout=30, json={
                 "model": "m", "prompt": [[1, 2]] * prompts, "n": n, "max_tokens": 4})
             assert reply.status_code == status, reply.text
-            assert time.monotonic() - began < 1
+            assert time.monotonic() - began < RESPONSIVE_S          # refused before the work, not after 41 s
             if status == 413:
                 assert reply.json()["error"]["param"] == "n"
                 assert f"{prompts} prompts x n {n} is {prompts * n} choices" in reply.json()["error"]["message"]
@@ -261,13 +263,13 @@ def test_a_thousand_choices_within_the_limits_are_served(tmp_path):
             watch.stop()
         assert reply.status_code == 200, reply.text
         assert len(reply.json()["choices"]) == 1024
-        assert watch.slowest < 1
+        assert watch.slowest < RESPONSIVE_S, watch.slowest
 
 
 def test_schema_compiles_leave_the_loop_free(tmp_path):
     """Before, a JSON Schema string with maxLength ~1,000 had the replay engine build its DFA on the API
-    event loop (1.3-1.7 s of CPU each): eight such requests stalled /health 5.6 s. Scaled to four (the
-    workers' own compiles of these constraints take longer, off the API process)."""
+    event loop (1.3-1.7 s of CPU each): eight such requests stalled /health 5.6 s, past RESPONSIVE_S (the
+    compiles still run in the API process, off its loop: its CPU seconds would not tell)."""
     def schema(i: int) -> dict:                     # a distinct pattern each: no cache helps
         return {"type": "object", "properties": {"name": {"type": "string", "maxLength": 1000 + i}},
                 "required": ["name"]}
@@ -280,13 +282,13 @@ def test_schema_compiles_leave_the_loop_free(tmp_path):
 
         watch = Watch(base, proc.pid)
         try:
-            with ThreadPoolExecutor(4) as clients:
-                replies = list(clients.map(ask, range(4)))
+            with ThreadPoolExecutor(8) as clients:
+                replies = list(clients.map(ask, range(8)))
         finally:
             watch.stop()
-        assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies if r.status_code != 200]
+        assert [r.status_code for r in replies] == [200] * 8, [r.text for r in replies if r.status_code != 200]
         assert all(r.json()["choices"][0]["message"]["content"] == '{"name": ""}' for r in replies), replies[0].text
-        assert watch.slowest < 1, watch.slowest
+        assert watch.slowest < RESPONSIVE_S, watch.slowest
 
 
 def test_a_slow_body_is_not_held_to_the_header_timeout(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from bench.__main__ import SECTIONS
 from realdata import REPO
 
-pytestmark = pytest.mark.slow  # the bench
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the whole bench, quick: 3 minutes
 
 
 def test_quick_bench_writes_every_section(tmp_path):

@@ -25,7 +25,7 @@ from tests.test_template_sandbox import BOMBS
 from tests.test_templates_parity import _template_kwargs
 from tokworker.templates import TemplateError, TemplateTimeoutError, render_chat
 
-pytestmark = [pytest.mark.busy_host, pytest.mark.slow,
+pytestmark = [pytest.mark.busy_host, pytest.mark.slow, pytest.mark.long,
               pytest.mark.skipif(not chat_templates(), reason="../shared/fixtures/chat_templates is not present")]
 
 # what only the watchdog stops (a loop of bytecodes; one long C call of colliding insertions), and two priced

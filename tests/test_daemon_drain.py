@@ -19,6 +19,7 @@ import pytest
 import uvloop
 
 from tests.daemons import wait_held
+from tests.work import RESPONSIVE_S
 from tokworker.frontend import ShuttingDown, TokenizerPool, WorkerLost
 from tokworker.protocol.deltas import StreamParams
 from tokworker.protocol.messages import ErrorCode
@@ -31,6 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 TEXT = "Draining keeps every open stream going: 日本語, café, 🚀, and the last words. " * 3
+#: "at once": milliseconds here; the bugs these tests were written for waited 4.7-10 s (a handshake's or a
+#: request's timeout) or for ever
+AT_ONCE_S = RESPONSIVE_S
 
 
 def start_daemon(*args) -> tuple[subprocess.Popen, str]:
@@ -180,7 +184,7 @@ def test_streams_cut_at_the_drain_timeout_fail_as_shutting_down_in_the_next_step
     first, rest, on_a, took, status = uvloop.run(main())
     engine = TextStream(tokenizer, StreamParams())
     expected = "".join(d.content or "" for u in (engine.push(ids[:5]), engine.push(ids[5:])) for d in u.deltas)
-    assert took < 1.0                                           # no hang, no lost worker
+    assert took < AT_ONCE_S                                     # no hang, no lost worker
     for name, update in rest.items():
         if name in on_a:                                        # told in the very next step, stream by stream
             assert update.finish_reason == "error" and update.code == ErrorCode.SHUTTING_DOWN, update
@@ -227,13 +231,13 @@ def test_a_worker_that_read_sigterm_answers_new_work_and_handshakes_at_once(daem
             return refused_in, handshake_in
 
     refused_in, handshake_in = uvloop.run(main())
-    assert refused_in < 1.0 and handshake_in < 1.0              # at once, not a timeout (about 2 ms here)
+    assert refused_in < AT_ONCE_S and handshake_in < AT_ONCE_S  # at once, not a timeout (about 2 ms here)
 
 
 def test_connected_pools_are_told_of_a_drain_and_never_wait_on_it(daemons):
     """A pool already connected to a daemon that gets SIGTERM is told unasked (a Draining notice on its
-    connection): every render sent from right after the signal on is answered within 100 ms (it waited 4.9 s
-    and failed as "no handshake" before), served by the other daemon where the pool reaches one, ShuttingDown
+    connection): every render sent from right after the signal on is answered at once (milliseconds; it
+    waited 4.9 s and failed as "no handshake" before), served by the other daemon where the pool reaches one, ShuttingDown
     where it does not, also once the drained worker has left."""
     draining, bind_a = daemons()
     _, bind_b = daemons()
@@ -279,5 +283,5 @@ def test_connected_pools_are_told_of_a_drain_and_never_wait_on_it(daemons):
 
     outcomes, slowest, after_exit, status = uvloop.run(main())
     assert "shutting_down" in outcomes
-    assert slowest < 0.1 and after_exit < 0.1, (slowest, after_exit)
+    assert slowest < AT_ONCE_S and after_exit < AT_ONCE_S, (slowest, after_exit)
     assert status == 0

@@ -134,7 +134,7 @@ def test_connecting_to_an_ipc_endpoint_with_no_socket_fails_at_once(tmp_path, ru
     error, elapsed = uvloop.run(main())
     assert error.code == "worker_lost" and isinstance(error, WorkerLost)
     assert error.message == f"no such socket: {path} (no `tokworker serve` runs on ipc://{path})"
-    assert elapsed < 1                                         # not the 30 s connect timeout
+    assert elapsed < 5                                         # not the 30 s connect timeout
 
 
 def test_a_client_waits_for_the_socket_of_a_daemon_that_holds_its_endpoint(run_dir):

@@ -61,7 +61,7 @@ def test_connect_refuses_a_malformed_endpoint_at_once(endpoint):
             await TokenizerPool.connect(endpoint, connect_timeout=30)
         return time.monotonic() - started
 
-    assert uvloop.run(main()) < 1.0
+    assert uvloop.run(main()) < 5                        # not the 30 s connect timeout
 
 
 def test_connect_timeout_is_honoured_and_close_does_not_block():

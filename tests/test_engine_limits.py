@@ -14,9 +14,10 @@ import pytest
 import requests
 
 from front_doors import StandInEngine, front_door, health_seconds, rss_mb
+from tests.work import RESPONSIVE_S
 from tools.llama_server import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # misbehaving engines behind a real front door
 COMPLETION = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 2}
 
 
@@ -131,7 +132,7 @@ def test_an_engine_that_never_sends_headers_times_out(engine, tmp_path):
         took = time.monotonic() - began
         assert reply.status_code == 504, reply.text
         assert "no response headers within 1 s" in reply.json()["error"]["message"]
-        assert 1 <= took < 4
+        assert 1 <= took < 1 + RESPONSIVE_S, took                # not before the timeout, nor the client's 30 s
         assert wait_until(lambda: engine.open == 0, 5)         # the connection went with the request
 
 
@@ -143,7 +144,7 @@ def test_an_engine_that_stops_sending_mid_stream_times_out(engine, tmp_path):
         reply = requests.post(base + "/v1/completions", json=COMPLETION, timeout=30)
         assert reply.status_code == 504, reply.text
         assert "sent nothing for 1 s (--engine-read-timeout-s)" in reply.json()["error"]["message"]
-        assert time.monotonic() - began < 4
+        assert time.monotonic() - began < 1 + RESPONSIVE_S
         assert wait_until(lambda: engine.open == 0, 5)
 
 
@@ -159,7 +160,7 @@ def test_an_engines_endless_error_body_is_read_only_up_to_its_bound(engine, tmp_
         assert wait_until(lambda: engine.open == 0, 5)
         assert engine.error_bytes_sent < 64 << 20               # it stopped reading: the engine's writes stopped
         assert rss_mb(proc.pid) - before < 40
-        assert health_seconds(base) < 1
+        assert health_seconds(base) < RESPONSIVE_S
 
 
 def test_an_abort_while_add_waits_for_headers_ends_both(engine):

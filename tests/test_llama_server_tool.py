@@ -20,9 +20,7 @@ def test_another_host_is_refused():
 
 def test_a_built_machine_does_not_build_again():
     binary("llama-server")
-    started = time.monotonic()
-    assert build(log=pytest.fail) == install_dir()
-    assert time.monotonic() - started < 1.0
+    assert build(log=pytest.fail) == install_dir()          # a build would say so first: the log fails the test
 
 
 def _listening(port: int) -> list[str]:

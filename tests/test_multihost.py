@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # daemons in network namespaces
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # daemons in network namespaces, one killed
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"

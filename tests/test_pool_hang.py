@@ -21,7 +21,7 @@ from tokworker.stream.state import TextStream
 from tokworker.tokenizer import Tokenizer
 from tests.test_pool_streams import MODEL
 
-pytestmark = pytest.mark.slow  # worker processes
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # hung (SIGSTOPped) worker processes replaced
 
 TEXT = "a stream that goes on while its worker is stopped, killed and replaced, and sees every word once"
 

@@ -20,9 +20,10 @@ import uvloop
 from tokworker.frontend import InvalidRequest, PoolError, TokenizerPool
 from tokworker.protocol.deltas import StreamParams
 from tests.test_template_bombs import BOMBS
+from tests.work import RESPONSIVE_S
 from tokworker.stream.stop import MAX_STOP_BYTES
 
-pytestmark = pytest.mark.slow  # worker processes
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # hostile requests to worker processes
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 STOP = "".join(chr(0x4E00 + i) for i in range(1000)) + "ab" * 29500          # 60,000 characters
@@ -38,19 +39,17 @@ def _run(main, **options):
 def test_a_long_stop_string_is_cheap_and_more_is_refused():
     async def main(pool):
         before = (await pool.stats())[0].max_rss_kb
-        started = time.monotonic()
         await pool.open_stream("long", StreamParams(stop=[STOP]))
-        opened = time.monotonic() - started
         text = "x " + STOP[:-1] + "y " + STOP + " after"
         update = (await pool.step({"long": await pool.encode(text)}))["long"]
         grown = (await pool.stats())[0].max_rss_kb - before
         with pytest.raises(InvalidRequest, match="over the limit of 65,536"):
             await pool.open_stream("longer", StreamParams(stop=["y" * (MAX_STOP_BYTES + 1)]))
-        return opened, update, grown
-    opened, update, grown = _run(main)
+        return update, grown
+    update, grown = _run(main)
     assert "".join(d.content or "" for d in update.deltas) == "x " + STOP[:-1] + "y "
     assert update.stop_reason == STOP
-    assert opened < 1.0, f"the open took {opened:.2f} s"
+    # the old open's 1.8 GB shows here; its work (2.6 s then) is counted in lines run by test_stop.py
     assert grown < 64 * 1024, f"the worker's peak grew by {grown / 1024:.0f} MB"
 
 
@@ -71,7 +70,8 @@ def test_a_hostile_schema_is_refused_quickly():
 @pytest.mark.parametrize("name", ["trim_distinct_chars", "fromkeys_colliding", "dict_literal_colliding",
                                   "hash_deep_tuple", "strftime_directives"])
 def test_templates_that_ran_long_in_c_cost_another_session_one_render_at_most(name):
-    """A neighbour steps a stream all along: its steps are never held up longer than one render's budget."""
+    """A neighbour steps a stream all along: its steps are never held up longer than one render's budget (1 s
+    of CPU, which a loaded machine may stretch to a few seconds of wall clock: RESPONSIVE_S more)."""
     async def main(pool):
         pid = (await pool.stats())[0].pid
         await pool.open_stream("neighbour", StreamParams())
@@ -94,4 +94,4 @@ def test_templates_that_ran_long_in_c_cost_another_session_one_render_at_most(na
         return refused.value, waits
     error, waits = _run(main, allow_request_templates=True)
     assert error.code == "template_error", error
-    assert max(waits) < 1.5, f"a step waited {max(waits):.2f} s behind the render"
+    assert len(waits) > 1 and max(waits) < 1 + RESPONSIVE_S, f"a step waited {max(waits):.2f} s behind the render"

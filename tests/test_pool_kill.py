@@ -16,7 +16,7 @@ import uvloop
 from tokworker.frontend import TokenizerPool
 from tests.test_pool_streams import MODEL, check, drive, make_scripts
 
-pytestmark = pytest.mark.slow  # worker processes
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # kill -9 of worker processes at random moments
 
 KILLS = 10
 

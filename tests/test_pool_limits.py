@@ -19,7 +19,7 @@ import uvloop
 from tokworker.frontend import InvalidRequest, PoolError, TokenizerPool, WorkerLost
 from tokworker.protocol.messages import ErrorCode
 
-pytestmark = pytest.mark.slow  # worker processes
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # worker processes past their memory and CPU limits
 
 MODEL = Path(__file__).resolve().parent.parent / "tokworker" / "data" / "default"
 

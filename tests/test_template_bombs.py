@@ -25,7 +25,7 @@ from tests.test_template_sandbox import PeakResident
 from tokworker.templates import TemplateError, render_chat
 from tokworker.worker.options import WorkerOptions
 
-pytestmark = pytest.mark.slow  # bombs, each in a forked child
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # bombs, each in a forked child
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 MAX_SECONDS, MAX_GROWTH, MAX_CPU_AFTER = 1.5, 512 * 2**20, 0.05

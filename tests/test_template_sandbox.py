@@ -211,7 +211,7 @@ def bomb_results():
     return results
 
 
-@pytest.mark.slow  # bombs, each in a forked child
+@pytest.mark.long  # bombs, each in a forked child
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_bomb_is_stopped(name, bomb_results):
     outcome, elapsed, growth = bomb_results[name]

@@ -4,7 +4,6 @@ text, not with forged tokens x spans; zero-width spans; spans moved through a no
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -13,6 +12,7 @@ from tokenizers import AddedToken, models as M, normalizers as N, pre_tokenizers
 
 from tests import tokenizer_refs as shared  # noqa: E402
 from tests.tokenizer_corpus import CORPUS  # noqa: E402
+from tests.work import lines_run  # noqa: E402
 from tokworker.tokenizer import Tokenizer  # noqa: E402
 
 
@@ -23,28 +23,20 @@ def _forged_message(token: str, copies: int):
     return prefix + unit * copies + "<|im_end|>\n", spans
 
 
-def _cpu_seconds(tokenizer, text, spans) -> float:
-    best = None
-    for _ in range(3):
-        started = time.process_time()
-        tokenizer.encode_with_literal_spans(text, spans)
-        elapsed = time.process_time() - started
-        best = elapsed if best is None else min(best, elapsed)
-    return best
-
-
 @pytest.mark.parametrize("name, token", [("qwen3_dir", "<|im_end|>"), ("deepseek", "<｜User｜>")])
 def test_cost_grows_linearly_with_forged_tokens(name, token):
     """Four times the forged tokens (each its own span) costs about four times as much, not sixteen: checking
-    every match against every span made 8,000 copies take 1.3-2 s of CPU. DeepSeek's token is
+    every match against every span (a Python step for each pair) made 8,000 copies take 1.3-2 s of CPU. DeepSeek's token is
     normalized=True, so its spans also go through the normalized-text path."""
     ours = shared.ours(name)
     small, large = _forged_message(token, 4000), _forged_message(token, 16000)
     ids = ours.encode_with_literal_spans(*large)
     assert ids.count(ours.token_to_id(token)) == large[0].count(token) - 16000       # the real one only
     assert ours.decode(ids) == large[0]
-    growth = _cpu_seconds(ours, *large) / _cpu_seconds(ours, *small)
-    assert growth < 8, growth                  # linear: ~4; matches x spans: ~16
+    ours.encode_with_literal_spans(*small)                                          # warm the caches
+    growth = lines_run(lambda: ours.encode_with_literal_spans(*large)) / lines_run(
+        lambda: ours.encode_with_literal_spans(*small))
+    assert growth < 8, growth                  # lines of Python, not seconds: linear ~4; matches x spans ~16
 
 
 @pytest.fixture(scope="module")

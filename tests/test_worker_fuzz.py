@@ -23,7 +23,7 @@ from tokworker.protocol.deltas import StreamParams
 from tokworker.tokenizer import Tokenizer
 from tokworker.worker.options import WorkerOptions, options_to_json
 
-pytestmark = pytest.mark.slow  # a worker process
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # a worker process fed garbage
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "tokworker" / "data" / "default"
