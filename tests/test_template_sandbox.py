@@ -396,3 +396,25 @@ def test_a_tuple_too_deep_to_hash_is_refused_not_a_crash():
     child.join(120)
     assert child.exitcode == 0, f"the child died with {child.exitcode}"
     assert "nesting depth" in receiver.recv()
+
+
+def test_a_stopped_call_leaves_no_exception_pending_for_the_interpreter():
+    """Once a call the watchdog stopped has returned, no async exception is left signalled: before, its
+    withdrawal (SetAsyncExc with NULL) left CPython 3.11's flag raised, so every eval-breaker check took the
+    slow path, and code under sys.settrace re-ran an instruction for ever (a suite hung 600 s in a traced
+    test run after this file). In a process of its own, which the old behaviour hangs until it is killed."""
+    import subprocess
+    import sys
+
+    script = """if True:
+        from tests.work import lines_run
+        from tokworker.templates.watchdog import WATCHDOG
+        try:
+            WATCHDOG.run(lambda: [None for _ in iter(int, 1)], 0.1)
+        except TimeoutError:
+            pass
+        print(lines_run(lambda: sum(i for i in range(10))))
+    """
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0 and 0 < int(done.stdout) < 100, (done.stdout, done.stderr[-2000:])

@@ -7,10 +7,8 @@ the answer to RESPONSIVE_S, far above a healthy answer however loaded the machin
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
-import threading
 
 #: how long a bystander's request may take while an attack runs, or an answer due "at once": the bugs the
 #: tests replay stalled one 4.7-16 s (or for ever); a healthy server answers in milliseconds, and a loaded
@@ -21,29 +19,6 @@ RESPONSIVE_S = 3.0
 class TooMuchWork(BaseException):
     """Raised inside the traced work once it passes its limit: a BaseException, so the work's own
     `except Exception` cannot swallow it, and the blow-up a test guards against ends at the limit."""
-
-
-class _Unstick(BaseException):
-    """Delivered to this very thread to clear the interpreter's async-exception flag (_unstick)."""
-
-
-# a prototype of its own: ctypes.pythonapi's function object is shared with the watchdog, which sets its own
-_set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
-    ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
-
-
-def _unstick() -> None:
-    """Clear a stuck eval breaker before tracing. The template watchdog withdraws an exception it fired too
-    late with PyThreadState_SetAsyncExc(thread, NULL), which (CPython 3.11) raises the interpreter's
-    async-exception flag that only a delivered exception lowers; traced code then re-runs the first
-    instruction of every function it enters, for ever (a test suite hung 600 s in lines_run that way, after
-    the sandbox tests). An exception delivered here, and caught, lowers the flag."""
-    try:
-        _set_async_exc(threading.get_ident(), _Unstick)
-        for _ in range(1000):            # a loop's back edge checks the eval breaker: it lands here at last
-            pass
-    except _Unstick:
-        pass
 
 
 def lines_run(work, limit: int | None = None) -> int:
@@ -66,7 +41,6 @@ def lines_run(work, limit: int | None = None) -> int:
         return trace
 
     previous = sys.gettrace()
-    _unstick()
     sys.settrace(trace)
     try:
         work()

@@ -15,9 +15,10 @@ single C call can't be interrupted, which is why bounds.py prices every allocati
 The injected exception derives from BaseException, so no `except Exception` in Jinja's runtime swallows it.
 Where CPython itself swallows it (delivered inside a gc callback or a __del__, reported as unraisable),
 the call would run on: it is fired again at every poll until the call ends, and a call that ends with a
-result before any firing reached it returns that result (its work is done and whole). It is cleared under a
-lock when the call ends, and the guarded call's own frame closes its job where no exception can reach
-(only inside try blocks), so it never escapes into the caller's code after the call has returned. Guards
+result before any firing reached it returns that result (its work is done and whole). When the call ends
+its job is closed under a lock and what may still be pending is landed and caught in the call's own frame
+(only inside try blocks, where no exception escapes), so it never reaches the caller's code after the call
+has returned. Guards
 nest (a worker's request budget around a render's): each call answers only for its own verdict.
 """
 
@@ -39,6 +40,22 @@ _set_async_exc.restype = ctypes.c_int
 
 class Interrupted(BaseException):
     """Injected into a guarded thread; never seen outside `Watchdog.run`."""
+
+
+def _land_pending(thread_id: int) -> None:
+    """In thread `thread_id` (the caller's), once its job is closed: fire Interrupted at it anew (replacing
+    one still pending) and catch it here. A delivered exception lowers the interpreter's async-exception
+    flag; withdrawing one (SetAsyncExc with NULL) leaves it raised on CPython 3.11, so every thread then took
+    the eval loop's slow path at every check, and code under sys.settrace re-ran an instruction for ever (a
+    test suite hung so after the sandbox tests). Withdrawn only if it never lands (another thread's delivery
+    lowered the flag first)."""
+    try:
+        _set_async_exc(thread_id, id(Interrupted))
+        for _ in range(100_000):            # a loop's back edge checks for it
+            pass
+        _set_async_exc(thread_id, None)
+    except Interrupted:
+        pass
 
 
 _statm = {"pid": None, "fd": None}
@@ -153,12 +170,13 @@ class Watchdog:
         return job
 
     def _finish(self, job: _Job) -> None:
-        """Close the job and clear what it may have left pending (the caller retries if that arrives here)."""
+        """Close the job (in its own thread) and land what it may have left pending (the caller retries if
+        that arrives here)."""
         with self._lock:
             job.done = True
             self._jobs.discard(job)
-            if job.verdict is not None:
-                _set_async_exc(job.thread_id, None)
+        if job.verdict is not None:
+            _land_pending(job.thread_id)
 
     def _start_locked(self) -> None:
         if self._thread is None or not self._thread.is_alive():
