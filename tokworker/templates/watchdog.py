@@ -25,6 +25,7 @@ nest (a worker's request budget around a render's): each call answers only for i
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import threading
 import time
@@ -48,7 +49,10 @@ def _land_pending(thread_id: int) -> None:
     flag; withdrawing one (SetAsyncExc with NULL) leaves it raised on CPython 3.11, so every thread then took
     the eval loop's slow path at every check, and code under sys.settrace re-ran an instruction for ever (a
     test suite hung so after the sandbox tests). Withdrawn only if it never lands (another thread's delivery
-    lowered the flag first)."""
+    lowered the flag first). The collector waits meanwhile: landing in a gc callback, it would be swallowed
+    there and reported as unraisable."""
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         _set_async_exc(thread_id, id(Interrupted))
         for _ in range(100_000):            # a loop's back edge checks for it
@@ -56,6 +60,9 @@ def _land_pending(thread_id: int) -> None:
         _set_async_exc(thread_id, None)
     except Interrupted:
         pass
+    finally:
+        if collecting:
+            gc.enable()
 
 
 _statm = {"pid": None, "fd": None}
