@@ -23,23 +23,12 @@ from tokworker.frontend.errors import PoolError
 from tokworker.frontend.link import ASK_EVERY_S
 from tokworker.protocol.deltas import EMPTY, ChunkFormat, StreamParams
 from tests.test_pool_streams import MODEL
+from tests.test_sinks import read_all
 
 pytestmark = pytest.mark.slow  # worker processes
 
 NAMES = itertools.count()
 TEXT = "Every word of this reply goes from the worker to the client's socket, and then STOP comes"
-
-
-def read_all(client: socket.socket) -> bytes:
-    """What the worker wrote to the client's end of the pair so far."""
-    client.setblocking(False)
-    data = b""
-    try:
-        while chunk := client.recv(1 << 16):
-            data += chunk
-    except BlockingIOError:
-        pass
-    return data
 
 
 def chat_contents(written: bytes) -> tuple[str, list]:

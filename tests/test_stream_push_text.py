@@ -19,7 +19,8 @@ from tokworker.protocol.messages import OpenStream, Step
 from tokworker.stream.state import TextStream
 from tokworker.worker.sinks import SinkTable
 from tokworker.worker.streams import StreamTable
-from tests.test_stream_state import STOPS, ids_strategy, qwen
+from tests.test_sinks import read_all
+from tests.test_stream_state import STOPS, ids_strategy, ref, tok  # noqa: F401 (fixtures)
 
 PROMPTS = [None, "<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n"]
 # mostly text that takes the short path, with what leaves it now and then (markup, stops, split characters)
@@ -33,16 +34,6 @@ def same_call_ids(monkeypatch):
     """Two streams fed alike draw the same call ids (each is random otherwise)."""
     from tokworker.parsers.tools.core import callids
     monkeypatch.setattr(callids, "os", types.SimpleNamespace(urandom=bytes))
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return qwen()[0]
-
-
-@pytest.fixture(scope="module")
-def ref():
-    return qwen()[1]
 
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
@@ -122,19 +113,6 @@ def _open(table, name, api, params, prompt_ids, sink):
     table.open("s", OpenStream(stream_id=name, params=params, prompt_ids=prompt_ids, chunks=chunks, sink=sink))
 
 
-def _read_all(sock) -> bytes:
-    sock.setblocking(False)
-    out = b""
-    while True:
-        try:
-            data = sock.recv(1 << 16)
-        except BlockingIOError:
-            return out
-        if not data:
-            return out
-        out += data
-
-
 def test_one_writes_what_step_writes(tok, ref, tmp_path):
     """The table steps a one-id step through ServedStream.one; the same ids through ServedStream.step (the
     general path) give the same events, forwarded (in each update's sse) and direct (on the socket)."""
@@ -172,7 +150,7 @@ def test_one_writes_what_step_writes(tok, ref, tmp_path):
             else:
                 out.append(table.step("s", Step(ids={}, finish=[a])).updates[0])
             table.close("s", [a])
-            written[name] = (out, _read_all(ours) if sink else b"")
+            written[name] = (out, read_all(ours) if sink else b"")
             if sink:
                 ours.close()
         assert written["short"] == written["general"]
