@@ -330,11 +330,16 @@ def _plain(quick: bool, python: str) -> list[dict]:
                 "load_1min": round(os.getloadavg()[0], 2),
                 "same_text": texts[0] == texts[1] != ""})
     finally:
-        for process, _, _ in started:
-            process.terminate()
-            process.wait(30)
-        vllm.stop()
+        _stop(started, vllm)
     return rows
+
+
+def _stop(started: list, vllm) -> None:
+    """The tokworker servers of `started` ((process, url, engine) each) and vLLM's server."""
+    for process, _, _ in started:
+        process.terminate()
+        process.wait(30)
+    vllm.stop()
 
 
 # --- reasoning + tool calls per streamed token (issue 28) ------------------------------------------------
@@ -628,10 +633,7 @@ def _first_text(quick: bool, python: str) -> list[dict]:
     except RuntimeError as error:
         rows.append({"case": case, "failed": "run", "reason": str(error)[-2000:]})
     finally:
-        for process, _, _ in started:
-            process.terminate()
-            process.wait(30)
-        vllm.stop()
+        _stop(started, vllm)
     return rows
 
 
