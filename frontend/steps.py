@@ -94,7 +94,8 @@ def _send_shares(table: dict, shares: list) -> asyncio.Future:
     for (link, share), told in zip(pieces, news_only):
         body = encode_request(Step(ids=share, news_only=told))
         link.check(size=len(body))                  # every link takes its share, or none does
-        parts.append((link, StepPart(body, None if told else future, call, link, share)))
+        parts.append((link, StepPart(body, None, None, link, share) if told else
+                             StepPart(body, future, call, link, share)))
     _dispatch(table, parts)
     if not awaited:
         future.set_result({})

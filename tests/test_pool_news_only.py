@@ -209,3 +209,34 @@ def test_a_hung_worker_is_still_found_when_its_steps_go_news_only():
             client.close()
 
     asyncio.run(main())
+
+
+def test_a_news_only_share_beside_answered_ones_tells_its_news_and_the_step_waits_for_the_rest():
+    """Three workers: one stream written by its worker (news-only), two forwarded (answered, one StepCall).
+    The news-only share's end goes to on_news, never into the step's call; the step returns both forwarded
+    streams' updates, every step."""
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=3) as pool:
+            news: list[dict] = []
+            pool.on_news = news.append
+            ids = await pool.encode(TEXT)
+            client = await opened(pool, "direct", stop=["STOP"])
+            for name in ("b", "c"):
+                await pool.open_stream(name, buffer=False, chunks=ChunkFormat(id=name, model="m", created=1))
+            assert len({pool.streams[name].link for name in ("direct", "b", "c")}) == 3
+            texts = {"b": b"", "c": b""}
+            for token in ids:
+                step = {"b": [token], "c": [token]}
+                if not news:
+                    step["direct"] = [token]
+                updates = await pool.step(step)
+                assert set(updates) == {"b", "c"}
+                for name in texts:
+                    texts[name] += updates[name].sse
+                await asyncio.sleep(0.005)
+            await until(lambda: news)
+            assert [list(told) for told in news] == [["direct"]] and news[0]["direct"].finish_reason == "stop"
+            assert chat_contents(texts["b"])[0] == chat_contents(texts["c"])[0] == TEXT
+            client.close()
+
+    asyncio.run(main())
