@@ -1,7 +1,7 @@
-"""The depth a body is refused at, read from its bytes before decoding (tokworker.api.requests.nesting_over),
+"""The depth a body is refused at, read from its bytes before decoding (tokworker.api.bodies.nesting_over),
 against the depth of the value json.dumps wrote: strings full of brackets, quotes and backslashes, and every
 separator style, never fool it by a level.
-Covers tokworker.api.requests."""
+Covers tokworker.api.requests and tokworker.api.bodies."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 
 from hypothesis import example, given, strategies as st
 
-from tokworker.api.requests import MAX_DEPTH, nesting_over
+from tokworker.api.bodies import MAX_DEPTH, nesting_over
 
 TRICKY = st.text(alphabet='[]{}"\\ a\n\u00e9', max_size=6)
 VALUES = st.recursive(st.none() | st.integers() | TRICKY,

@@ -14,7 +14,7 @@ MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker
            "tokworker.wire.derender",
            "tokworker.frontend.client", "tokworker.protocol.endpoints", "tokworker.templates.owned",
            "tokworker.worker.endpoint_lock", "tokworker.worker.preflight", "tests.cuts",
-           "tokworker.worker.sessions", "tokworker.worker.sinks", "tokworker.api.errors", "tokworker.api.requests",
+           "tokworker.worker.sessions", "tokworker.worker.sinks", "tokworker.api.errors", "tokworker.api.bodies",
            "tokworker.api.plan",
            "tokworker.api.fanout",
            "tokworker.api.errorlog", "tokworker.api.workers_at", "tokworker.api.access", "tokworker.api.metrics",

@@ -4,20 +4,15 @@ Chat Completions, Completions and Responses, Anthropic's Messages, and vLLM's /t
 Field names and defaults are OpenAI's (Anthropic's for Messages) plus vLLM's extra sampling and template
 fields. Types are checked as decoded (a string is never read as a number) and every range is declared on
 the field, so a bad value's error names its path (`Expected `int` >= 1 - at `$.max_tokens``). Fields this
-server does not know are ignored, as vLLM ignores them. A body nested deeper than MAX_DEPTH is refused
-before it is decoded (`nesting_over`): decoding it would recurse once per level.
+server does not know are ignored, as vLLM ignores them; how a body's bytes become one of these is
+tokworker/api/bodies.py.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-import msgspec
 from msgspec import Meta, Struct
-
-MAX_DEPTH = 128                             # arrays and objects inside each other, the body itself included
-_STRUCTURE = b"[]{}\""
-_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(_STRUCTURE)))
 
 LONG = 2**63 - 1                             # integers an engine or the wire takes (vLLM bounds seed so)
 Count = Annotated[int, Meta(ge=1)]
@@ -30,83 +25,6 @@ Penalty = Annotated[float, Meta(ge=-2, le=2)]
 Choices = Annotated[int, Meta(ge=1, le=128)]
 Name = Annotated[str, Meta(min_length=1)]
 Bias = dict[int, Annotated[float, Meta(ge=-100, le=100)]]
-
-
-def nesting_over(raw: bytes, limit: int = MAX_DEPTH) -> bool:
-    r"""Whether the JSON text `raw` nests arrays and objects more than `limit` deep, from its bytes (brackets
-    inside strings do not count). Cheap: a body with at most `limit` brackets is not scanned; otherwise only
-    its brackets and quotes are, after its escapes are removed, and the scan stops at the first level too deep.
-
-    >>> nesting_over(b'{"a": [[1], {"b": "[[[["}]}', limit=3), nesting_over(b'{"a": [[[1]]]}', limit=3)
-    (False, True)
-    >>> nesting_over(br'["\\", "\"[[[", [[]]]', limit=3), nesting_over(br'["\\\"]", [[[]]]]', limit=3)
-    (False, True)
-    """
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return False
-    if b"\\" in raw:     # a backslash pair is one escaped backslash, then a backslash-quote is a quote in a string
-        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    # two quotes side by side (a string without brackets, or one's end and the next one's start) change nothing
-    marks = raw.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
-    depth, quoted = 0, False
-    for mark in marks:
-        if mark == 34:                       # "
-            quoted = not quoted
-        elif quoted:
-            continue
-        elif mark == 91 or mark == 123:      # [ {
-            depth += 1
-            if depth > limit:
-                return True
-        else:
-            depth -= 1
-    return False
-
-
-_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])   # the body's keys, its values left unread
-
-
-def unknown_fields(raw: bytes, kind: type) -> list[str]:
-    """The top-level fields of a JSON body that `kind` does not know (decoding ignores them, as vLLM does).
-
-    >>> unknown_fields(b'{"model": "m", "messages": [], "top_kk": 3}', ChatCompletionRequest)
-    ['top_kk']
-    """
-    try:
-        keys = _TOP.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return []
-    known = kind.__struct_encode_fields__
-    return [key for key in keys if key not in known]
-
-
-_DECODERS: dict[type, tuple[msgspec.json.Decoder, msgspec.json.Decoder]] = {}
-
-
-def decode_body(raw: bytes, kind: type) -> tuple[Struct, list[str]]:
-    """`raw` decoded into `kind`, and the top-level fields `kind` does not know (ignored, as vLLM ignores
-    them). One pass for the usual body: it is decoded into a twin of `kind` that refuses unknown fields at the
-    top, and only a body that has some is decoded again as `kind` (whose errors are the ones raised) and its
-    keys read. The value is an instance of `kind` (or of that twin, a subclass adding nothing).
-
-    >>> body, unknown = decode_body(b'{"messages": [{"role": "user", "content": "hi"}], "top_kk": 3}',
-    ...                             ChatCompletionRequest)
-    >>> isinstance(body, ChatCompletionRequest), body.messages[0].content, unknown
-    (True, 'hi', ['top_kk'])
-    >>> decode_body(b'{"messages": [{"role": "user", "content": "hi", "extra": 1}]}', ChatCompletionRequest)[1]
-    []
-    """
-    decoders = _DECODERS.get(kind)
-    if decoders is None:
-        twin = type(kind.__name__, (kind,), {"__module__": kind.__module__, "__doc__": kind.__doc__},
-                    forbid_unknown_fields=True)
-        decoders = _DECODERS[kind] = (msgspec.json.Decoder(twin), msgspec.json.Decoder(kind))
-    try:
-        return decoders[0].decode(raw), []
-    except msgspec.ValidationError as error:
-        if not str(error).startswith("Object contains unknown field"):
-            raise
-    return decoders[1].decode(raw), unknown_fields(raw, kind)
 
 
 class Body(Struct, kw_only=True):

@@ -9,7 +9,7 @@ work of each is generation.py's), /v1/messages/count_tokens, /tokenize, /detoken
 /v1/models, /health (503 while draining, without a ready worker, or while the engine is down: health.py),
 /metrics (Prometheus). API keys and CORS are access.py's. A request body is read once, bounded by
 `max_request_bytes`, refused when it is declared another format than JSON or nests deeper than
-requests.MAX_DEPTH, and decoded into its Struct (a field it does not know is ignored and logged once).
+bodies.MAX_DEPTH, and decoded into its Struct (a field it does not know is ignored and logged once).
 Errors are the route's own body (OpenAI's; Anthropic's on /v1/messages*, vLLM's on its render tier's routes,
 wherever the app is mounted) with the status their code implies, Retry-After on a 503, and one rate-limited
 log line each (errorlog.py: a traceback only for a bug); the access log has one line per request.
@@ -38,8 +38,9 @@ from tokworker.api.plan import (Served, chat_messages, plain, plan_chat, plan_co
                                 plan_responses, request_template_kwargs)
 from tokworker.api.render import RenderTier, json_response
 from tokworker.api.derender import DerenderTier
-from tokworker.api.requests import (MAX_DEPTH, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
-                                    MessagesRequest, ResponsesRequest, TokenizeRequest, decode_body, nesting_over)
+from tokworker.api.bodies import MAX_DEPTH, decode_body, nesting_over
+from tokworker.api.requests import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, MessagesRequest,
+                                    ResponsesRequest, TokenizeRequest)
 from tokworker.api.serving import Serving
 from tokworker.frontend.errors import PoolError
 from tokworker.protocol.messages import ErrorCode
