@@ -21,8 +21,9 @@ from tokworker.protocol.messages import (ID_FRAME, Draining, ErrorCode, ErrorRep
 from tokworker.frontend.errors import InvalidRequest, Overloaded, PoolError, RequestTimeout, ShuttingDown, WorkerLost
 from tokworker.frontend.pending import Call, Pending, Probe
 from tokworker.frontend.recovery import Recovery
+from tokworker.frontend.request_socket import RequestSocket
 from tokworker.frontend.sinks import SinkSender
-from tokworker.protocol.endpoints import sinks_path
+from tokworker.protocol.endpoints import requests_path, sinks_path
 
 log = logging.getLogger("tokworker.frontend")
 
@@ -83,6 +84,7 @@ class WorkerLink(Recovery):
         self.lagging = False                    # replaced as hung and not yet back
         self._ids = itertools.count(1)
         self._connection = None                 # this epoch's Connection (recovery.py)
+        self._requests: RequestSocket | None = None   # where this epoch's requests go, if not over ZeroMQ
         self._sweeping = None                   # the one timer: the sweep, due at _sweep_at
         self._sweep_at = 0.0
         self._hello: asyncio.Future | None = None
@@ -176,19 +178,47 @@ class WorkerLink(Recovery):
         rid = next(self._ids)
         step.rid = rid
         self.news_only[rid] = step
-        try:
-            self._connection.send(frame(rid, step.body), _NOBLOCK)
-        except zmq.ZMQError as exc:
+        refused = self._put(frame(rid, step.body))
+        if refused is not None:
             del self.news_only[rid]
-            step.fail(Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
+            step.fail(Overloaded(ErrorCode.OVERLOADED, refused))
 
     def _transmit(self, rid: int, pending: Pending) -> None:
         pending.rid = rid
         pending.attempts += 1
+        refused = self._put(frame(rid, pending.body))
+        if refused is not None:
+            self._finish(pending, Overloaded(ErrorCode.OVERLOADED, refused))
+
+    def _put(self, data: bytes) -> str | None:
+        """Send one request's bytes over this epoch's request socket, else ZeroMQ; why not, if it cannot."""
+        requests = self._requests
+        if requests is not None:
+            if requests.send(data):
+                return None
+            return f"cannot queue to {self.endpoint}: its worker has not read the last {len(requests.waiting)} bytes"
         try:
-            self._connection.send(frame(rid, pending.body), _NOBLOCK)
+            self._connection.send(data, _NOBLOCK)
         except zmq.ZMQError as exc:
-            self._finish(pending, Overloaded(ErrorCode.OVERLOADED, f"cannot queue to {self.endpoint}: {exc}"))
+            return f"cannot queue to {self.endpoint}: {exc}"
+        return None
+
+    def _open_requests(self) -> None:
+        """A handshaken epoch's request socket, where the worker has one (RequestSocket; before anything of
+        the epoch is sent, so its requests keep one order)."""
+        path = requests_path(self.endpoint) if "request_socket" in self.info.capabilities else None
+        if path is None:
+            return
+        try:
+            self._requests = RequestSocket(path, self.session, self.epoch, self.loop, self._requests_broke)
+        except OSError as exc:
+            log.info("requests to %s go over ZeroMQ this epoch: its request socket refused (%s)", self.endpoint, exc)
+
+    def _requests_broke(self) -> None:
+        requests = self._requests
+        if requests is not None and requests.broken and self.ready:
+            log.warning("the worker at %s closed its request socket; reconnecting", self.endpoint)
+            self._start_recovery()
 
     def _arm(self, due: float) -> None:
         """Have the sweep run at `due` (its one timer, moved earlier). It runs when something falls due, not

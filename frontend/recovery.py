@@ -99,6 +99,7 @@ class Recovery:
             self.down, self.draining = False, reply.draining
             self._auth_error = None
             self._handshake_drops = 0
+            self._open_requests()
             self._resume()
             return reply
         return None
@@ -127,6 +128,9 @@ class Recovery:
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
+        requests, self._requests = self._requests, None
+        if requests is not None:
+            requests.close()
 
     def _on_event(self, event: int) -> None:
         hello = self._hello

@@ -180,6 +180,20 @@ def sinks_path(endpoint: str) -> str | None:
     >>> sinks_path("ipc:///run/user/1000/tokworker/worker.1"), sinks_path("tcp://10.0.0.2:7000")
     ('/run/user/1000/tokworker/worker.1.sinks', None)
     """
+    return _beside(endpoint, ".sinks")
+
+
+def requests_path(endpoint: str) -> str | None:
+    """Where a worker reads requests over a plain Unix stream socket (frontend/request_socket.py): beside its
+    ipc:// endpoint, as sinks_path.
+
+    >>> requests_path("ipc:///run/user/1000/tokworker/worker.1"), requests_path("tcp://10.0.0.2:7000")
+    ('/run/user/1000/tokworker/worker.1.requests', None)
+    """
+    return _beside(endpoint, ".requests")
+
+
+def _beside(endpoint: str, suffix: str) -> str | None:
     parsed = parse_endpoint(endpoint)
-    path = parsed.path + ".sinks"
+    path = parsed.path + suffix
     return path if parsed.scheme == "ipc" and len(path.encode()) <= IPC_PATH_MAX else None

@@ -24,13 +24,14 @@ from typing import Union
 import msgspec
 import zmq
 
-from tokworker.protocol.messages import (CloseStreams, Compile, Decode, Draining, Encode, EncodeRun, ErrorCode,
-                                         ErrorReply, Forward, Guide, Hello, OpenStream, Render, Stats, Step,
-                                         encode_message, unpack_id)
+from tokworker.protocol.messages import (CloseStreams, CodedError, Compile, Decode, Draining, Encode, EncodeRun,
+                                         ErrorCode, ErrorReply, Forward, Guide, Hello, OpenStream, Render, Stats,
+                                         Step, encode_message, unpack_id)
 from tokworker.worker.connections import Connections
 from tokworker.worker.errorlog import RequestErrors
 from tokworker.worker.errors import error_of
 from tokworker.worker.replies import encode_reply
+from tokworker.worker.request_socket import SocketFrame
 from tokworker.worker.sessions import peer_of
 
 log = logging.getLogger("tokworker.worker")
@@ -133,20 +134,20 @@ class Lane:
         monitor = connections.monitor
         poller.register(monitor, POLLIN)
         wake_fd = self._wake_read.fileno()
-        sinks = worker.streams.sinks
-        polled: dict[int, int] = {}                   # the sinks' descriptors registered, and for what
+        sinks, requests = worker.streams.sinks, worker.request_sockets
+        polled: dict[int, int] = {}                   # the plain sockets' descriptors registered, and for what
         housekeeping = time.monotonic() + HOUSEKEEPING_S
         if worker.draining:                          # SIGTERM came before the lane started
             self.announce()
         while not self.stop[0]:
-            if sinks is not None:
-                polled = _poll_sinks(poller, sinks, polled)
+            if sinks is not None or requests is not None:
+                polled = _poll_plain(poller, sinks, requests, polled)
             timeout = max(0.0, housekeeping - time.monotonic())      # a stop or a drain wakes it sooner
             if self.blocked:
                 timeout = min(timeout, max(0.0, min(b.retry_at for b in self.blocked.values()) - time.monotonic()))
             ready = dict(poller.poll(timeout * 1000))
-            if sinks is not None and len(ready) > (wake_fd in ready) + (sock in ready) + (monitor in ready):
-                _serve_sinks(sinks, ready, polled)
+            if polled and len(ready) > (wake_fd in ready) + (sock in ready) + (monitor in ready):
+                self._serve_plain(sinks, requests, ready, polled)
             if monitor in ready:
                 connections.read_reports()
             if self.blocked:
@@ -189,6 +190,20 @@ class Lane:
         """From the main thread: the job is answered."""
         self.done.append(job)
         self._wake_write.send(b"\0")
+
+    def _serve_plain(self, sinks, requests, ready: dict, polled: dict[int, int]) -> None:
+        """The plain sockets that are ready: requests first (in the order each connection sent them), then
+        sockets handed over, then client sockets that take more bytes."""
+        writable = [fd for fd, flags in ready.items() if isinstance(fd, int) and flags & POLLOUT]
+        for fd, flags in ready.items():
+            if isinstance(fd, int) and flags & POLLIN and polled.get(fd) == POLLIN:
+                if requests is not None and (fd in requests.connections or fd == requests.listener.fileno()):
+                    for identity, message in requests.on_readable(fd):
+                        self.route(identity, message)
+                elif sinks is not None:
+                    sinks.on_readable(fd)
+        if writable:
+            sinks.on_writable(writable)
 
     # ------------------------------------------------------------ one message
     def _receive(self) -> tuple:
@@ -252,6 +267,8 @@ class Lane:
                     body = encode_message(worker.forward(identity, msg))
                 case Stats():
                     body = encode_message(worker.stats(self))
+                case Hello() if type(message) is SocketFrame:
+                    raise CodedError(ErrorCode.INVALID, "a hello comes over ZeroMQ, where its peer is known")
                 case Hello():
                     self.connections.note(identity, message)
                     body = encode_message(worker.hello(identity, msg, peer_of(message, self.ipc)))
@@ -365,12 +382,14 @@ class Lane:
                 self.route(identity, message)
 
 
-def _poll_sinks(poller: zmq.Poller, sinks, polled: dict[int, int]) -> dict[int, int]:
-    """Register the sinks' descriptors: the listener and the API processes for input, the client sockets
-    with bytes waiting for output; what is no longer wanted is unregistered."""
-    wanted = dict.fromkeys(sinks.readable(), POLLIN)
-    for fd in sinks.waiting:
-        wanted[fd] = POLLOUT
+def _poll_plain(poller: zmq.Poller, sinks, requests, polled: dict[int, int]) -> dict[int, int]:
+    """Register the plain sockets' descriptors: the listeners and the API processes for input, the client
+    sockets with bytes waiting for output; what is no longer wanted is unregistered."""
+    wanted = dict.fromkeys(requests.readable(), POLLIN) if requests is not None else {}
+    if sinks is not None:
+        wanted.update(dict.fromkeys(sinks.readable(), POLLIN))
+        for fd in sinks.waiting:
+            wanted[fd] = POLLOUT
     if wanted != polled:
         for fd in polled.keys() - wanted.keys():
             poller.unregister(fd)
@@ -380,10 +399,3 @@ def _poll_sinks(poller: zmq.Poller, sinks, polled: dict[int, int]) -> dict[int, 
     return wanted
 
 
-def _serve_sinks(sinks, ready: dict, polled: dict[int, int]) -> None:
-    writable = [fd for fd, flags in ready.items() if isinstance(fd, int) and flags & POLLOUT]
-    for fd, flags in ready.items():
-        if isinstance(fd, int) and flags & POLLIN and polled.get(fd) == POLLIN:
-            sinks.on_readable(fd)
-    if writable:
-        sinks.on_writable(writable)

@@ -30,7 +30,7 @@ import zmq
 from zmq.utils.garbage import gc as zero_copy
 
 from tokworker.protocol.deltas import room
-from tokworker.protocol.endpoints import sinks_path
+from tokworker.protocol.endpoints import requests_path, sinks_path
 from tokworker.protocol.messages import (PROTOCOL_VERSION, CloseReply, CloseStreams, CodedError, Compile, Decode, Encode,
                                          EncodeRun, ErrorCode, Forward, ForwardReply, Guide, Hello, HelloReply, Limits,
                                          OpenReply, OpenStream, Render, RenderReply, StatsReply, Step, StepReply,
@@ -48,6 +48,7 @@ from tokworker.worker.options import WorkerOptions
 from tokworker.worker.replies import encode_reply
 from tokworker.worker.security import check_bind, secure_server
 from tokworker.worker.sessions import MAX_NAME, Sessions
+from tokworker.worker.request_socket import RequestSockets
 from tokworker.worker.sinks import SinkTable
 from tokworker.worker.streams import StreamTable
 
@@ -158,6 +159,7 @@ class Worker:
         self.cut_at: float | None = None                     # when the streams left at that deadline were cut
         self.on_drain = None                                 # wakes the lane, which tells every client (serve)
         self.cpu = CpuBackstop(options.cpu_limit_s)
+        self.request_sockets: RequestSockets | None = None  # local API processes' requests (serve)
         self.stateless = {Render: self.handlers.render, Encode: self.handlers.encode,
                           EncodeRun: self.handlers.encode_run, Decode: self.handlers.decode,
                           Compile: self.constraints.compile, Guide: self.constraints.guide}
@@ -176,6 +178,8 @@ class Worker:
         caps = ["render", "encode", "decode", "stream", "step"]
         if sinks_path(self.options.bind) is not None:
             caps.extend(("sinks", "sink_groups", "whole_sinks"))   # it takes client sockets: direct responses
+        if requests_path(self.options.bind) is not None:
+            caps.append("request_socket")                           # it reads requests beside ZeroMQ
         if self.options.allow_request_templates:
             caps.append("request_templates")
         if importlib.util.find_spec("tokworker.constrain") is not None:
@@ -210,6 +214,9 @@ class Worker:
                  options.model_dir, options.bind)
         path = sinks_path(options.bind)
         sinks = self.streams.sinks = SinkTable(path, options.sink_bytes) if path is not None else None
+        path = requests_path(options.bind)
+        if path is not None:
+            self.request_sockets = RequestSockets(path, self.sessions, options.max_message_bytes + 8)
         zero_copy.start()       # pyzmq's thread for large replies: now, not at the first one under memory pressure
         notify_ready()
         parent = os.getppid()
@@ -254,6 +261,8 @@ class Worker:
             sock.close(linger=FAREWELL_MS if self.draining else 0)   # the notices go out even if nothing else is left
             if sinks is not None:
                 sinks.close_all()
+            if self.request_sockets is not None:
+                self.request_sockets.close_all()
             if options.bind.startswith("ipc://"):
                 Path(options.bind[len("ipc://"):]).unlink(missing_ok=True)
             if authenticator is not None:

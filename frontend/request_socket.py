@@ -1,0 +1,95 @@
+"""A link's requests to a local worker over a plain Unix stream socket, beside its ZeroMQ socket (the worker's
+side: tokworker/worker/request_socket.py).
+
+ZeroMQ sends through its I/O thread: each send from the event loop wakes that thread, which then writes to
+the worker. When few streams run, that wake is most of what an engine step costs the API process (the
+bench's one-stream figure); a write to a Unix socket from the loop itself is one system call. So once a
+link's Hello is answered, every request of that epoch (steps, opens, renders, re-sends) goes out here, in the
+order it was sent, and the worker serves it as if it had come on the ZeroMQ connection that said the Hello,
+which carries the replies back. Workers on other hosts, and workers without the `request_socket`
+capability, keep ZeroMQ both ways.
+
+Framing: each message is its length (4 bytes, little-endian), then the bytes ZeroMQ would carry (the
+request id, then the body); the first names the session and the epoch ("session\\0epoch"). Nothing here
+waits: what the kernel does not take at once waits in `waiting` (in order, at most MAX_WAITING bytes
+unless it was empty) and goes when the socket is writable.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+MAX_WAITING = 64 << 20             # bytes held while the worker does not read (a hung one is replaced sooner)
+_LENGTH = struct.Struct("<I")
+
+
+class RequestSocket:
+    """One epoch's connection; constructing it raises OSError when the worker does not take it now.
+    `on_broken()` runs once when the worker closes its end."""
+
+    __slots__ = ("sock", "loop", "fd", "waiting", "broken", "on_broken", "_sendmsg")
+
+    def __init__(self, path: str, session: str, epoch: int, loop, on_broken):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+        try:
+            sock.connect(path)                             # a Unix socket connects at once, or fails at once
+        except OSError:
+            sock.close()
+            raise
+        self.sock, self.loop, self.fd = sock, loop, sock.fileno()
+        self.waiting = bytearray()
+        self.broken = False                 # the worker went away: the link's recovery re-sends what waits
+        self.on_broken = on_broken
+        self._sendmsg = sock.sendmsg
+        self.send(f"{session}\0{epoch}".encode())
+
+    def send(self, data: bytes) -> bool:
+        """Put `data` (one request's bytes) on its way; False when MAX_WAITING bytes wait already."""
+        if self.broken:
+            return True
+        header = _LENGTH.pack(len(data))
+        if self.waiting:
+            if len(self.waiting) + len(data) > MAX_WAITING:
+                return False
+            self.waiting += header
+            self.waiting += data
+            return True
+        try:
+            sent = self._sendmsg((header, data))
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._break()
+            return True
+        if sent < 4 + len(data):
+            self.waiting += (header + data)[sent:]
+            self.loop.add_writer(self.fd, self._flush)
+        return True
+
+    def _flush(self) -> None:
+        try:
+            sent = self.sock.send(self.waiting)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._break()
+            return
+        del self.waiting[:sent]
+        if not self.waiting:
+            self.loop.remove_writer(self.fd)
+
+    def _break(self) -> None:
+        """The worker closed its end (it died, or did not know the greeting's session): what was sent here may
+        be lost, so the link starts a new epoch, which re-sends everything unanswered."""
+        if self.waiting:
+            self.loop.remove_writer(self.fd)
+            self.waiting.clear()
+        self.broken = True
+        self.loop.call_soon(self.on_broken)
+
+    def close(self) -> None:
+        if self.waiting:
+            self.loop.remove_writer(self.fd)
+            self.waiting.clear()
+        self.sock.close()

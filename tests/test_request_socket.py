@@ -1,0 +1,173 @@
+"""Requests over a plain Unix stream socket beside ZeroMQ (Covers tokworker.frontend.request_socket and
+tokworker.worker.request_socket.): a local pool's links send every request of a handshaken epoch there, in
+order, and the replies come back over ZeroMQ. Real workers, real sockets: a raw client shows the binding (a
+request on the socket is answered on the ZeroMQ connection that greeted the session) and what is refused
+(an unknown session or epoch, a frame over the bound, a hello); a pool shows a request larger than the
+socket's buffer going out in pieces, in order, and a killed worker's replacement getting a socket of its own.
+The framing is a property over every cut of the byte stream."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import struct
+import time
+
+import msgspec
+import pytest
+import zmq
+from hypothesis import given, strategies as st
+
+from tokworker.frontend import TokenizerPool
+from tokworker.frontend.request_socket import RequestSocket
+from tokworker.protocol.endpoints import requests_path
+from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, Stats,
+                                         StatsReply, decode_reply, encode_message, frame)
+from tokworker.worker.request_socket import Framing
+from tests.test_pool_streams import MODEL
+
+LENGTH = struct.Struct("<I")
+
+
+def framed(data: bytes) -> bytes:
+    return LENGTH.pack(len(data)) + data
+
+
+@given(st.lists(st.binary(max_size=40), max_size=8), st.lists(st.integers(1, 30), min_size=1, max_size=20))
+def test_frames_come_out_whole_and_in_order_however_the_stream_is_cut(frames, cuts):
+    stream = b"".join(map(framed, frames))
+    framing, out, at = Framing(max_frame=64), [], 0
+    for size in cuts * (len(stream) // sum(cuts) + 1):
+        out += framing.feed(stream[at:at + size])
+        at += size
+        if at >= len(stream):
+            break
+    assert out == frames and framing.held == b""
+
+
+def test_a_frame_over_the_bound_is_refused_before_its_bytes_come():
+    with pytest.raises(ValueError, match="a frame of 65 bytes, over 64"):
+        Framing(max_frame=64).feed(LENGTH.pack(65))
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory):
+    """One worker process on an ipc endpoint (its request socket beside it)."""
+    from tokworker.worker.launcher import Launcher
+    from tokworker.worker.options import WorkerOptions
+
+    run_dir = tmp_path_factory.mktemp("requests")
+    os.chmod(run_dir, 0o700)
+    bind = f"ipc://{run_dir}/w"
+    launcher = Launcher([WorkerOptions(model_dir=str(MODEL), bind=bind, log_level="WARNING",
+                                       max_message_bytes=1 << 20)]).start()
+    try:
+        assert launcher.wait_ready(60)
+        yield bind
+    finally:
+        launcher.stop()
+
+
+class RawClient:
+    """A DEALER that said Hello for `session`, and a request socket that may greet it."""
+
+    def __init__(self, bind: str, session: str, epoch: int = 1):
+        self.context = zmq.Context()
+        self.dealer = self.context.socket(zmq.DEALER)
+        self.dealer.setsockopt(zmq.LINGER, 0)
+        self.dealer.setsockopt(zmq.RCVTIMEO, 5000)
+        self.dealer.connect(bind)
+        self.dealer.send(frame(1, encode_message(Hello(version=PROTOCOL_VERSION, session=session, epoch=epoch))))
+        self.hello = self.reply()
+        self.plain = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.plain.settimeout(5)
+        self.plain.connect(requests_path(bind))
+
+    def reply(self):
+        message = self.dealer.recv()
+        return struct.unpack_from("<Q", message)[0], decode_reply(message[8:])
+
+    def closed_by_worker(self) -> bool:
+        try:
+            return self.plain.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.plain.close()
+        self.context.destroy(linger=0)
+
+
+def test_a_request_on_the_socket_is_answered_over_the_zeromq_connection_that_greeted_its_session(worker):
+    client = RawClient(worker, "raw-a", epoch=3)
+    try:
+        assert type(client.hello[1]) is HelloReply and "request_socket" in client.hello[1].capabilities
+        client.plain.sendall(framed(b"raw-a\x003") + framed(frame(7, encode_message(Stats())))
+                             + framed(frame(8, encode_message(Hello(version=PROTOCOL_VERSION, session="x")))))
+        rid, stats = client.reply()
+        assert rid == 7 and type(stats) is StatsReply
+        rid, refused = client.reply()                   # a hello only over ZeroMQ, where its peer is known
+        assert rid == 8 and type(refused) is ErrorReply and refused.code == ErrorCode.INVALID
+        assert "a hello comes over ZeroMQ" in refused.message
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("greeting", [b"raw-b\x002", b"nobody\x001", b"raw-b"])
+def test_a_greeting_of_another_epoch_or_session_is_closed(worker, greeting):
+    client = RawClient(worker, "raw-b", epoch=1)
+    try:
+        client.plain.sendall(framed(greeting) + framed(frame(9, encode_message(Stats()))))
+        assert client.closed_by_worker()
+        client.dealer.setsockopt(zmq.RCVTIMEO, 300)
+        with pytest.raises(zmq.Again):                  # nothing it sent was served
+            client.reply()
+    finally:
+        client.close()
+
+
+def test_a_frame_over_the_workers_bound_closes_the_connection(worker):
+    client = RawClient(worker, "raw-c")
+    try:
+        client.plain.sendall(framed(b"raw-c\x001") + LENGTH.pack((1 << 20) + 9))
+        assert client.closed_by_worker()
+    finally:
+        client.close()
+
+
+@pytest.mark.slow
+def test_a_pool_sends_a_request_larger_than_the_socket_takes_in_pieces_and_in_order():
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            link = pool.links[0]
+            assert type(link._requests) is RequestSocket
+            text = " ".join(f"w{k} naïve" for k in range(60_000))       # a body of about 1 MB
+            whole = asyncio.ensure_future(pool.encode(text))
+            small = asyncio.ensure_future(pool.encode("after it"))
+            for _ in range(3):
+                await asyncio.sleep(0)
+            held = len(link._requests.waiting)                         # what the kernel did not take at once
+            assert await pool.decode(await whole) == text
+            assert await pool.decode(await small) == "after it"
+            assert held > 0 and link._requests.waiting == bytearray() and not link._requests.broken
+
+    asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_a_killed_workers_replacement_gets_a_request_socket_of_its_own():
+    async def main():
+        async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
+            link = pool.links[0]
+            first = link._requests
+            os.kill(link.info.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while link._requests is first or not link.ready:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            assert type(link._requests) is RequestSocket and link.recoveries == 1
+            assert await pool.decode(await pool.encode("after the kill")) == "after the kill"
+
+    asyncio.run(main())

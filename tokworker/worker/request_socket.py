@@ -1,0 +1,165 @@
+"""Requests from local API processes over a plain Unix stream socket, beside the worker's ZeroMQ socket (the
+API process's side, and why, is frontend/request_socket.py). The lane reads them here and serves each as if
+it had come on the ZeroMQ connection its session was greeted on; the replies go back over ZeroMQ.
+
+A connection's first message names a session and its epoch ("session\\0epoch"): it is bound to the ZeroMQ
+connection whose Hello took that session at that epoch, among the sessions of the connecting process
+(SO_PEERCRED, as ZeroMQ's ipc peers are known), and closed when there is none. Every later message is a
+request as ZeroMQ would carry it (the request id, 8 bytes, then the body), each after its length (4 bytes,
+little-endian):
+
+    >>> frames = Framing(max_frame=64)
+    >>> frames.feed(b"\\x03\\x00\\x00\\x00abc\\x02\\x00\\x00"), frames.feed(b"\\x00de")
+    ([b'abc'], [b'de'])
+
+A frame longer than `max_frame` (the worker's max_message_bytes and its id) closes the connection: no client
+of ours sends one (the pool checks sizes before it sends), so nothing waits for an answer to it. Only a peer
+of the worker's own user connects (the socket file is the user's alone, and SO_PEERCRED is checked again).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+import zmq
+
+from tokworker.worker.sessions import process_peer, session_key
+
+READ_BYTES = 256 << 10             # read from a connection at a time (then the lane serves what came)
+MAX_CONNECTIONS = 256              # API-process links at once (one per pool and worker)
+_LENGTH = struct.Struct("<I")
+_CREDENTIALS = struct.Struct("3i")
+
+
+class SocketFrame:
+    """A request read here, shaped as the lane reads a ZeroMQ frame: `buffer` and its length. It has none of
+    ZeroMQ's message properties (a Hello must come over ZeroMQ, where its peer is known)."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, data: bytes):
+        self.buffer = memoryview(data)
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def get(self, option):
+        raise zmq.ZMQError(zmq.EINVAL)
+
+
+class Framing:
+    """Length-prefixed frames out of a byte stream: `feed(bytes)` returns the frames it completes; a frame
+    over `max_frame` raises ValueError."""
+
+    __slots__ = ("max_frame", "held")
+
+    def __init__(self, max_frame: int):
+        self.max_frame = max_frame
+        self.held = b""                            # the start of a frame not yet whole
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if self.held:
+            data = self.held + data
+        frames, at, end, unpack = [], 0, len(data), _LENGTH.unpack_from
+        while end - at >= 4:
+            size = unpack(data, at)[0]
+            if size > self.max_frame:
+                raise ValueError(f"a frame of {size} bytes, over {self.max_frame}")
+            if end - at - 4 < size:
+                break
+            frames.append(data[at + 4:at + 4 + size])
+            at += 4 + size
+        self.held = data[at:] if at < end else b""
+        return frames
+
+
+class _Connection:
+    __slots__ = ("sock", "owner", "identity", "framing")
+
+    def __init__(self, sock: socket.socket, owner: str, max_frame: int):
+        self.sock, self.owner, self.identity = sock, owner, None
+        self.framing = Framing(max_frame)
+
+
+class RequestSockets:
+    """The listener at `path` and its connections; `sessions` (sessions.Sessions) says which ZeroMQ
+    connection greeted a session."""
+
+    def __init__(self, path: str, sessions, max_frame: int):
+        self.path, self.sessions, self.max_frame = path, sessions, max_frame
+        self.connections: dict[int, _Connection] = {}
+        if os.path.exists(path):
+            os.unlink(path)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self.listener.bind(path)
+        finally:
+            os.umask(old)
+        self.listener.listen(16)
+        self.listener.setblocking(False)
+
+    def readable(self) -> list[int]:
+        """The descriptors to poll for input: the listener and the connections."""
+        return [self.listener.fileno(), *self.connections]
+
+    def on_readable(self, fd: int) -> list[tuple[bytes, SocketFrame]]:
+        """What came on `fd`: (identity, request) pairs to serve, in the order they were sent."""
+        if fd == self.listener.fileno():
+            self._accept()
+            return []
+        connection = self.connections.get(fd)
+        if connection is None:
+            return []
+        try:
+            data = connection.sock.recv(READ_BYTES)
+            frames = connection.framing.feed(data) if data else None
+        except BlockingIOError:
+            return []
+        except (OSError, ValueError):
+            frames = None
+        if frames is None:                                 # its API process closed it, or broke the framing
+            self._drop(fd)
+            return []
+        if connection.identity is None and frames:
+            connection.identity = self._bound(connection, frames.pop(0))
+            if connection.identity is None:
+                self._drop(fd)
+                return []
+        identity = connection.identity
+        return [(identity, SocketFrame(frame)) for frame in frames]
+
+    def close_all(self) -> None:
+        for fd in list(self.connections):
+            self._drop(fd)
+        self.listener.close()
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            pid, uid, _ = _CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
+            if uid != os.getuid() or len(self.connections) >= MAX_CONNECTIONS:
+                sock.close()
+                continue
+            sock.setblocking(False)
+            self.connections[sock.fileno()] = _Connection(sock, process_peer(pid), self.max_frame)
+
+    def _bound(self, connection: _Connection, greeting: bytes) -> bytes | None:
+        """The ZeroMQ connection of the session and epoch `greeting` names, among its peer's sessions."""
+        name, _, epoch = greeting.partition(b"\0")
+        owner = self.sessions.owners.get(session_key(connection.owner, name.decode("utf-8", "replace")))
+        if owner is None or str(owner[0]).encode() != epoch:
+            return None
+        return owner[1]
+
+    def _drop(self, fd: int) -> None:
+        connection = self.connections.pop(fd, None)
+        if connection is not None:
+            connection.sock.close()
