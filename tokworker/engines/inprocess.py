@@ -138,9 +138,9 @@ class InProcessEngine(Engine):
             outputs = self.step(batch) if batch else []
             outputs += failed.values()
             self._finish(outputs)
-            self.emit_threadsafe(outputs)
             rest = self.step_interval - (time.monotonic() - began)
-            if rest > 0:
+            self.emit_threadsafe(outputs)
+            if rest > 0:            # at once: the loop thread woken for the outputs finds the GIL free
                 time.sleep(rest)
 
     def _guide(self, batch: list[Running]) -> dict[str, EngineOutput]:
