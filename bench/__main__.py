@@ -20,9 +20,9 @@ from pathlib import Path
 from bench.report import write_markdown, write_plot
 
 SECTIONS = ["encode", "chat", "cold_prompt", "stream", "writers", "pool", "constrain", "front_door", "first_byte_api",
-            "llama_cpp", "gguf_load", "render_tier", "http_engines", "vllm_served"]
+            "llama_cpp", "gguf_load", "render_tier", "http_engines", "vllm_served", "vllm_first_text"]
 # the sections --vllm-python's install measures
-WITH_VLLM = ("beside_vllm", "render_tier", "http_engines", "vllm_served")
+WITH_VLLM = ("beside_vllm", "render_tier", "http_engines", "vllm_served", "vllm_first_text")
 
 
 def main(argv=None):
@@ -32,7 +32,8 @@ def main(argv=None):
     parser.add_argument("--only", action="append", choices=SECTIONS + ["beside_vllm"], help="run only these sections")
     parser.add_argument("--out", default="bench/out", help="where results.jsonl, results.md and results.png go")
     parser.add_argument("--vllm-python", help="a python with vLLM installed: adds the `beside_vllm` section and "
-                                                "the vLLM rows of render_tier, http_engines and vllm_served")
+                                                "the vLLM rows of render_tier, http_engines, vllm_served and "
+                                                "vllm_first_text")
     args = parser.parse_args(argv)
 
     out = Path(args.out)

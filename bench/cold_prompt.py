@@ -20,7 +20,7 @@ the render and encode, the reply encoded; then the lane's open of the stream on 
 chunk format and tools an API request opens it with), the thread's CPU per chat, each chat seen once and
 never before (no cache cleared, as in a serving worker: no chat's words were seen, but the template's own
 text and the digits were), p50 and p90 over JOB_CHATS chats (10 with --quick). The worker process's
-collector threshold (server.GC_YOUNG) is set around it, as `serve` sets it.
+collector threshold (worker/options.py's GC_YOUNG) is set around it, as `serve` sets it.
 """
 
 from __future__ import annotations
@@ -155,8 +155,8 @@ def _job(count: int) -> dict:
     from tokworker.protocol.deltas import ChunkFormat, StreamParams
     from tokworker.protocol.messages import OpenStream, Render, encode_message
     from tokworker.worker.lane import Job
-    from tokworker.worker.options import DEFAULT_MODEL_DIR, WorkerOptions
-    from tokworker.worker.server import GC_YOUNG, Worker
+    from tokworker.worker.options import DEFAULT_MODEL_DIR, GC_YOUNG, WorkerOptions
+    from tokworker.worker.server import Worker
 
     with tempfile.TemporaryDirectory() as directory:        # an endpoint the job never binds
         worker = Worker(WorkerOptions(model_dir=str(DEFAULT_MODEL_DIR), bind=f"ipc://{directory}/worker"))

@@ -1,7 +1,7 @@
 """The API process's CPU for one never-seen long chat, from its body's bytes to its stream's end (issue 31).
 
 A `tokworker api` process (bench/front_door.py's server: the replay engine, one worker, direct streaming,
-hermes and qwen3 named) takes never-seen ~4,000-token chats with two tools (bench/vllm_served.py's
+hermes and qwen3 named) takes never-seen ~4,000-token chats with two tools (bench/vllm_first_text.py's
 `long_chats`), one at a time, streamed, max_tokens 1: the reply is one token, so a request is its body read
 and decoded, the render-and-open trip, the engine's add, the headers, one step and the end. Reported:
 - `api_ms`: the API process's CPU per request (every thread but the replay engine's own, from
@@ -298,7 +298,7 @@ def _idle_ms(server: Server, seconds: float = 2.0) -> float:
 def run(quick: bool = False, model_dirs=(), base: str | None = None, profile: str | None = None,
         top: int = 0, sections: bool = False) -> list[dict]:
     from bench.pool import new_chats
-    from bench.vllm_served import long_chats
+    from bench.vllm_first_text import long_chats
 
     count = 20 if quick else 60
     if sections:

@@ -105,11 +105,13 @@ def _serve_floor(step_interval: float) -> None:
     as tokworker's step loop writes them (no parsing, no pool, no engine)."""
     import uvloop
 
+    from tokworker.wire.common import LAST_CHUNK, http_chunk
+
     event = b'data: {"id":"chatcmpl-0123456789abcdef01234567","object":"chat.completion.chunk","created":1,' \
             b'"model":"bench","choices":[{"index":0,"delta":{"content":" words"},"finish_reason":null,' \
             b'"logprobs":null}]}\n\n'
-    chunk = b"%x\r\n%b\r\n" % (len(event), event)
-    done = b"%x\r\n%b\r\n0\r\n\r\n" % (len(b"data: [DONE]\n\n"), b"data: [DONE]\n\n")
+    chunk = http_chunk(event)
+    done = http_chunk(b"data: [DONE]\n\n") + LAST_CHUNK
     open_responses: dict = {}
 
     class Floor(asyncio.Protocol):

@@ -8,7 +8,8 @@ import pytest
 
 MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker.parsers.tools",
            "tokworker.parsers.tools.core.callids", "tokworker.parsers.tools.core.literals",
-           "tokworker.parsers.tools.core.textargs",
+           "tokworker.parsers.tools.core.textargs", "tokworker.parsers.tools.core.base",
+           "tokworker.parsers.tools.core.shapes",
            "tokworker.parsers.reasoning", "tokworker.parsers.template_parsers", "tokworker.wire", "tokworker.wire.chat",
            "tokworker.wire.common", "tokworker.wire.completions", "tokworker.wire.responses", "tokworker.wire.anthropic",
            "tokworker.wire.derender",

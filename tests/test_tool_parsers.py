@@ -7,7 +7,8 @@ calls open the output open it after a think block written first.
 Each shape's own properties and cases: test_tool_json_calls.py, test_tool_json_lists.py,
 test_tool_text_values.py, test_tool_invokes.py, test_tool_pythonic.py, test_tool_harmony.py; call ids:
 test_tool_call_ids.py.
-Covers tokworker.parsers.tools.core.thinkblock.
+Covers tokworker.parsers.tools.core.thinkblock, tokworker.parsers.tools.core.base (the loop),
+tokworker.parsers.tools.core.emit (the deltas) and tokworker.parsers.tools.core.jsonargs (a call's arguments).
 """
 
 from __future__ import annotations

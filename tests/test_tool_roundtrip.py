@@ -254,7 +254,7 @@ def test_generated_ids_stream_through_text_stream(file, oracle, llama3):
     special-token keeping, parser): the calls equal the whole-text parse, and a stream the engine stops
     ends in "tool_calls"."""
     from tokworker.parsers.tools import get_tool_parser
-    from tokworker.parsers.tools.core.base import assemble
+    from tokworker.parsers.tools.core.shapes import assemble
     from tokworker.protocol.deltas import StreamParams
     from tokworker.stream.state import TextStream
     if file not in TEMPLATES:

@@ -39,10 +39,14 @@ def _version() -> str:
 
 
 def _add_worker_settings(serve: argparse.ArgumentParser) -> None:
-    """One flag per WorkerOptions setting, made from its field (type, default, description, bounds are
-    checked by validate_options), skipping any flag that the parser defines itself."""
-    from tokworker.worker.options import settings
+    """The flags a pool's workers take (`serve`'s and `api`'s): the log level, vLLM's tool-choice switch, and one
+    flag per WorkerOptions setting, made from its field (type, default, description, bounds are checked by
+    validate_options), skipping any flag that the parser defines itself."""
+    from tokworker.worker.options import LOG_LEVELS, settings
 
+    serve.add_argument("--log-level", default="INFO", choices=LOG_LEVELS)
+    serve.add_argument("--enable-auto-tool-choice", action="store_true",
+                       help="accepted for vLLM's command lines: tool calls are parsed whenever a request has tools")
     for field, kind, default, description in settings():
         names = [name for name in (_flag(field), *ALIASES.get(field, [])) if name not in serve._option_string_actions]
         if not names:
@@ -67,9 +71,6 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--bind", help="ipc:///abs/path (in a 0700 directory) or tcp://host:port (needs "
                                       "--curve-keys); default: ipc:// in $XDG_RUNTIME_DIR (or ~/.tokworker/run)")
     serve.add_argument("--curve-keys", help="key directory from `tokworker keys DIR`")
-    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    serve.add_argument("--enable-auto-tool-choice", action="store_true",
-                       help="accepted for vLLM's command lines: tool calls are parsed whenever a request has tools")
     _add_worker_settings(serve)
 
     status = commands.add_parser("status", help="health and counters of a running daemon's workers")
@@ -95,9 +96,6 @@ def _parser() -> argparse.ArgumentParser:
     api.add_argument("--workers", type=int, default=2, help="tokenizer worker processes (default: 2)")
     api.add_argument("--replay-step-interval", type=float, default=0.01, metavar="SECONDS",
                      help="seconds per step of the replay engine (default: 0.01)")
-    api.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    api.add_argument("--enable-auto-tool-choice", action="store_true",
-                     help="accepted for vLLM's command lines: tool calls are parsed whenever a request has tools")
     _add_worker_settings(api)
     for struct, prefix, title, description in _api_settings():
         _add_declared_flags(api.add_argument_group(title, description), struct, prefix)

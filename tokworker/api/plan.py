@@ -19,7 +19,7 @@ from tokworker.api.requests import (RESPONSES_ITEMS, AnthropicText, AnthropicThi
                                     NamedToolChoice, ResponsesFunctionCallItem, ResponsesFunctionOutputItem,
                                     ResponsesMessageItem, ResponsesRequest, TextPart)
 from tokworker.constrain.tool_choice import FORMATS as FORCED_CALL_FORMATS
-from tokworker.engines.base import KNOBS, Guide, SamplingParams
+from tokworker.engines.base import KNOBS, SET_ONLY, Guide, SamplingParams
 from tokworker.protocol.deltas import StreamParams
 
 
@@ -168,12 +168,10 @@ def _forced(guide: Guide | None) -> str | None:
 
 
 def _sampling(request, *, max_tokens: int | None, logprobs: int | None, guide: Guide | None) -> SamplingParams:
-    """The engine's sampling: what the request set; what it left unset stays None (the engine's default)."""
-    knobs = {name: getattr(request, name, None) for name in KNOBS}
-    return SamplingParams(max_tokens=max_tokens or 0, **knobs,
-                          stop_token_ids=list(getattr(request, "stop_token_ids", None) or ()),
-                          ignore_eos=getattr(request, "ignore_eos", False), min_tokens=getattr(request, "min_tokens", 0),
-                          logprobs=logprobs, logit_bias=getattr(request, "logit_bias", None), guide=guide)
+    """The engine's sampling: what the request set; what it left unset stays None (the engine's default), or
+    SamplingParams' own default for the fields sent only when set."""
+    given = {name: value for name in KNOBS + SET_ONLY if (value := getattr(request, name, None)) is not None}
+    return SamplingParams(max_tokens=max_tokens or 0, logprobs=logprobs, guide=guide, **given)
 
 
 def _stream_options(request) -> tuple[bool, bool]:

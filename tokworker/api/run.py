@@ -20,10 +20,10 @@ from tokworker.api.limits import RESERVED_DESCRIPTORS, GuardedRunner, connection
 from tokworker.api.options import ApiOptions, ServerLimits
 from tokworker.api.server import AccessLogger, Api
 from tokworker.api.workers_at import WorkersAt
+from tokworker.worker.options import GC_YOUNG
 
 log = logging.getLogger("tokworker.api")
 ENGINES = ("replay", "llama.cpp", "vllm", "sglang")
-GC_YOUNG = 50_000                         # allocations between two young-generation collections
 
 
 def engine_for(name: str, url: str | None = None, *, replay_step_interval: float = 0.01,

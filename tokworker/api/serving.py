@@ -123,14 +123,23 @@ class Serving:
         self.max_buffer_bytes = max_buffer_bytes
         self.choices: dict[str, Choice] = {}
         self.exchanges = 0
-        pool.on_news = self._news          # what a direct stream's worker tells between the steps' answers
+        pool.on_news = self._deliver_each  # what a direct stream's worker tells between the steps' answers
 
-    def _news(self, updates: dict) -> None:
+    def _deliver_each(self, updates: dict) -> None:
+        """Each update to its choice (one already ended is skipped): a step's answer, or news."""
         choices = self.choices
         for name, update in updates.items():
             choice = choices.get(name)
             if choice is not None:
                 self._deliver(choice, update)
+
+    def _fail_each(self, names, error: Exception) -> None:
+        """A pool step of these streams failed: each one's exchange fails with it."""
+        choices = self.choices
+        for name in names:
+            choice = choices.get(name)
+            if choice is not None:
+                self.fail(choice.exchange, ApiError.of(error))
 
     def admit(self, exchange: Exchange) -> None:
         for choice in exchange.choices:
@@ -174,15 +183,9 @@ class Serving:
             except Exception as error:           # a PoolError, or a bug: those streams fail, the loop goes on
                 if not isinstance(error, PoolError):
                     log.exception("a step of %d streams failed", len(step))
-                for name in step:
-                    choice = choices.get(name)
-                    if choice is not None:
-                        self.fail(choice.exchange, ApiError.of(error))
+                self._fail_each(step, error)
                 continue
-            for name, update in updates.items():
-                choice = choices.get(name)
-                if choice is not None:
-                    self._deliver(choice, update)
+            self._deliver_each(updates)
 
     def _deliver(self, choice: Choice, update) -> None:
         exchange = choice.exchange
@@ -223,14 +226,8 @@ class Serving:
             updates = await self.pool.step({}, names, names)
         except PoolError as error:
             updates = {}
-            for name in names:
-                choice = self.choices.get(name)
-                if choice is not None:
-                    self.fail(choice.exchange, ApiError.of(error))
-        for name, update in updates.items():
-            choice = self.choices.get(name)
-            if choice is not None:
-                self._deliver(choice, update)
+            self._fail_each(names, error)
+        self._deliver_each(updates)
         for name in names:                  # a stream the pool had already closed ends here all the same
             choice = self.choices.get(name)
             if choice is not None:

@@ -8,6 +8,7 @@ import msgspec
 from tokworker.protocol.deltas import Delta, StreamUpdate, Usage
 
 json = msgspec.json.encode
+LAST_CHUNK = b"0\r\n\r\n"              # the zero-length chunk that ends a chunked body (after http_chunk's)
 
 
 def http_chunk(data: bytes) -> bytes:

@@ -13,6 +13,9 @@ import msgspec
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_LOAD_CPU_S, DEFAULT_LOAD_MEMORY_MB = 30.0, 1024      # the load budget (WorkerOptions.load_*)
+# Allocations between two young-generation collections, in a worker and in the API process: both make young
+# containers per step or render that die with it, and at the default (700) the collector ran every few.
+GC_YOUNG = 50_000
 
 
 def _setting(description: str, **bounds) -> msgspec.Meta:

@@ -44,7 +44,7 @@ from tokworker.worker.handlers import Handlers
 from tokworker.worker.lane import HOUSEKEEPING_S, REPLY_QUEUE, SWITCH_S, Job, Lane, decode_error
 from tokworker.worker.launcher import notify_ready
 from tokworker.worker.limits import BudgetExceeded, CpuBackstop, CpuBudget, apply_memory_limit, disable_core_dumps
-from tokworker.worker.options import WorkerOptions
+from tokworker.worker.options import GC_YOUNG, WorkerOptions
 from tokworker.worker.replies import encode_reply
 from tokworker.worker.security import check_bind, secure_server
 from tokworker.worker.sessions import MAX_NAME, Sessions
@@ -56,7 +56,6 @@ log = logging.getLogger("tokworker.worker")
 
 CUT_NOTICE_S = 3.0                 # how long a worker past its drain timeout waits to tell cut streams so
 FAREWELL_MS = 500                  # how long a drained worker's last replies (its Draining notices) may take to leave
-GC_YOUNG = 50_000                  # allocations between two young-generation collections (as the API process)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model",

@@ -20,32 +20,23 @@ from __future__ import annotations
 import re
 from types import MethodType
 
-from tokworker.protocol.deltas import Delta, FunctionDelta, ToolCallDelta
+from tokworker.protocol.deltas import Delta
 
-from .callids import call_id
-from .jsonscan import STRING_PIECE, JsonScanner
-from .literals import LiteralEnd, literal_json
+from .jsonargs import HEADER_LIMIT, JsonArgs
+from .shapes import assemble, tool_schemas
 
-# An opening (marker + call header) longer than this is not a call: stop holding it back.
-HEADER_LIMIT = 1024
 FEED_PIECE = 4096
-_WHITESPACE = " \t\n\r"
 
 
-class ToolParser:
-    """Base of every format: feed/finish/parse, the content scan, JSON argument streaming."""
+class ToolParser(JsonArgs):
+    """Base of every format: feed/finish/parse, the loop over modes, the content scan (its deltas are
+    emit.py's, a call's arguments jsonargs.py's)."""
 
     name = ""
     special_tokens: tuple[str, ...] = ()
     starts: tuple[str, ...] = ()  # markers that may open a call, searched for in content
-    id_style = "openai"  # the shape of the call ids this format issues (see callids.py)
     drop_rejected_markers = False  # a marker that opens no call is a control token: never content
     stray_markers: tuple[str, ...] = ()  # closing markers (also in `starts`) dropped when met outside a call
-    # The index of the call whose JSON arguments are inside a string, with nothing buffered, else -1: a
-    # text that `is_string_piece` matches whole is then more of those arguments, one fragment of itself,
-    # and changes no state, so a caller may emit it without feed() (TextStream does, per token).
-    string_args = -1
-    is_string_piece = STRING_PIECE.fullmatch  # characters and whole escapes: what leaves a JSON string open
     # True while plain content is scanned (or passed through) with nothing held, after some content and not
     # next to a call: a text in which `first_marker` (a search; None for a format with no markers) finds
     # nothing and that does not end in whitespace is then content, one delta of itself, and changes no state
@@ -59,20 +50,10 @@ class ToolParser:
     call_openings: tuple[str, ...] | None = None
 
     def __init__(self, tools: list[dict] | None = None):
+        super().__init__()
         self._tools = tools
         self._schemas = tool_schemas(tools)
         self._buf = ""
-        self._out: list[Delta] = []
-        self._last_args: FunctionDelta | None = None  # open args fragment to append to, this feed
-        self._held_ws = ""  # whitespace ending the content so far: dropped if a call follows
-        self._after_call = False  # whitespace right after a call is formatting, not content
-        self._content_seen = False  # whitespace after a call separates content only if some came before
-        self._index = -1
-        self._call_name = ""
-        self._scanner: JsonScanner | None = None
-        self._after_args = None  # the mode to enter once the arguments object closes
-        self._args_open = False  # streaming JSON arguments with nothing buffered: feed scans text directly
-        self.called = False
         self._probe: tuple[ToolParser, str] | None = None  # opens_call's undecided parser and the text it read
         self._mode = self._initial_mode()
 
@@ -172,14 +153,6 @@ class ToolParser:
     def _run(self, final: bool) -> None:
         while self._mode(final):
             pass
-
-    def _take(self) -> list[Delta]:
-        out = self._out
-        if not out:
-            return []
-        self._out = []
-        self._last_args = None
-        return out
 
     def _consume(self, n: int) -> None:
         self._buf = self._buf[n:]
@@ -281,142 +254,6 @@ class ToolParser:
         """Where scanning continues after a call or a rejected opening."""
         return self._content_mode
 
-    # ---- emission ----
-
-    def _content(self, text: str) -> None:
-        """Content text. Whitespace next to a call is formatting: dropped before a call, after the last
-        one and at the start of the content; kept where it separates content on both sides of a call."""
-        body = text.rstrip(_WHITESPACE)
-        if not body:
-            self._held_ws += text
-            return
-        lead, trail = self._held_ws, text[len(body):]
-        if self._after_call:
-            self._after_call = False
-            if not self._content_seen:
-                lead, body = "", body.lstrip(_WHITESPACE)
-        self._held_ws = trail
-        self._emit_content(lead + body)
-        self._content_seen = True
-
-    def _emit_content(self, text: str) -> None:
-        out = self._out
-        if out and out[-1].content is not None:
-            out[-1].content += text
-        else:
-            out.append(Delta(content=text))
-        self._last_args = None
-
-    def _reasoning(self, text: str) -> None:
-        if not text:
-            return
-        out = self._out
-        if out and out[-1].reasoning_content is not None:
-            out[-1].reasoning_content += text
-        else:
-            out.append(Delta(reasoning_content=text))
-        self._last_args = None
-
-    def _open_call(self, name: str, model_id: str | None = None) -> None:
-        """model_id: the id the model wrote for the call, used as it is when the format's ids are the
-        model's own (its template links results to that text)."""
-        self._held_ws = ""
-        self._after_call = False
-        self._index += 1
-        self._call_name = name
-        self.called = True
-        function = FunctionDelta(name=name, arguments="")
-        header = ToolCallDelta(index=self._index, id=model_id or call_id(self.id_style, name, self._index),
-                               type="function", function=function)
-        self._out.append(Delta(tool_calls=[header]))
-        self._last_args = function  # arguments that follow at once join the header
-
-    def _args(self, fragment: str) -> None:
-        if not fragment:
-            return
-        if self._last_args is not None:
-            self._last_args.arguments += fragment
-            return
-        function = FunctionDelta(arguments=fragment)
-        self._out.append(Delta(tool_calls=[ToolCallDelta(index=self._index, function=function)]))
-        self._last_args = function
-
-    def _close_call(self) -> None:
-        self._after_call = True
-        self._held_ws = ""
-
-    # ---- JSON arguments ----
-
-    def _stream_json_args(self, after) -> None:
-        """Commit point passed: stream the arguments object at the buffer's start, then enter `after`."""
-        self._after_args = after
-        self._mode = self._args_kind_mode
-
-    def _args_kind_mode(self, final: bool) -> bool:
-        """The character after the arguments' "{" says how they are written: JSON, streamed as it comes,
-        or a Python literal ({'city': 'Paris'}: Apriel's template renders dict arguments so), read whole
-        and sent as JSON."""
-        buf = self._buf
-        if buf[:1] == "{":
-            rest = buf[1:].lstrip(_WHITESPACE)
-            if not rest and not final and len(buf) <= HEADER_LIMIT:
-                return False
-            literal = rest[:1] == "'"
-        elif not buf and not final:
-            return False
-        else:
-            literal = False
-        if literal:
-            self._literal_end = LiteralEnd(0, bracketed=True)
-            self._mode = self._literal_args_mode
-        else:
-            self._scanner = JsonScanner()
-            self._mode = self._json_args_mode
-        return True
-
-    def _literal_args_mode(self, final: bool) -> bool:
-        end = self._literal_end.find(self._buf, final)
-        if end is None:
-            return self._break_call() if final else False  # cut off: nothing was sent, the text is no call
-        arguments = literal_json(self._buf[:end])
-        if arguments is None or arguments[0] != "{":
-            return self._break_call()
-        self._args(arguments)
-        self._consume(end)
-        self._mode = self._after_args
-        return True
-
-    def _json_args_mode(self, final: bool) -> bool:
-        buf = self._buf
-        if not buf:
-            return False
-        self._buf = ""
-        return self._scan_args(buf)
-
-    def _scan_args(self, text: str) -> bool:
-        """Stream the arguments text that opens `text` (taken from the buffer's start); what follows the
-        object, if it closed or broke, goes back to the buffer. The mode's return value."""
-        scanner = self._scanner
-        end = scanner.scan(text, 0)
-        self._args(text[:end])
-        if scanner.done:
-            self._buf = text[end:]
-            self._mode = self._after_args
-            return True
-        if scanner.error:
-            self._buf = text[end:]
-            return self._break_call()
-        self._args_open = True  # all of it was arguments: the next text may skip the buffer
-        if scanner.in_string:
-            self.string_args = self._index
-        return False
-
-    def _break_call(self) -> bool:
-        """The call's syntax broke after it was committed: it keeps what was sent; the rest is content."""
-        self._close_call()
-        self._mode = self._resume_mode()
-        return True
-
     def _expect_closing(self, pattern, final: bool, then=None) -> bool:
         """After a complete call: consume its closing text (pattern) if it is there; anything else,
         including a closing cut off by the end of the stream, is content."""
@@ -435,40 +272,3 @@ def _finished_mode(final: bool) -> bool:
     if final:
         return False
     raise ValueError("this tool parser has finished; use a new parser for each stream")
-
-
-def tool_schemas(tools: list[dict] | None) -> dict[str, dict]:
-    """The request's OpenAI tools list -> {function name: parameters schema}."""
-    if tools is None:
-        return {}
-    if not isinstance(tools, list):
-        raise ValueError(f"tools must be a list of OpenAI tool objects, not {type(tools).__name__}")
-    schemas = {}
-    for tool in tools:
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise ValueError(f"each tool needs a function with a string name, got {tool!r:.200}")
-        parameters = function.get("parameters")
-        schemas[function["name"]] = parameters if isinstance(parameters, dict) else {}
-    return schemas
-
-
-def assemble(deltas: list[Delta]) -> dict:
-    """Streamed deltas -> one message: {"content", "reasoning_content", "tool_calls"}."""
-    content, reasoning, calls = [], [], {}
-    for delta in deltas:
-        if delta.content is not None:
-            content.append(delta.content)
-        if delta.reasoning_content is not None:
-            reasoning.append(delta.reasoning_content)
-        for part in delta.tool_calls or ():
-            call = calls.setdefault(part.index, {"id": None, "type": "function",
-                                                 "function": {"name": None, "arguments": ""}})
-            if part.id is not None:
-                call["id"] = part.id
-            if part.function is not None:
-                if part.function.name is not None:
-                    call["function"]["name"] = part.function.name
-                call["function"]["arguments"] += part.function.arguments or ""
-    return {"content": "".join(content) or None, "reasoning_content": "".join(reasoning) or None,
-            "tool_calls": [calls[i] for i in sorted(calls)]}

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import regex
 
-from .base import HEADER_LIMIT
+from .jsonargs import HEADER_LIMIT
 from .jsonscan import JsonScanner
 
 # `{"name": "NAME", "arguments": ` up to the arguments' opening brace (not consumed), or `{"name": "NAME"}`;

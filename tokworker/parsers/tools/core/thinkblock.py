@@ -12,7 +12,7 @@ functionary_v32): the output opens after a think block written first (xLAM, aske
 
 from __future__ import annotations
 
-from .base import HEADER_LIMIT
+from .jsonargs import HEADER_LIMIT
 
 THINK, THINK_END = "<think>", "</think>"
 _WHITESPACE = " \t\n\r"
