@@ -1,5 +1,6 @@
 """The one owner of the engine step loop: each engine step's ids go to the pool in one `pool.step`, and each
-stream's update goes to its HTTP response, written straight to the client's transport.
+stream's update goes to its HTTP response, written straight to the client's transport. The loop is the
+engine's listener (Engine.listen): an engine step calls it, so no task wakes for one.
 
 One Exchange per HTTP request (its plan, its choices, its response), one Choice per stream (n choices, or
 prompts x n for Completions). A streamed choice's SSE bytes are written by the loop as they arrive, framed as
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 
 from tokworker.api.errors import ApiError
 from tokworker.api.metrics import Metrics
@@ -113,8 +115,9 @@ class Exchange:
 
 
 class Serving:
-    """See the module's docstring. `run()` is the loop's task; `admit` registers an exchange's choices
-    before the engine sees them; `end` ends an exchange from outside (client gone, handler cancelled)."""
+    """See the module's docstring. `run()` listens to the engine until cancelled; `admit` registers an
+    exchange's choices before the engine sees them; `end` ends an exchange from outside (client gone, handler
+    cancelled)."""
 
     def __init__(self, pool, engine, metrics: Metrics, max_buffer_bytes: int):
         self.pool = pool
@@ -123,6 +126,7 @@ class Serving:
         self.max_buffer_bytes = max_buffer_bytes
         self.choices: dict[str, Choice] = {}
         self.exchanges = 0
+        self._stepping = False             # a step waits for its answer (_step)
         pool.on_news = self._deliver_each  # what a direct stream's worker tells between the steps' answers
 
     def _deliver_each(self, updates: dict) -> None:
@@ -148,44 +152,85 @@ class Serving:
         self.exchanges += 1
 
     async def run(self) -> None:
-        engine, pool, choices, gap = self.engine, self.pool, self.choices, self.metrics.gap
+        """The step loop, as the engine's listener (Engine.listen) until cancelled."""
+        self.engine.listen(self._step)
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            self.engine.listen(None)
+
+    def _step(self) -> None:
+        """What the engine has waiting goes to the pool as one step. One step at a time: while one waits for
+        its answer, the engine's next outputs gather, and go once it comes (each stream's ids in order)."""
+        if self._stepping:
+            return
+        take = self.engine.take_outputs
         while True:
-            outputs = await engine.outputs()
-            now = time.monotonic()
-            step, finish, aborted = {}, [], []
-            for out in outputs:
-                choice = choices.get(out.request_id)
-                if choice is None:
-                    continue
-                if out.error is not None:
-                    choice.engine_done = True
-                    self.fail(choice.exchange, ApiError.of(out.error))
-                    continue
-                ids = out.ids
-                exchange = choice.exchange
-                if choice.last_at:
-                    gap(now - choice.last_at)
-                if exchange.first_at is None and ids:
-                    exchange.first_at = now
-                    self.metrics.first_token.observe(now - exchange.started_at)
-                choice.last_at = now
-                exchange.tokens += len(ids)
-                step[out.request_id] = ids if out.logprobs is None else (ids, out.logprobs)
-                if out.finish is not None:
-                    choice.engine_done = True
-                    finish.append(out.request_id)
-                    if out.finish == "abort":
-                        aborted.append(out.request_id)
+            outputs = take()
+            if not outputs:
+                return
+            step, finish, aborted = self._gather(outputs)
             if not step and not finish:
                 continue
             try:
-                updates = await pool.step(step, finish, aborted)
-            except Exception as error:           # a PoolError, or a bug: those streams fail, the loop goes on
-                if not isinstance(error, PoolError):
-                    log.exception("a step of %d streams failed", len(step))
-                self._fail_each(step, error)
+                sent = self.pool.submit_step(step, finish, aborted)
+            except Exception as error:
+                self._step_failed(step, error)
                 continue
-            self._deliver_each(updates)
+            if not sent.done():
+                self._stepping = True
+                sent.add_done_callback(partial(self._answered, step))
+                return
+            self._answer(step, sent)
+
+    def _answered(self, step: dict, sent: asyncio.Future) -> None:
+        self._stepping = False
+        self._answer(step, sent)
+        self._step()
+
+    def _answer(self, step: dict, sent: asyncio.Future) -> None:
+        if sent.cancelled():
+            self._step_failed(step, PoolError(ErrorCode.CLOSED, "the pool closed before the step was answered"))
+        elif sent.exception() is not None:
+            self._step_failed(step, sent.exception())
+        else:
+            self._deliver_each(sent.result())
+
+    def _step_failed(self, step: dict, error: Exception) -> None:
+        """A PoolError, or a bug: those streams fail, the steps go on."""
+        if not isinstance(error, PoolError):
+            log.error("a step of %d streams failed", len(step), exc_info=error)
+        self._fail_each(step, error)
+
+    def _gather(self, outputs: list) -> tuple[dict, list, list]:
+        """The engine's outputs as one pool step: (ids by stream, those it ends, those of them aborted);
+        what fails in the engine fails its exchange here."""
+        choices, gap, now = self.choices, self.metrics.gap, time.monotonic()
+        step, finish, aborted = {}, [], []
+        for out in outputs:
+            choice = choices.get(out.request_id)
+            if choice is None:
+                continue
+            if out.error is not None:
+                choice.engine_done = True
+                self.fail(choice.exchange, ApiError.of(out.error))
+                continue
+            ids = out.ids
+            exchange = choice.exchange
+            if choice.last_at:
+                gap(now - choice.last_at)
+            if exchange.first_at is None and ids:
+                exchange.first_at = now
+                self.metrics.first_token.observe(now - exchange.started_at)
+            choice.last_at = now
+            exchange.tokens += len(ids)
+            step[out.request_id] = ids if out.logprobs is None else (ids, out.logprobs)
+            if out.finish is not None:
+                choice.engine_done = True
+                finish.append(out.request_id)
+                if out.finish == "abort":
+                    aborted.append(out.request_id)
+        return step, finish, aborted
 
     def _deliver(self, choice: Choice, update) -> None:
         exchange = choice.exchange

@@ -9,7 +9,9 @@ each moved request's new ids, their logprobs and a finish out; an abort.
 
 An engine calls `self.emit(...)` whenever ids arrive (from a thread: `emit_threadsafe`); `outputs()` hands
 out everything emitted since it was last called, merged per request, so ids that arrive between two ticks of
-the server's loop become one `pool.step`. The pool never imports an engine: the server drives both.
+the server's loop become one `pool.step`. The server listens instead (`listen(on_outputs)`): its step loop is
+called when outputs wait and takes them (`take_outputs()`), so an engine step costs no task's wake-up. The
+pool never imports an engine: the server drives both.
 """
 
 from __future__ import annotations
@@ -125,6 +127,8 @@ class Engine:
         self._pending: dict[str, EngineOutput] = {}
         self._waiter: asyncio.Future | None = None    # outputs() waiting for the next emit
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._listener = None                         # the server's step loop (listen)
+        self._telling = False                         # a call to it is due on the loop's next turn
 
     async def start(self, pool) -> None:
         """Called once with the server's TokenizerPool before any request (an engine may guide or encode
@@ -161,7 +165,11 @@ class Engine:
             if logprobs is not None:
                 pending.logprobs = (pending.logprobs or []) + logprobs
             pending.finish, pending.error = finish, error
-        if self._waiter is not None:
+        if self._listener is not None:
+            if not self._telling:                  # what else arrives on this turn of the loop joins the step
+                self._telling = True
+                self._loop.call_soon(self._tell)
+        elif self._waiter is not None:
             self._wake_outputs()
 
     def emit_threadsafe(self, outputs: list[EngineOutput]) -> None:
@@ -174,8 +182,30 @@ class Engine:
                 self.emit(out.request_id, out.ids, out.logprobs, out.finish, out.error)
             return
         self._pending = {out.request_id: out for out in outputs}     # the usual step: nothing waiting
-        if outputs and self._waiter is not None:
-            self._wake_outputs()
+        if outputs:
+            if self._listener is not None:
+                self._listener()
+            elif self._waiter is not None:
+                self._wake_outputs()
+
+    def listen(self, on_outputs) -> None:
+        """Have `on_outputs()` called on the loop's thread whenever outputs wait, for it to take them with
+        take_outputs() (at once for a step handed over by emit_threadsafe; on the loop's next turn for ids
+        emitted on it, so they gather into one step). None: outputs() again."""
+        self._listener = on_outputs
+        if on_outputs is not None and self._pending and not self._telling:
+            self._telling = True
+            self._loop.call_soon(self._tell)
+
+    def _tell(self) -> None:
+        self._telling = False
+        if self._pending and self._listener is not None:
+            self._listener()
+
+    def take_outputs(self) -> list[EngineOutput]:
+        """Everything emitted since the last call, at once (possibly nothing)."""
+        pending, self._pending = self._pending, {}
+        return list(pending.values())
 
     def _wake_outputs(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -188,5 +218,4 @@ class Engine:
         while not self._pending:
             self._waiter = waiter = self._loop.create_future()
             await waiter
-        pending, self._pending = self._pending, {}
-        return list(pending.values())
+        return self.take_outputs()

@@ -42,10 +42,9 @@ import time
 from collections import deque
 
 from tokworker.protocol.messages import CodedError, ErrorCode
-from tokworker.wire.common import http_chunk
+from tokworker.wire.common import LAST_CHUNK, http_chunk
 from tokworker.worker.sessions import process_peer, session_key
 
-END = b"0\r\n\r\n"
 MAX_MESSAGE = 4096                # bytes of "session\0stream id\0headers" in one hand-over message
 LINGER_S = 60.0                   # how long a finished stream's unread bytes may wait for its client
 _CREDENTIALS = struct.Struct("3i")
@@ -69,7 +68,7 @@ class Sink:
         self.pending_bytes = 0
         self.max_bytes = max_bytes
         self.failed: str | None = None       # why the client can no longer be written to
-        self.ending = False                  # END is queued: close once it is out
+        self.ending = False                  # LAST_CHUNK is queued: close once it is out
         self.closed = False                  # the socket is ours no more (the body ended, or it failed)
         self.released = 0.0                  # when its last stream ended (the sink only flushes from then on)
         self.waiting = waiting
@@ -159,7 +158,7 @@ class Sink:
             if tail:
                 self._send(http_chunk(tail))
             self.ending = True
-            self._send(END)
+            self._send(LAST_CHUNK)
 
     def attach(self, fd: int, head: bytes = b"") -> None:
         """The client's socket is here (with a whole response's headers): what waits goes out."""
