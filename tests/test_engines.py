@@ -1,7 +1,7 @@
 """The Engine seam on its own: ids that arrive between two ticks of the server's loop become one step, an
 in-process engine written as its docstring says serves the front door, constrained requests get their token
 masks from the pool each step (and the replay engine's scripted tokens are checked against them), and
-requests end at eos, stop token ids and max_tokens."""
+requests end at eos, stop token ids and max_tokens; a listener (the server's step loop) is told once a turn."""
 
 from __future__ import annotations
 
@@ -36,6 +36,32 @@ def test_ids_arriving_between_two_ticks_are_one_step():
         assert not waiting.done()                         # nothing emitted since: outputs() waits
         engine.emit_threadsafe([EngineOutput("c", [4])])
         assert [out.request_id for out in await asyncio.wait_for(waiting, 5)] == ["c"]
+
+    asyncio.run(main())
+
+
+def test_a_listener_is_called_once_a_turn_for_ids_emitted_on_the_loop_and_at_once_for_a_threads_step():
+    async def main():
+        engine = Engine()
+        await Engine.start(engine, None)
+        taken: list[list] = []
+        engine.emit("early", [5])                          # before anyone listens: told once it does
+        engine.listen(lambda: taken.append(sorted((o.request_id, o.ids) for o in engine.take_outputs())))
+        assert taken == []
+        await asyncio.sleep(0)
+        assert taken == [[("early", [5])]]
+        engine.emit("a", [1])
+        engine.emit("b", [2])
+        engine.emit("a", [3])
+        assert len(taken) == 1                            # not yet: what else comes on this turn joins
+        await asyncio.sleep(0)
+        assert taken[1:] == [[("a", [1, 3]), ("b", [2])]]
+        engine._emit_all([EngineOutput("c", [4])])        # a thread's step, as call_soon_threadsafe runs it
+        assert taken[2:] == [[("c", [4])]]
+        engine.listen(None)
+        engine.emit("d", [6])
+        await asyncio.sleep(0)
+        assert len(taken) == 3 and [o.ids for o in await engine.outputs()] == [[6]]
 
     asyncio.run(main())
 
