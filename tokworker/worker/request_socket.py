@@ -13,7 +13,8 @@ little-endian):
     ([b'abc'], [b'de'])
 
 A frame longer than `max_frame` (the worker's max_message_bytes and its id) closes the connection: no client
-of ours sends one (the pool checks sizes before it sends), so nothing waits for an answer to it. Only a peer
+of ours sends one (the pool checks sizes before it sends), so nothing waits for an answer to it. So does a
+connection whose unfinished frame would take the frames held past HELD_BYTES. Only a peer
 of the worker's own user connects (the socket file is the user's alone, and SO_PEERCRED is checked again).
 """
 
@@ -29,6 +30,7 @@ from tokworker.worker.sessions import process_peer, session_key
 
 READ_BYTES = 256 << 10             # read from a connection at a time (then the lane serves what came)
 MAX_CONNECTIONS = 256              # API-process links at once (one per pool and worker)
+HELD_BYTES = 256 << 20             # unfinished frames held, all connections together
 _LENGTH = struct.Struct("<I")
 _CREDENTIALS = struct.Struct("3i")
 
@@ -120,8 +122,8 @@ class RequestSockets:
             return []
         except (OSError, ValueError):
             frames = None
-        if frames is None:                                 # its API process closed it, or broke the framing
-            self._drop(fd)
+        if frames is None or (connection.framing.held and self._held() > HELD_BYTES):
+            self._drop(fd)                                 # its API process closed it, or broke a bound
             return []
         if connection.identity is None and frames:
             connection.identity = self._bound(connection, frames.pop(0))
@@ -130,6 +132,9 @@ class RequestSockets:
                 return []
         identity = connection.identity
         return [(identity, SocketFrame(frame)) for frame in frames]
+
+    def _held(self) -> int:
+        return sum(len(c.framing.held) for c in self.connections.values())
 
     def close_all(self) -> None:
         for fd in list(self.connections):
