@@ -20,19 +20,18 @@ of the worker's own user connects (the socket file is the user's alone, and SO_P
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 
 import zmq
 
+from tokworker.worker.local_socket import accept_own, close_listener, listen
 from tokworker.worker.sessions import process_peer, session_key
 
 READ_BYTES = 256 << 10             # read from a connection at a time (then the lane serves what came)
 MAX_CONNECTIONS = 256              # API-process links at once (one per pool and worker)
 HELD_BYTES = 256 << 20             # unfinished frames held, all connections together
 _LENGTH = struct.Struct("<I")
-_CREDENTIALS = struct.Struct("3i")
 
 
 class SocketFrame:
@@ -92,16 +91,7 @@ class RequestSockets:
     def __init__(self, path: str, sessions, max_frame: int):
         self.path, self.sessions, self.max_frame = path, sessions, max_frame
         self.connections: dict[int, _Connection] = {}
-        if os.path.exists(path):
-            os.unlink(path)
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            self.listener.bind(path)
-        finally:
-            os.umask(old)
-        self.listener.listen(16)
-        self.listener.setblocking(False)
+        self.listener = listen(path, socket.SOCK_STREAM)
 
     def readable(self) -> list[int]:
         """The descriptors to poll for input: the listener and the connections."""
@@ -139,21 +129,13 @@ class RequestSockets:
     def close_all(self) -> None:
         for fd in list(self.connections):
             self._drop(fd)
-        self.listener.close()
-        if os.path.exists(self.path):
-            os.unlink(self.path)
+        close_listener(self.listener, self.path)
 
     def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except BlockingIOError:
-                return
-            pid, uid, _ = _CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
-            if uid != os.getuid() or len(self.connections) >= MAX_CONNECTIONS:
+        for sock, pid in accept_own(self.listener):
+            if len(self.connections) >= MAX_CONNECTIONS:
                 sock.close()
                 continue
-            sock.setblocking(False)
             self.connections[sock.fileno()] = _Connection(sock, process_peer(pid), self.max_frame)
 
     def _bound(self, connection: _Connection, greeting: bytes) -> bytes | None:

@@ -37,17 +37,16 @@ import os
 from email.utils import formatdate
 from http import HTTPStatus
 import socket
-import struct
 import time
 from collections import deque
 
 from tokworker.protocol.messages import CodedError, ErrorCode
 from tokworker.wire.common import LAST_CHUNK, http_chunk
+from tokworker.worker.local_socket import accept_own, close_listener, listen
 from tokworker.worker.sessions import process_peer, session_key
 
 MAX_MESSAGE = 4096                # bytes of "session\0stream id\0headers" in one hand-over message
 LINGER_S = 60.0                   # how long a finished stream's unread bytes may wait for its client
-_CREDENTIALS = struct.Struct("3i")
 
 
 class Sink:
@@ -247,16 +246,7 @@ class SinkTable:
         self.peers: dict[int, tuple[socket.socket, str]] = {}     # descriptor -> (API process, its peer)
         self.waiting: dict[int, Sink] = {}                          # descriptor -> its sink, bytes waiting
         self.gathering: list[Sink] = []                             # sinks holding this step's events
-        if os.path.exists(path):
-            os.unlink(path)
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        old = os.umask(0o177)
-        try:
-            self.listener.bind(path)
-        finally:
-            os.umask(old)
-        self.listener.listen(16)
-        self.listener.setblocking(False)
+        self.listener = listen(path, socket.SOCK_SEQPACKET)
 
     def open(self, session: str, stream_id: str, choices: int = 1, tail=None, whole: bool = False) -> Sink:
         """A new response's sink, for its first stream (of `choices`): its events wait in it until the socket
@@ -346,21 +336,10 @@ class SinkTable:
         self.sinks.clear()
         for peer, _ in self.peers.values():
             peer.close()
-        self.listener.close()
-        if os.path.exists(self.path):
-            os.unlink(self.path)
+        close_listener(self.listener, self.path)
 
     def _accept(self) -> None:
-        while True:
-            try:
-                peer, _ = self.listener.accept()
-            except BlockingIOError:
-                return
-            pid, uid, _ = _CREDENTIALS.unpack(peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
-            if uid != os.getuid():
-                peer.close()                             # the directory is private: this is not our user
-                continue
-            peer.setblocking(False)
+        for peer, pid in accept_own(self.listener):
             self.peers[peer.fileno()] = (peer, process_peer(pid))     # its sessions are that process's
 
     def _receive(self, fd: int) -> None:
