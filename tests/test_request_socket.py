@@ -1,10 +1,10 @@
 """Requests over a plain Unix stream socket beside ZeroMQ (Covers tokworker.frontend.request_socket,
 tokworker.worker.request_socket and tokworker.worker.local_socket.): a local pool's links send every request
-of a handshaken epoch there, in order, and the replies come back over ZeroMQ. Real workers, real sockets: a raw client shows the binding (a
-request on the socket is answered on the ZeroMQ connection that greeted the session) and what is refused
-(an unknown session or epoch, a frame over the bound, a hello); a pool shows a request larger than the
-socket's buffer going out in pieces, in order, and a killed worker's replacement getting a socket of its own.
-The framing is a property over every cut of the byte stream."""
+of a handshaken epoch there, in order, and the replies come back over ZeroMQ. Real workers, real sockets: a
+raw client shows the binding (a request on the socket is answered on the ZeroMQ connection that greeted the
+session) and what is refused (an unknown session or epoch, a frame over the bound, a hello); a pool shows a
+request larger than the socket's buffer going out in pieces, in order, and a killed worker's replacement
+getting a socket of its own. The framing is a property over every cut of the byte stream."""
 
 from __future__ import annotations
 
