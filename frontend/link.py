@@ -205,14 +205,21 @@ class WorkerLink(Recovery):
 
     def _open_requests(self) -> None:
         """A handshaken epoch's request socket, where the worker has one (RequestSocket; before anything of
-        the epoch is sent, so its requests keep one order)."""
+        the epoch is sent, so its requests keep one order): its requests go there, and their replies come back
+        there."""
         path = requests_path(self.endpoint) if "request_socket" in self.info.capabilities else None
         if path is None:
             return
         try:
-            self._requests = RequestSocket(path, self.session, self.epoch, self.loop, self._requests_broke)
+            self._requests = RequestSocket(path, self.session, self.epoch, self.loop, self._reply_read,
+                                           self._requests_broke, self.info.limits.max_message_bytes + 8)
         except OSError as exc:
             log.info("requests to %s go over ZeroMQ this epoch: its request socket refused (%s)", self.endpoint, exc)
+
+    def _reply_read(self, message: bytes) -> None:
+        """A reply off the request socket (RequestSocket.read)."""
+        self.replied = self.loop.time()
+        self._deliver(message)
 
     def _requests_broke(self) -> None:
         requests = self._requests
@@ -245,6 +252,8 @@ class WorkerLink(Recovery):
         connection = self._connection
         if self.pending and connection is not None and connection.get(_EVENTS) & _POLLIN:
             self._on_readable()      # a reply already here is no silence (timers run before the loop reads)
+        if self.pending and self._requests is not None:
+            self._requests.read()
         now = self.loop.time()
         if self.pending and self.ready and now - self.replied > self.hang_timeout / 2:
             self._probe(now)

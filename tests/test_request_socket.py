@@ -1,10 +1,11 @@
 """Requests over a plain Unix stream socket beside ZeroMQ (Covers tokworker.frontend.request_socket,
 tokworker.worker.request_socket and tokworker.worker.local_socket.): a local pool's links send every request
-of a handshaken epoch there, in order, and the replies come back over ZeroMQ. Real workers, real sockets: a
-raw client shows the binding (a request on the socket is answered on the ZeroMQ connection that greeted the
-session) and what is refused (an unknown session or epoch, a frame over the bound, a hello); a pool shows a
-request larger than the socket's buffer going out in pieces, in order, and a killed worker's replacement
-getting a socket of its own. The framing is a property over every cut of the byte stream."""
+of a handshaken epoch there, in order, and their replies come back there. Real workers, real sockets: a raw
+client shows the binding (a request on the socket is served as the ZeroMQ connection's that greeted the
+session, and that connection's replies all come over the socket) and what is refused (an unknown session or
+epoch, a frame over the bound, a hello); a pool shows a request larger than the socket's buffer going out in
+pieces, in order, and a killed worker's replacement getting a socket of its own. The framing is a property
+over every cut of the byte stream."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import socket
 import struct
 import time
 
-import msgspec
 import pytest
 import zmq
 from hypothesis import given, strategies as st
@@ -80,14 +80,27 @@ class RawClient:
         self.dealer.setsockopt(zmq.RCVTIMEO, 5000)
         self.dealer.connect(bind)
         self.dealer.send(frame(1, encode_message(Hello(version=PROTOCOL_VERSION, session=session, epoch=epoch))))
+        self.framing = None
         self.hello = self.reply()
         self.plain = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.plain.settimeout(5)
         self.plain.connect(requests_path(bind))
 
     def reply(self):
-        message = self.dealer.recv()
+        """The next reply, over ZeroMQ (the Hello's) or, once the socket is bound, over the socket."""
+        if self.framing is None:
+            message = self.dealer.recv()
+        else:
+            while not self.replies:
+                data = self.plain.recv(1 << 16)
+                assert data, "the worker closed the request socket"
+                self.replies += self.framing.feed(data)
+            message = self.replies.pop(0)
         return struct.unpack_from("<Q", message)[0], decode_reply(message[8:])
+
+    def greet(self, greeting: bytes, *frames: bytes) -> None:
+        self.plain.sendall(framed(greeting) + b"".join(map(framed, frames)))
+        self.framing, self.replies = Framing(1 << 24), []
 
     def closed_by_worker(self) -> bool:
         try:
@@ -100,17 +113,19 @@ class RawClient:
         self.context.destroy(linger=0)
 
 
-def test_a_request_on_the_socket_is_answered_over_the_zeromq_connection_that_greeted_its_session(worker):
+def test_requests_on_the_socket_are_served_as_the_greeted_zeromq_connections_and_answered_there(worker):
     client = RawClient(worker, "raw-a", epoch=3)
     try:
         assert type(client.hello[1]) is HelloReply and "request_socket" in client.hello[1].capabilities
-        client.plain.sendall(framed(b"raw-a\x003") + framed(frame(7, encode_message(Stats())))
-                             + framed(frame(8, encode_message(Hello(version=PROTOCOL_VERSION, session="x")))))
+        client.greet(b"raw-a\x003", frame(7, encode_message(Stats())),
+                     frame(8, encode_message(Hello(version=PROTOCOL_VERSION, session="x"))))
         rid, stats = client.reply()
         assert rid == 7 and type(stats) is StatsReply
         rid, refused = client.reply()                   # a hello only over ZeroMQ, where its peer is known
         assert rid == 8 and type(refused) is ErrorReply and refused.code == ErrorCode.INVALID
         assert "a hello comes over ZeroMQ" in refused.message
+        client.dealer.send(frame(9, encode_message(Stats())))   # the connection's replies all come here now
+        assert client.reply()[0] == 9
     finally:
         client.close()
 
@@ -123,7 +138,7 @@ def test_a_greeting_of_another_epoch_or_session_is_closed(worker, greeting):
         assert client.closed_by_worker()
         client.dealer.setsockopt(zmq.RCVTIMEO, 300)
         with pytest.raises(zmq.Again):                  # nothing it sent was served
-            client.reply()
+            client.dealer.recv()
     finally:
         client.close()
 

@@ -194,16 +194,29 @@ class Lane:
     def _serve_plain(self, sinks, requests, ready: dict, polled: dict[int, int]) -> None:
         """The plain sockets that are ready: requests first (in the order each connection sent them), then
         sockets handed over, then client sockets that take more bytes."""
-        writable = [fd for fd, flags in ready.items() if isinstance(fd, int) and flags & POLLOUT]
+        writable = []
         for fd, flags in ready.items():
-            if isinstance(fd, int) and flags & POLLIN and polled.get(fd) == POLLIN:
-                if requests is not None and (fd in requests.connections or fd == requests.listener.fileno()):
+            if not isinstance(fd, int):
+                continue
+            if requests is not None and (fd in requests.connections or fd == requests.listener.fileno()):
+                if flags & POLLOUT:
+                    self._unblock(requests.on_writable(fd))
+                if flags & POLLIN:
                     for identity, message in requests.on_readable(fd):
                         self.route(identity, message)
-                elif sinks is not None:
-                    sinks.on_readable(fd)
+            elif flags & POLLOUT:
+                writable.append(fd)
+            elif flags & POLLIN and polled.get(fd) == POLLIN:
+                sinks.on_readable(fd)
         if writable:
             sinks.on_writable(writable)
+
+    def _unblock(self, identity: bytes | None) -> None:
+        """A connection's socket took the rest of a reply: its held replies go now, not at the next retry."""
+        blocked = self.blocked.get(identity) if identity is not None else None
+        if blocked is not None:
+            blocked.retry_at = 0.0
+            self._retry(time.monotonic())
 
     # ------------------------------------------------------------ one message
     def _receive(self) -> tuple:
@@ -354,7 +367,13 @@ class Lane:
         self.blocked_said, self.blocked_unsaid = now, 0
 
     def _try(self, reply) -> bool:
-        """Sent, or the peer is gone (nothing to hold); False when its queue is full."""
+        """Sent, or the peer is gone (nothing to hold); False when its queue is full. A connection with a
+        request socket is answered there (request_socket.py)."""
+        requests = self.worker.request_sockets
+        if requests is not None and requests.of:
+            sent = requests.reply(*reply)
+            if sent is not None:
+                return sent
         try:
             self.sock.send_multipart([reply[0], reply[1] + reply[2]], NOBLOCK, copy=False)
         except zmq.Again:
@@ -386,6 +405,9 @@ def _poll_plain(poller: zmq.Poller, sinks, requests, polled: dict[int, int]) -> 
     """Register the plain sockets' descriptors: the listeners and the API processes for input, the client
     sockets with bytes waiting for output; what is no longer wanted is unregistered."""
     wanted = dict.fromkeys(requests.readable(), POLLIN) if requests is not None else {}
+    if requests is not None:
+        for fd in requests.waiting:
+            wanted[fd] = POLLIN | POLLOUT
     if sinks is not None:
         wanted.update(dict.fromkeys(sinks.readable(), POLLIN))
         for fd in sinks.waiting:

@@ -1,6 +1,8 @@
 """Requests from local API processes over a plain Unix stream socket, beside the worker's ZeroMQ socket (the
 API process's side, and why, is frontend/request_socket.py). The lane reads them here and serves each as if
-it had come on the ZeroMQ connection its session was greeted on; the replies go back over ZeroMQ.
+it had come on the ZeroMQ connection its session was greeted on, and its replies to that connection go back
+here, framed the same way (`reply`); what the socket does not take at once waits in its connection and goes
+when it is writable, and the lane holds later replies while it waits, as for a client that stops reading.
 
 A connection's first message names a session and its epoch ("session\\0epoch"): it is bound to the ZeroMQ
 connection whose Hello took that session at that epoch, among the sessions of the connecting process
@@ -77,11 +79,12 @@ class Framing:
 
 
 class _Connection:
-    __slots__ = ("sock", "owner", "identity", "framing")
+    __slots__ = ("sock", "owner", "identity", "framing", "unsent")
 
     def __init__(self, sock: socket.socket, owner: str, max_frame: int):
         self.sock, self.owner, self.identity = sock, owner, None
         self.framing = Framing(max_frame)
+        self.unsent = b""                          # the rest of a reply the socket did not take
 
 
 class RequestSockets:
@@ -91,11 +94,53 @@ class RequestSockets:
     def __init__(self, path: str, sessions, max_frame: int):
         self.path, self.sessions, self.max_frame = path, sessions, max_frame
         self.connections: dict[int, _Connection] = {}
+        self.of: dict[bytes, _Connection] = {}      # ZeroMQ connection -> the bound one its replies go to
+        self.waiting: dict[int, _Connection] = {}   # descriptor -> its connection, a reply's rest unsent
         self.listener = listen(path, socket.SOCK_STREAM)
 
     def readable(self) -> list[int]:
         """The descriptors to poll for input: the listener and the connections."""
         return [self.listener.fileno(), *self.connections]
+
+    def reply(self, identity: bytes, header: bytes, body: bytes) -> bool | None:
+        """Send a reply to the ZeroMQ connection `identity` over its bound socket: True when it is on its way,
+        False when the socket has a reply's rest still to take (the caller holds this one), None when that
+        connection has no socket here (ZeroMQ carries it)."""
+        connection = self.of.get(identity)
+        if connection is None:
+            return None
+        if connection.unsent:
+            return False
+        size = 8 + len(body)
+        try:
+            sent = connection.sock.sendmsg((_LENGTH.pack(size), header, body))
+        except BlockingIOError:
+            return False
+        except OSError:                                # its API process is gone: nothing to hold
+            self._drop(connection.sock.fileno())
+            return True
+        if sent < 4 + size:
+            connection.unsent = (_LENGTH.pack(size) + header + body)[sent:]
+            self.waiting[connection.sock.fileno()] = connection
+        return True
+
+    def on_writable(self, fd: int) -> bytes | None:
+        """Send more of the reply waiting on `fd`; the identity whose replies may go again once it is out."""
+        connection = self.waiting.get(fd)
+        if connection is None:
+            return None
+        try:
+            sent = connection.sock.send(connection.unsent)
+        except BlockingIOError:
+            return None
+        except OSError:
+            self._drop(fd)
+            return None
+        connection.unsent = connection.unsent[sent:]
+        if connection.unsent:
+            return None
+        del self.waiting[fd]
+        return connection.identity
 
     def on_readable(self, fd: int) -> list[tuple[bytes, SocketFrame]]:
         """What came on `fd`: (identity, request) pairs to serve, in the order they were sent."""
@@ -120,6 +165,7 @@ class RequestSockets:
             if connection.identity is None:
                 self._drop(fd)
                 return []
+            self.of[connection.identity] = connection
         identity = connection.identity
         return [(identity, SocketFrame(frame)) for frame in frames]
 
@@ -149,4 +195,7 @@ class RequestSockets:
     def _drop(self, fd: int) -> None:
         connection = self.connections.pop(fd, None)
         if connection is not None:
+            self.waiting.pop(fd, None)
+            if self.of.get(connection.identity) is connection:
+                del self.of[connection.identity]
             connection.sock.close()
