@@ -211,11 +211,11 @@ class Generations:
         streams = self.pool.streams
         return exchange.direct and all(getattr(streams.get(c.name), "sink", True) for c in exchange.choices)
 
-    async def _render_open(self, exchange: Exchange) -> list[int]:
+    async def _render_open(self, exchange: Exchange):
         """A chat's prompt rendered and its choices' streams opened on it, in one trip to one worker; the
-        prompt's ids. With direct streaming that worker writes the whole response to the client (the choices
-        after the first write to the first one's socket). A prompt that leaves no room in the context opens
-        nothing, and is refused here."""
+        prompt's ids (an array('I'), as its worker packed them). With direct streaming that worker writes the
+        whole response to the client (the choices after the first write to the first one's socket). A prompt
+        that leaves no room in the context opens nothing, and is refused here."""
         plan = exchange.plan
         params = msgspec.structs.replace(plan.params, max_tokens=plan.max_tokens)
         sink = self.options.direct_streaming
