@@ -14,7 +14,9 @@ import time
 from typing import Callable
 
 import msgspec
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
+from aiohttp.web_response import rfc822_formatted_time
 
 from tokworker.api.errors import CONTEXT_LENGTH, ApiError, check_vocabulary
 from tokworker.api.plan import Plan
@@ -151,13 +153,18 @@ class Generations:
                            f"engine;dur={(time.perf_counter() - opened) * 1e3:.2f}")
         response = None
         if plan.stream:
+            direct = exchange.direct and request.version == HttpVersion11     # (chunked needs HTTP/1.1)
+            if direct:
+                # its worker writes the headers too, before its first events: aiohttp writes nothing of it
+                self._hand_over(exchange, request.transport, await _stream_head(request, exchange.timing))
+                if exchange.direct:
+                    exchange.begin(request.transport)
+                    return exchange, WrittenByWorker()
             response = web.StreamResponse(headers={**SSE_HEADERS, "Server-Timing": exchange.timing})
             response.enable_chunked_encoding()
-            if exchange.direct:
-                response.force_close()          # "Connection: close": the connection ends with the worker's body
+            if direct:
+                response.force_close()          # the same headers as its worker's would have been
             await response.prepare(request)
-            if exchange.direct:
-                self._hand_over(exchange, request.transport)
             exchange.begin(request.transport)
         elif exchange.direct:                   # the worker writes the whole response, its headers with it
             exchange.transport = request.transport
@@ -165,9 +172,10 @@ class Generations:
         return exchange, response
 
     def _hand_over(self, exchange: Exchange, transport, head: bytes = b"") -> None:
-        """Direct responses: the streams' worker writes the rest itself (a streamed body, whose headers are
-        out: every choice's events and the tail; a whole response: the status line, `head`, the body), or,
-        when it cannot take the socket at once, this process forwards the response as any other."""
+        """Direct responses: the streams' worker writes the rest itself (a streamed one: `head`, its status
+        line and headers, unless they are out, then every choice's events and the tail; a whole response: the
+        status line, `head`, the body), or, when it cannot take the socket at once, this process forwards the
+        response as any other (a streamed one's headers written here first)."""
         first, *others = exchange.choices
         try:
             exchange.direct = self.pool.hand_over(first.name, transport.get_extra_info("socket").fileno(),
@@ -186,6 +194,9 @@ class Generations:
             else:
                 self.serving.end(exchange, "the client disconnected")
             raise
+        if type(response) is WrittenByWorker:
+            exchange.transport.close()          # the worker holds its own copy until its bytes are out
+            return response
         if response is None:
             error = exchange.error
             if self._written_by_worker(exchange) and (error is None or error.code != ErrorCode.WORKER_LOST):
@@ -267,6 +278,33 @@ class Generations:
         return exchange.home.body(exchange.format, [c.body for c in exchange.choices],
                                   [c.usage for c in exchange.choices], exchange.prompt_tokens,
                                   exchange.prompt_ids[0] if plan.return_token_ids else None)
+
+
+class WrittenByWorker(web.StreamResponse):
+    """A direct streamed response whose worker wrote all of it, headers included (`_stream_head`): aiohttp
+    prepares and ends nothing (its status is the access log's and the metrics')."""
+
+    async def prepare(self, request):
+        return None
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return None
+
+
+async def _stream_head(request: web.Request, timing: str) -> bytes:
+    """A direct streamed response's status line and headers, for its worker to write: what aiohttp's prepare
+    writes for the same response (an HTTP/1.1 request; chunked, Connection: close, Date, Server, then what the
+    apps' on_response_prepare signals add: CORS), byte for byte (tests/test_api_direct.py compares them)."""
+    response = web.StreamResponse(headers={**SSE_HEADERS, "Server-Timing": timing})
+    headers = response.headers
+    headers[hdrs.TRANSFER_ENCODING] = "chunked"
+    headers[hdrs.DATE] = rfc822_formatted_time()
+    headers[hdrs.SERVER] = SERVER_SOFTWARE
+    headers[hdrs.CONNECTION] = "close"
+    for app in request.match_info.apps:
+        await app.on_response_prepare.send(request, response)
+    return ("HTTP/1.1 200 OK\r\n" + "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+            + "\r\n").encode()
 
 
 async def _head(request: web.Request, timing: str) -> bytes:
