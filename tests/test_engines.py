@@ -84,7 +84,8 @@ def test_a_chats_prompt_reaches_an_in_process_engine_packed_and_equal_to_its_ren
     chat = [{"role": "user", "content": "one two three 日本語"}]
     with running(engine=engine, options=ApiOptions(served_model_name=["reverse"], direct_streaming=direct),
                  workers=1) as server:
-        reference = requests.post(server.url + "/tokenize", json={"model": "reverse", "messages": chat}).json()["tokens"]
+        reference = requests.post(server.url + "/tokenize",
+                                  json={"model": "reverse", "messages": chat}).json()["tokens"]
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
         whole = client.chat.completions.create(model="reverse", messages=chat, max_tokens=3)
         chunks = list(client.chat.completions.create(model="reverse", messages=chat, max_tokens=3, stream=True))
