@@ -388,7 +388,7 @@ def _ids_as_list(value):
     replay on another worker, a decode): what a message's `list[int]` field takes."""
     if type(value) is array:
         return value.tolist()
-    raise NotImplementedError(f"{type(value).__name__} is not a message value")
+    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
 
 
 encode_message = msgspec.msgpack.Encoder(enc_hook=_ids_as_list).encode

@@ -161,8 +161,7 @@ class Generations:
             direct = exchange.direct and request.version == HttpVersion11     # (chunked needs HTTP/1.1)
             if direct:
                 # its worker writes the headers too, before its first events: aiohttp writes nothing of it
-                self._hand_over(exchange, request.transport, await _stream_head(request, exchange.timing))
-                if exchange.direct:
+                if self._hand_over(exchange, request.transport, await _stream_head(request, exchange.timing)):
                     exchange.begin(request.transport)
                     return exchange, WrittenByWorker()
             response = web.StreamResponse(headers={**SSE_HEADERS, "Server-Timing": exchange.timing})
@@ -176,17 +175,20 @@ class Generations:
             self._hand_over(exchange, request.transport, await _head(request, exchange.timing))
         return exchange, response
 
-    def _hand_over(self, exchange: Exchange, transport, head: bytes = b"") -> None:
+    def _hand_over(self, exchange: Exchange, transport, head: bytes = b"") -> bool:
         """Direct responses: the streams' worker writes the rest itself (a streamed one: `head`, its status
-        line and headers, unless they are out, then every choice's events and the tail; a whole response: the
-        status line, `head`, the body), or, when it cannot take the socket at once, this process forwards the
-        response as any other (a streamed one's headers written here first)."""
+        line and headers, then every choice's events and the tail; a whole response: the status line, `head`,
+        the body), or, when it cannot take the socket at once, this process forwards the response as any other
+        (a streamed one's headers written here first). True when the socket is on its way to the worker; False
+        when this process keeps it: forwarded, or the hand-over failed (the exchange is ended)."""
         first, *others = exchange.choices
         try:
             exchange.direct = self.pool.hand_over(first.name, transport.get_extra_info("socket").fileno(),
                                                   [c.name for c in others], head)
         except (OSError, PoolError) as error:
             self.serving.end(exchange, f"its worker cannot take the client's socket: {error}")
+            return False
+        return exchange.direct
 
     async def _finish(self, exchange: Exchange, response: web.StreamResponse | None) -> web.StreamResponse:
         """Wait for the step loop to end the exchange; a whole response's body is written now."""
