@@ -382,7 +382,6 @@ Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, Com
               OpenReply, StepReply, ForwardReply, CloseReply, Draining, ErrorReply]
 
 
-
 def _ids_as_list(value):
     """Prompt ids held as an array('I') (a packed render's, in the API process) go out as a list (a stream's
     replay on another worker, a decode): what a message's `list[int]` field takes."""
@@ -413,7 +412,7 @@ def unpacked_ids(ids: list[int] | bytes) -> list[int] | array:
 
 def packed_ids(ids: list[int]) -> memoryview:
     """Ids (each below 2**32) as a render reply packs them: a memoryview of an array('I'), whose msgpack is
-    its bytes (4 a id, little-endian on the hosts that pack, PACKS_IDS) and which reads as a sequence of ints.
+    its bytes (4 an id, little-endian on the hosts that pack, PACKS_IDS) and which reads as a sequence of ints.
 
     >>> view = packed_ids([1, 256]); (len(view), view[1], bytes(view))
     (2, 256, b'\\x01\\x00\\x00\\x00\\x00\\x01\\x00\\x00')
