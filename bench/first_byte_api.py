@@ -18,7 +18,8 @@ and decoded, the render-and-open trip, the engine's add, the headers, one step a
 With `--base REV`, REV's tree (git archive into a temporary folder) serves beside this one: the chats go to
 both in turn, so before and after meet the same load (`base_*` figures).
 With `--sections`, the server's main steps are timed in place (`sections_us`: the event loop thread's CPU
-per request in each, inclusive, beside its whole CPU: `loop thread`), a lighter look than a profiler's.
+per request in each, inclusive, beside its whole CPU: `loop thread`), a lighter look than a profiler's;
+with `--base` too, the base's server times its own bench's sections in the same run (`base_sections_us`).
 With `--profile FILE`, the server runs under cProfile (thread CPU time, the event loop's thread) while the
 chats are sent, and FILE gets its stats (`python -m pstats FILE`); `--top N` prints the N costliest
 functions per request (µs, cumulative and own).
@@ -55,7 +56,8 @@ SECTIONS = [
     ("tokworker.api.server", "Api.decode"), ("tokworker.api.server", "PRICED_CHAT"),
     ("tokworker.api.generation", "Generations._start"), ("tokworker.api.generation", "Generations._render_open"),
     ("tokworker.frontend.prompts", "encode_request"), ("tokworker.api.generation", "Generations._engage"),
-    ("aiohttp.web_response", "StreamResponse.prepare"), ("tokworker.api.generation", "Generations._hand_over"),
+    ("aiohttp.web_response", "StreamResponse.prepare"), ("tokworker.api.generation", "_stream_head"),
+    ("tokworker.api.generation", "Generations._hand_over"),
     ("tokworker.engines.inprocess", "InProcessEngine.add"), ("tokworker.api.generation", "Generations._finish"),
     ("tokworker.frontend.link", "WorkerLink._on_readable"), ("tokworker.frontend.link", "decode_reply"),
     ("tokworker.frontend.link", "WorkerLink._transmit"), ("tokworker.frontend.client", "TokenizerPool.submit_step"),
@@ -301,25 +303,30 @@ def run(quick: bool = False, model_dirs=(), base: str | None = None, profile: st
     from bench.vllm_first_text import long_chats
 
     count = 20 if quick else 60
+    outs = {}
     if sections:
-        profile = tempfile.mktemp(prefix="tokworker-sections-", suffix=".json")
+        profile = outs["this"] = tempfile.mktemp(prefix="tokworker-sections-", suffix=".json")
     servers = {"this": Server(mode="serve-timed" if sections else "serve-profiled" if profile else "serve",
                               out=profile)}
     tree = None
     if base is not None:
         tree = base_tree(base)
-        servers["base"] = Server(tree)
+        if sections:                        # the base's own sections (its bench's list), timed in the same run
+            outs["base"] = tempfile.mktemp(prefix="tokworker-sections-base-", suffix=".json")
+        servers["base"] = Server(tree, mode="serve-timed" if sections else "serve", out=outs.get("base"))
     if not (profile or sections):
         servers["floor"] = Server(mode="floor")
     try:
         # the template compiled and the connections open before anything is timed
         asyncio.run(_requests(servers, [new_chats(1, seed=950 + k)[0] for k in range(4)]))
         idle = {name: _idle_ms(server) for name, server in servers.items()}
-        if profile:
-            os.kill(servers["this"].pid, signal.SIGUSR1)
+        timed = list(outs) or (["this"] if profile else [])
+        for name in timed:
+            os.kill(servers[name].pid, signal.SIGUSR1)
         found = asyncio.run(_requests(servers, long_chats("4k", count, seed=1000)))
-        if profile:
-            os.kill(servers["this"].pid, signal.SIGUSR2)
+        for name in timed:
+            os.kill(servers[name].pid, signal.SIGUSR2)
+        if timed:
             time.sleep(1)
     finally:
         for server in servers.values():
@@ -337,10 +344,12 @@ def run(quick: bool = False, model_dirs=(), base: str | None = None, profile: st
                         f"{prefix}workers_ms": round(statistics.median(figures["workers_s"]) * 1e3, 3)})
     row["idle_ms_per_request"] = round(idle["this"], 3)
     row["load_1min"] = round(os.getloadavg()[0], 2)
-    if sections:
-        spent = json.loads(Path(profile).read_text())
-        row["sections_us"] = {key.split(":")[-1]: round(value / count / 1e3, 1) for key, value in spent.items()}
-    elif profile and top:
+    for name, out in outs.items():
+        spent = json.loads(Path(out).read_text())
+        prefix = "" if name == "this" else f"{name}_"
+        row[f"{prefix}sections_us"] = {key.split(":")[-1]: round(value / count / 1e3, 1)
+                                       for key, value in spent.items()}
+    if profile and top and not sections:
         _print_top(profile, count, top)
     return [row]
 

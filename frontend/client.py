@@ -313,7 +313,8 @@ class TokenizerPool:
         """Give the worker of a stream opened with `sink` the client's socket `fd` (it gets a reference of
         its own; the caller's stays open until the caller closes it); `shared`: the streams opened `beside`
         it, which write to the same socket; `head`: a whole response's headers ("Name: value\\r\\n" each),
-        which its worker writes after the status line (frontend/handover.py). Never waits: True when the
+        which its worker writes after the status line, or a streamed one's status line and headers, which it
+        writes before the first event (frontend/handover.py). Never waits: True when the
         socket is on its way; False when that worker cannot take it now (its lane is stopped or far behind) or
         cannot be reached. Then the caller
         writes the response itself, as for streams opened without `sink`: each stream's updates carry its

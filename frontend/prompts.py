@@ -11,6 +11,10 @@ meanwhile before that open, so a caller that gives up mid-render has its streams
 reply says they opened. A long prompt is cut by its worker into runs (tokenizer/parts.py), which come back as
 msgpack this process never decodes; they are encoded at once on the least loaded workers (`encode_run`),
 joined, and the streams then opened on the joined ids where they were placed.
+
+The ids come packed (Render.packed): `reply.ids` is an array('I') read from the reply's bytes, no Python int
+built for it here, and that is what the streams' handles keep and the engine is given (a list when the worker
+sent one: streams that write the prompt's ids into their JSON, ChunkFormat.token_ids).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import asyncio
 import msgspec
 
 from tokworker.protocol.deltas import room
-from tokworker.protocol.messages import CloseStreams, EncodeRun, OpenStream, Render, RenderReply
+from tokworker.protocol.messages import CloseStreams, EncodeRun, OpenStream, Render, RenderReply, unpacked_ids
 from tokworker.frontend.errors import ShuttingDown
 from tokworker.frontend.link import encode_request
 from tokworker.frontend.recovery import quiet
@@ -37,7 +41,8 @@ async def render_open(pool, opens: list[OpenStream], max_model_len: int, render:
         sink = takes_sink(link.info.capabilities, opens[0].chunks)    # one format for a response's choices
         placed = [msgspec.structs.replace(msg, sink=msg.sink and sink, sink_of=msg.sink_of if msg.sink and sink
                                           else None) for msg in opens]
-        body = encode_request(Render(**render, open=placed, max_model_len=max_model_len, parts=len(links)))
+        body = encode_request(Render(**render, open=placed, max_model_len=max_model_len, parts=len(links),
+                                     packed=True))
         link.check(size=len(body))                   # bounded in flight as any render
         streams = [StreamHandle(msg.stream_id, link, msg.params, None, None, False, msg.chunks, pool._retire,
                                 None, msg.sink) for msg in placed]
@@ -47,6 +52,7 @@ async def render_open(pool, opens: list[OpenStream], max_model_len: int, render:
         gave_up = []                                # the caller stopped waiting
 
         def rendered(reply: RenderReply):
+            reply.ids = unpacked_ids(reply.ids)
             if reply.runs:                          # cut: they open on the joined ids
                 if gave_up:
                     forget(pool, streams)
@@ -83,7 +89,7 @@ async def _join_and_open(pool, reply: RenderReply, placed: list[OpenStream], str
     try:
         parts = await asyncio.gather(*(pool._call(EncodeRun(run=run), timeout) for run in reply.runs))
         for part in parts:
-            reply.ids += part.ids[0]
+            reply.ids.extend(part.ids[0])
         reply.runs = []
         limits = [room(len(reply.ids), stream.params.max_tokens, max_model_len) for stream in streams]
         if 0 in limits:
@@ -106,7 +112,7 @@ async def _join_and_open(pool, reply: RenderReply, placed: list[OpenStream], str
         raise
 
 
-def acknowledged(streams: list[StreamHandle], ids: list[int], max_model_len: int) -> None:
+def acknowledged(streams: list[StreamHandle], ids, max_model_len: int) -> None:
     """Streams their worker opened on the prompt `ids`: what a replay on another worker opens them with."""
     for stream in streams:
         stream.opened = True

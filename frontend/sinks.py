@@ -1,7 +1,8 @@
 """The API process's side of direct streaming: hand a client's socket to the worker that streams its
 response (see tokworker/worker/sinks.py). One Unix SEQPACKET connection per worker, at its sinks_path; one
 message per response, "session\\0stream id" (its first stream's), then "\\0" and the headers the worker
-writes for a whole response, with the socket as SCM_RIGHTS.
+writes (a whole response's header lines; a streamed one's status line and headers), with the socket as
+SCM_RIGHTS.
 
 Nothing here waits: it runs on the API process's event loop. The socket is non-blocking, so a worker that
 cannot take a socket now (its lane stopped or busy: the connection's queue, or its listener's backlog, is
@@ -37,7 +38,8 @@ class SinkSender:
     def hand(self, session: str, stream_id: str, fd: int, head: bytes = b"") -> bool:
         """True when the worker has its own reference to `fd` on the way (the caller's stays open until it
         closes it); False when the connection's queue is full (the worker does not read it now), or the
-        message (`head`: a whole response's headers) is past what the worker reads."""
+        message (`head`: a whole response's header lines, or a streamed one's status line and headers) is past
+        what the worker reads."""
         message = f"{session}\0{stream_id}".encode() + (b"\0" + head if head else b"")
         if len(message) > MAX_MESSAGE:
             return False

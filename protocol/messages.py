@@ -10,6 +10,8 @@ PROTOCOL.md describes the same contract for implementers in other languages.
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from typing import Any, Union
 
 import msgspec
@@ -17,8 +19,11 @@ import msgspec
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 
 # 6: a step reply's empty updates are nil; stats count dropped messages (see PROTOCOL.md for the others)
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 ID_FRAME = struct.Struct("<Q")          # a request id frame: 8 bytes, little-endian
+# packed ids (RenderReply.ids with Render.packed): unsigned 32-bit, little-endian; only such a host packs them
+PACKED_TYPE = next((code for code in "IL" if array(code).itemsize == 4), None)
+PACKS_IDS = PACKED_TYPE is not None and sys.byteorder == "little"
 
 
 class ErrorCode:
@@ -151,6 +156,9 @@ class Render(_Request, tag="render"):
     `open`: streams the worker opens on the rendered prompt in the same trip (their `prompt_ids` and
     `prompt_text` are the render's; a `params.max_tokens` of None becomes what `max_model_len` leaves), when
     the prompt fits the context; the reply then says `opened`. All open, or none.
+    `packed`: the reply's `ids` may come as bytes, each id 4 bytes little-endian (`unpacked_ids` reads them as
+    an array('I')): no list of ints is built to read them (a worker on a big-endian host, or streams that
+    write the prompt's ids into a JSON body, ChunkFormat.token_ids, get the list).
     `parts` > 1: a long prompt may be cut into that many runs (tokenizer/parts.py); the reply's `ids` are
     then the first run's, its `runs` the others' (msgpack), for the client to have encoded elsewhere
     (EncodeRun) and join; then nothing is opened."""
@@ -166,10 +174,11 @@ class Render(_Request, tag="render"):
     open: list["OpenStream"] = []
     max_model_len: int = 0
     parts: int = 1
+    packed: bool = False
 
 
 class RenderReply(_Reply, tag="render"):
-    ids: list[int]
+    ids: list[int] | bytes                            # bytes: packed (see Render.packed)
     text: str | None = None
     opened: bool = False                              # the Render's `open` streams are open
     runs: list[msgspec.Raw] = []                      # the prompt's other runs, when it was cut (Render.parts)
@@ -372,9 +381,43 @@ Request = Union[Hello, Stats, Render, Encode, EncodeRun, Decode, Compile, Guide,
 Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, CompileReply, GuideReply,
               OpenReply, StepReply, ForwardReply, CloseReply, Draining, ErrorReply]
 
-encode_message = msgspec.msgpack.Encoder().encode
+
+def _ids_as_list(value):
+    """Prompt ids held as an array('I') (a packed render's, in the API process) go out as a list (a stream's
+    replay on another worker, a decode): what a message's `list[int]` field takes."""
+    if type(value) is array:
+        return value.tolist()
+    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
+
+
+encode_message = msgspec.msgpack.Encoder(enc_hook=_ids_as_list).encode
 decode_request = msgspec.msgpack.Decoder(Request).decode
 decode_reply = msgspec.msgpack.Decoder(Reply).decode
+
+
+def unpacked_ids(ids: list[int] | bytes) -> list[int] | array:
+    """A render reply's ids as sent: a list as it is, packed bytes as an array('I') (one copy, no int built).
+
+    >>> unpacked_ids(bytes([1, 0, 0, 0, 0, 1, 0, 0])).tolist(), unpacked_ids([7])
+    ([1, 256], [7])
+    """
+    if type(ids) is not bytes:
+        return ids
+    unpacked = array(PACKED_TYPE)
+    unpacked.frombytes(ids)
+    if sys.byteorder != "little":
+        unpacked.byteswap()
+    return unpacked
+
+
+def packed_ids(ids: list[int]) -> memoryview:
+    """Ids (each below 2**32) as a render reply packs them: a memoryview of an array('I'), whose msgpack is
+    its bytes (4 an id, little-endian on the hosts that pack, PACKS_IDS) and which reads as a sequence of ints.
+
+    >>> view = packed_ids([1, 256]); (len(view), view[1], bytes(view))
+    (2, 256, b'\\x01\\x00\\x00\\x00\\x00\\x01\\x00\\x00')
+    """
+    return memoryview(array(PACKED_TYPE, ids))
 
 
 def pack_id(request_id: int) -> bytes:

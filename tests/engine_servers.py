@@ -126,6 +126,7 @@ def test_whole_and_streamed_replies_are_the_engines_ids_decoded(request, client,
     chunks = list(client.chat.completions.create(model="m", messages=ask(), max_tokens=12, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == tokenizer.decode(script[:12])
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+    assert seen(engine)[-1][request.module.ENGINE_PROMPT] == prompt     # (the worker packed it for the API process)
 
 
 def test_the_engines_eos_ends_the_reply_with_stop(client, tokenizer, script):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -19,6 +20,7 @@ import time
 import openai
 import pytest
 import requests
+from aiohttp.http import SERVER_SOFTWARE
 
 from api_server import TOOLS, running
 from tokworker.protocol.endpoints import sinks_path
@@ -247,3 +249,44 @@ def test_a_killed_worker_ends_only_its_own_responses():
         assert events[-1] == b"data: [DONE]"
         assert sum(b'"finish_reason":"length"' in e for e in events) == 3
         server.settled(30)
+
+
+def _raw_head(server, origin: str) -> bytes:
+    """A streamed chat's status line and headers as the client's socket receives them."""
+    body = json.dumps({"model": MODEL, "stream": True, "max_tokens": 2,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as client:
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: %s\r\nContent-Type: "
+                       b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (origin.encode(), len(body), body))
+        received = b""
+        while b"\r\n\r\n" not in received:
+            data = client.recv(65536)
+            assert data, received
+            received += data
+        while not received.endswith(b"0\r\n\r\n"):        # the whole body, so the exchange is over
+            data = client.recv(65536)
+            if not data:
+                break
+            received += data
+    head = received[:received.index(b"\r\n\r\n") + 4]
+    return re.sub(rb"(Date|Server-Timing): [^\r]*", rb"\1: -", head)   # the values of each request's own
+
+
+def test_a_streamed_responses_head_is_the_same_whichever_process_writes_it():
+    """A direct stream's worker writes its status line and headers with its first events (the API process
+    writes nothing of it); when the worker cannot take the socket, the API process writes them through
+    aiohttp: the client gets the same bytes either way (CORS headers included), the per-request values of
+    Date and Server-Timing aside."""
+    origin = "https://app.example"
+    cors = ApiOptions(served_model_name=[MODEL], direct_streaming=True, allowed_origins=[origin])
+    with running(options=cors, workers=1) as server:
+        by_worker = _raw_head(server, origin)
+        assert server.pool.handover_fallbacks == 0
+    with running(options=cors, workers=1) as server:
+        os.unlink(sinks_path(server.pool.links[0].endpoint))     # before its first hand-over connects
+        by_aiohttp = _raw_head(server, origin)
+        assert server.pool.handover_fallbacks == 1
+    assert by_worker == by_aiohttp == (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nServer-Timing: -\r\n"
+        b"Transfer-Encoding: chunked\r\nDate: -\r\nServer: " + SERVER_SOFTWARE.encode() + b"\r\nConnection: close\r\n"
+        b"Access-Control-Allow-Origin: https://app.example\r\nVary: Origin\r\n\r\n")

@@ -6,15 +6,21 @@ requests end at eos, stop token ids and max_tokens; a listener (the server's ste
 from __future__ import annotations
 
 import asyncio
+from array import array
 
+import msgspec
 import openai
 import pytest
+import requests
 
 from api_server import running
 from tokworker.api.options import ApiOptions
 from tokworker.engines.base import Engine, EngineOutput, Guide, SamplingParams
 from tokworker.engines.inprocess import InProcessEngine, allowed
+from tokworker.engines.llama_cpp import LlamaCppEngine
 from tokworker.engines.replay import ReplayEngine, shortest_match
+from tokworker.engines.sglang import SglangEngine
+from tokworker.engines.vllm import VllmEngine
 from tokworker.frontend import TokenizerPool
 
 pytestmark = pytest.mark.slow  # the front door on worker processes
@@ -72,6 +78,13 @@ class Reverse(InProcessEngine):
 
     name = "reverse"
 
+    def __init__(self):
+        super().__init__()
+        self.prompts = []                   # each request's prompt ids as the engine got them
+
+    async def prepare(self, running):
+        self.prompts.append(running.prompt_ids)
+
     def step(self, batch):
         return [EngineOutput(r.request_id, [r.prompt_ids[-1 - len(r.output_ids) % len(r.prompt_ids)]])
                 for r in batch]
@@ -86,6 +99,43 @@ def test_an_in_process_engine_serves_the_front_door():
         stopped = client.completions.create(model="reverse", prompt=[9, 8, 5, 6], max_tokens=8,
                                             extra_body={"stop_token_ids": [8]})
         assert stopped.usage.completion_tokens == 3 and stopped.choices[0].finish_reason == "stop"
+        assert engine.prompts[-1] == [9, 8, 5, 6]
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_chats_prompt_reaches_an_in_process_engine_packed_and_equal_to_its_render(direct):
+    """A chat's prompt comes from its worker packed: the in-process engine gets it as an array('I') (no list of
+    ints built for it) holding the render's ids, and indexes it as a list (the reply is the prompt backwards)."""
+    engine = Reverse()
+    chat = [{"role": "user", "content": "one two three 日本語"}]
+    with running(engine=engine, options=ApiOptions(served_model_name=["reverse"], direct_streaming=direct),
+                 workers=1) as server:
+        reference = requests.post(server.url + "/tokenize",
+                                  json={"model": "reverse", "messages": chat}).json()["tokens"]
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        whole = client.chat.completions.create(model="reverse", messages=chat, max_tokens=3)
+        chunks = list(client.chat.completions.create(model="reverse", messages=chat, max_tokens=3, stream=True))
+        with_ids = client.chat.completions.create(model="reverse", messages=chat, max_tokens=3,
+                                                  extra_body={"return_token_ids": True})
+    packed, streamed, listed = engine.prompts
+    assert type(packed) is type(streamed) is array and packed.tolist() == streamed.tolist() == reference
+    assert listed == reference and with_ids.model_extra["prompt_token_ids"] == reference   # the JSON's: a list
+    assert whole.usage.prompt_tokens == len(reference)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content == with_ids.choices[0].message.content
+
+
+def test_the_http_engines_send_a_packed_prompt_as_the_list_it_holds():
+    """The HTTP adapters write a prompt held as an array('I') into their JSON bodies as a list, equal to the
+    same prompt given as a list (ids past 2**16 included)."""
+    reference = [0, 1, 151643, 70000, 5, (1 << 32) - 1]
+    sampling = SamplingParams(max_tokens=4)
+    fields = {VllmEngine: "token_ids", SglangEngine: "input_ids", LlamaCppEngine: "prompt"}
+    for kind, field in fields.items():
+        engine = kind("http://127.0.0.1:9")
+        from_array = engine.body("r", array("I", reference), sampling)
+        assert type(from_array[field]) is list and from_array == engine.body("r", reference, sampling)
+        assert msgspec.json.decode(msgspec.json.encode(from_array))[field] == reference
 
 
 def test_constrained_requests_get_masks_each_step_and_the_replay_is_held_to_them():

@@ -8,6 +8,7 @@ Covers tokworker.frontend.prompts."""
 from __future__ import annotations
 
 import asyncio
+from array import array
 import os
 import signal
 
@@ -62,7 +63,9 @@ def test_one_trip_equals_render_then_open():
             rendered = await pool.render(CHAT)
             one, streams = await pool.render_open(
                 [OpenStream(stream_id=f"c{i}", params=StreamParams(max_tokens=None)) for i in range(3)], 4096, CHAT)
-            assert one.ids == rendered.ids and one.opened and one.text is None
+            # packed on the wire: an array('I'), no list of ints built in this process
+            assert type(one.ids) is array and one.ids.tolist() == rendered.ids and one.opened and one.text is None
+            assert all(stream.prompt_ids is one.ids for stream in streams)
             assert {stream.link for stream in streams} == {streams[0].link}        # one worker holds them all
             assert [stream.params.max_tokens for stream in streams] == [4096 - len(one.ids)] * 3
             await pool.open_stream("two-trips", StreamParams(), prompt_ids=rendered.ids)
@@ -141,11 +144,11 @@ def test_a_long_prompt_is_encoded_in_parts_on_the_other_workers():
             one, streams = await pool.render_open([OpenStream(stream_id=f"c{i}") for i in range(2)], 1 << 20, chat)
             served = sum(stats.requests for stats in await pool.stats()) - requests_before
             assert served == 1 + 2 + 2                  # the render, its two other runs, the two opens
-            assert one.ids == (await pool.render(chat)).ids and one.opened and not one.runs
+            assert one.ids.tolist() == (await pool.render(chat)).ids and one.opened and not one.runs
             assert [stream.params.max_tokens for stream in streams] == [(1 << 20) - len(one.ids)] * 2
             assert set((await _texts(pool, ["c0", "c1"], reply_ids)).values()) == {REPLY}
             reply, none = await pool.render_open([OpenStream(stream_id="full")], len(one.ids), chat)
-            assert (reply.ids, reply.opened, none) == (one.ids, False, [])
+            assert (reply.ids.tolist(), reply.opened, none) == (one.ids.tolist(), False, [])
             assert await _open_streams(pool) == 0 and pool.open_streams == 0
     asyncio.run(main())
 
@@ -168,6 +171,6 @@ def test_the_renders_own_arguments_and_the_templates_variables_go_where_render_p
                            {"enable_thinking": False, "documents": [{"title": "t", "text": "d"}]}):
                 expected = (await pool.render(CHAT, **kwargs)).ids
                 reply, streams = await pool.render_open([OpenStream(stream_id="s")], 4096, CHAT, **kwargs)
-                assert reply.ids == expected and streams[0].prompt_ids == expected
+                assert reply.ids.tolist() == expected and streams[0].prompt_ids.tolist() == expected
                 await pool.close_stream("s")
     asyncio.run(main())

@@ -63,6 +63,37 @@ def test_events_arrive_as_chunks_and_end_closes(pair):
     assert chunks(read_all(client)) == [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n", b""]
 
 
+HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+        b"Connection: close\r\n\r\n")
+
+
+@pytest.mark.parametrize("early", [b"", b"data: one\n\n"])
+def test_a_streamed_responses_head_handed_over_with_its_socket_goes_out_first(tmp_path, pair, early):
+    """The API process sends a streamed response's status line and headers with its socket: the client reads
+    them first, then the events that waited for the socket (if any) and those after, chunked."""
+    server, client = pair
+    path = sinks_path(f"ipc://{tmp_path}/worker")
+    table = SinkTable(path, max_bytes=1 << 20)
+    sender = SinkSender(path)
+    try:
+        table.on_readable(table.listener.fileno())
+        sink = table.open(session_key(process_peer(os.getpid()), "s"), "req-1")
+        if early:
+            sink.write(early)
+        assert sender.hand("s", "req-1", server.fileno(), HEAD)
+        for fd in table.readable()[1:]:
+            table.on_readable(fd)
+        sink.write(b"data: two\n\n")
+        sink.end(b"data: [DONE]\n\n")
+        received = read_all(client)
+        assert received.startswith(HEAD) and sink.head == b""
+        assert chunks(received[len(HEAD):]) == [*([early] if early else []), b"data: two\n\n", b"data: [DONE]\n\n",
+                                                b""]
+    finally:
+        sender.close()
+        table.close_all()
+
+
 def test_a_full_socket_holds_the_rest_until_it_drains_and_cuts_past_the_bound(pair):
     server, client = pair
     sink = Sink(max_bytes=8 << 20, waiting={})

@@ -15,6 +15,8 @@ from typing import Callable
 
 import msgspec
 from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
+from aiohttp.web_response import rfc822_formatted_time
 
 from tokworker.api.errors import CONTEXT_LENGTH, ApiError, check_vocabulary
 from tokworker.api.plan import Plan
@@ -29,6 +31,11 @@ EXCHANGE = web.RequestKey("tokworker.exchange", Exchange)
 PROMPTS_PER_WORKER = 64      # requests in their prompt phase at once, per worker (the pool bounds its in-flight)
 JSON_HEADERS = {"Content-Type": "application/json"}
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+# a direct stream's head around its Server-Timing and Date, in aiohttp's order (its prepare adds the last four)
+_HEAD = "HTTP/1.1 200 OK\r\n" + "".join(f"{name}: {value}\r\n" for name, value in SSE_HEADERS.items()) + \
+    "Server-Timing: "
+_CHUNKED = "\r\nTransfer-Encoding: chunked\r\nDate: "
+_HEAD_END = f"\r\nServer: {SERVER_SOFTWARE}\r\nConnection: close\r\n"
 # a direct response's client may go as soon as its worker wrote the end, before that worker's step reply
 # (which ends the exchange here) arrives: a disconnect ends it only if that reply has not come by then
 DIRECT_GRACE_S = 1.0
@@ -151,29 +158,37 @@ class Generations:
                            f"engine;dur={(time.perf_counter() - opened) * 1e3:.2f}")
         response = None
         if plan.stream:
+            direct = exchange.direct and request.version == HttpVersion11     # (chunked needs HTTP/1.1)
+            if direct:
+                # its worker writes the headers too, before its first events: aiohttp writes nothing of it
+                if self._hand_over(exchange, request.transport, await _stream_head(request, exchange.timing)):
+                    exchange.begin(request.transport)
+                    return exchange, WrittenByWorker()
             response = web.StreamResponse(headers={**SSE_HEADERS, "Server-Timing": exchange.timing})
             response.enable_chunked_encoding()
-            if exchange.direct:
-                response.force_close()          # "Connection: close": the connection ends with the worker's body
+            if direct:
+                response.force_close()          # the same headers as its worker's would have been
             await response.prepare(request)
-            if exchange.direct:
-                self._hand_over(exchange, request.transport)
             exchange.begin(request.transport)
         elif exchange.direct:                   # the worker writes the whole response, its headers with it
             exchange.transport = request.transport
             self._hand_over(exchange, request.transport, await _head(request, exchange.timing))
         return exchange, response
 
-    def _hand_over(self, exchange: Exchange, transport, head: bytes = b"") -> None:
-        """Direct responses: the streams' worker writes the rest itself (a streamed body, whose headers are
-        out: every choice's events and the tail; a whole response: the status line, `head`, the body), or,
-        when it cannot take the socket at once, this process forwards the response as any other."""
+    def _hand_over(self, exchange: Exchange, transport, head: bytes = b"") -> bool:
+        """Direct responses: the streams' worker writes the rest itself (a streamed one: `head`, its status
+        line and headers, then every choice's events and the tail; a whole response: the status line, `head`,
+        the body), or, when it cannot take the socket at once, this process forwards the response as any other
+        (a streamed one's headers written here first). True when the socket is on its way to the worker; False
+        when this process keeps it: forwarded, or the hand-over failed (the exchange is ended)."""
         first, *others = exchange.choices
         try:
             exchange.direct = self.pool.hand_over(first.name, transport.get_extra_info("socket").fileno(),
                                                   [c.name for c in others], head)
         except (OSError, PoolError) as error:
             self.serving.end(exchange, f"its worker cannot take the client's socket: {error}")
+            return False
+        return exchange.direct
 
     async def _finish(self, exchange: Exchange, response: web.StreamResponse | None) -> web.StreamResponse:
         """Wait for the step loop to end the exchange; a whole response's body is written now."""
@@ -186,6 +201,9 @@ class Generations:
             else:
                 self.serving.end(exchange, "the client disconnected")
             raise
+        if type(response) is WrittenByWorker:
+            exchange.transport.close()          # the worker holds its own copy until its bytes are out
+            return response
         if response is None:
             error = exchange.error
             if self._written_by_worker(exchange) and (error is None or error.code != ErrorCode.WORKER_LOST):
@@ -211,11 +229,11 @@ class Generations:
         streams = self.pool.streams
         return exchange.direct and all(getattr(streams.get(c.name), "sink", True) for c in exchange.choices)
 
-    async def _render_open(self, exchange: Exchange) -> list[int]:
+    async def _render_open(self, exchange: Exchange):
         """A chat's prompt rendered and its choices' streams opened on it, in one trip to one worker; the
-        prompt's ids. With direct streaming that worker writes the whole response to the client (the choices
-        after the first write to the first one's socket). A prompt that leaves no room in the context opens
-        nothing, and is refused here."""
+        prompt's ids (an array('I'), as its worker packed them). With direct streaming that worker writes the
+        whole response to the client (the choices after the first write to the first one's socket). A prompt
+        that leaves no room in the context opens nothing, and is refused here."""
         plan = exchange.plan
         params = msgspec.structs.replace(plan.params, max_tokens=plan.max_tokens)
         sink = self.options.direct_streaming
@@ -267,6 +285,30 @@ class Generations:
         return exchange.home.body(exchange.format, [c.body for c in exchange.choices],
                                   [c.usage for c in exchange.choices], exchange.prompt_tokens,
                                   exchange.prompt_ids[0] if plan.return_token_ids else None)
+
+
+class WrittenByWorker(web.StreamResponse):
+    """A direct streamed response whose worker wrote all of it, headers included (`_stream_head`): aiohttp
+    prepares and ends nothing (its status is the access log's and the metrics')."""
+
+    async def prepare(self, request):
+        return None
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return None
+
+
+async def _stream_head(request: web.Request, timing: str) -> bytes:
+    """A direct streamed response's status line and headers, for its worker to write: what aiohttp's prepare
+    writes for the same response (an HTTP/1.1 request; chunked, Connection: close, Date, Server, then what the
+    apps' on_response_prepare signals add: CORS), byte for byte (tests/test_api_direct.py compares them). The
+    signals get a response of their own to add to (tokworker's only adds), the rest is written as a string:
+    half the CPU of building it in a response's headers."""
+    response = web.StreamResponse()
+    for app in request.match_info.apps:
+        await app.on_response_prepare.send(request, response)
+    added = "".join([f"{name}: {value}\r\n" for name, value in response.headers.items()])
+    return f"{_HEAD}{timing}{_CHUNKED}{rfc822_formatted_time()}{_HEAD_END}{added}\r\n".encode()
 
 
 async def _head(request: web.Request, timing: str) -> bytes:

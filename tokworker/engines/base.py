@@ -7,6 +7,9 @@ each moved request's new ids, their logprobs and a finish out; an abort.
             ...  out.request_id, out.ids, out.logprobs, out.finish
     engine.abort(["req-1"])
 
+`prompt_ids` is a sequence of ints: a list, or (a chat's prompt, as the worker packed it) an array('I'), which
+an engine that needs a list makes one of (`id_list`) and one that indexes or slices takes as it is.
+
 An engine calls `self.emit(...)` whenever ids arrive (from a thread: `emit_threadsafe`); `outputs()` hands
 out everything emitted since it was last called, merged per request, so ids that arrive between two ticks of
 the server's loop become one `pool.step`. The server listens instead (`listen(on_outputs)`): its step loop is
@@ -17,10 +20,21 @@ pool never imports an engine: the server drives both.
 from __future__ import annotations
 
 import asyncio
+from typing import Sequence
 
 import msgspec
 
 from tokworker.protocol.messages import CodedError
+
+
+def id_list(ids: Sequence[int]) -> list[int]:
+    """Prompt ids as a list (what a JSON body carries): a list as it is, an array('I') through its tolist.
+
+    >>> from array import array
+    >>> id_list(array("I", [3, 70000])), id_list([5])
+    ([3, 70000], [5])
+    """
+    return ids if type(ids) is list else ids.tolist()
 
 
 class EngineError(CodedError):
@@ -135,7 +149,7 @@ class Engine:
         through it)."""
         self._loop = asyncio.get_running_loop()
 
-    async def add(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> None:
+    async def add(self, request_id: str, prompt_ids: Sequence[int], sampling: SamplingParams) -> None:
         raise NotImplementedError
 
     def abort(self, request_ids: list[str]) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Sequence
 
 import msgspec
 
@@ -170,14 +171,15 @@ class HttpEngine(Engine):
                                                       f"vocabulary (0..{self.vocab_size - 1}): is it the same model?")
         super().emit(request_id, ids, logprobs, finish, error)
 
-    def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
+    def body(self, request_id: str, prompt_ids: Sequence[int], sampling: SamplingParams) -> dict:
+        """The request's JSON body; the ids in it as a list (`id_list`: an array('I') is made one here)."""
         raise NotImplementedError
 
     def read(self, request_id: str, payload: bytes, sampling: SamplingParams) -> bool:
         """Emit what one `data:` payload carries; True when it ended the request."""
         raise NotImplementedError
 
-    async def add(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> None:
+    async def add(self, request_id: str, prompt_ids: Sequence[int], sampling: SamplingParams) -> None:
         body = self.body(request_id, prompt_ids, sampling)
         accepted = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(self._stream(request_id, body, sampling, accepted))

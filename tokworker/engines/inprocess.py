@@ -10,8 +10,12 @@ max_tokens; and hands every step's outputs to the server in one piece.
     class Greedy(InProcessEngine):
         name = "greedy"
         def step(self, batch):
-            return [EngineOutput(r.request_id, [int(self.model(r.prompt_ids + r.output_ids).argmax())])
+            return [EngineOutput(r.request_id, [int(self.model([*r.prompt_ids, *r.output_ids]).argmax())])
                     for r in batch]
+
+`request.prompt_ids` is what the server added: a chat's prompt comes as the worker packed it, an array('I')
+(len, indexing, slicing, iteration, `tolist()`, the buffer protocol for numpy's `frombuffer`), a completion's
+prompt as a list; no list of Python ints is built for the engine here.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Sequence
 
 from tokworker.engines.base import Engine, EngineError, EngineOutput, SamplingParams
 from tokworker.protocol.messages import ErrorCode
@@ -30,7 +35,7 @@ class Running:
     __slots__ = ("request_id", "prompt_ids", "sampling", "output_ids", "constraint", "state", "fed", "mask",
                  "accepting", "script")
 
-    def __init__(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams, constraint=None):
+    def __init__(self, request_id: str, prompt_ids: Sequence[int], sampling: SamplingParams, constraint=None):
         self.request_id = request_id
         self.prompt_ids = prompt_ids
         self.sampling = sampling
@@ -75,7 +80,7 @@ class InProcessEngine(Engine):
         self._thread = threading.Thread(target=self._run, name=f"{self.name}-engine", daemon=True)
         self._thread.start()
 
-    async def add(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> None:
+    async def add(self, request_id: str, prompt_ids: Sequence[int], sampling: SamplingParams) -> None:
         constraint = None
         guide = sampling.guide
         if guide is not None:

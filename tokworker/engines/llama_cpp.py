@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 
+from typing import Sequence
+
 import msgspec
 
 from tokworker.constrain.gbnf import regex_to_gbnf
 from tokworker.constrain.regex_syntax import RegexError
-from tokworker.engines.base import EngineError, SamplingParams
+from tokworker.engines.base import EngineError, SamplingParams, id_list
 from tokworker.engines.http import HttpEngine, guide_pattern
 from tokworker.protocol.messages import ErrorCode
 
@@ -71,9 +73,9 @@ class LlamaCppEngine(HttpEngine):
             log.warning("llama-server's vocabulary has %d tokens, the pool's %d: is it the same model?",
                         vocab, pool.info.vocab_size)
 
-    def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
+    def body(self, request_id: str, prompt_ids: Sequence[int], sampling: SamplingParams) -> dict:
         """The /completion request for these ids and this sampling (llama-server's own names)."""
-        body = {"prompt": prompt_ids, "stream": True, "return_tokens": True, "cache_prompt": self.cache_prompt,
+        body = {"prompt": id_list(prompt_ids), "stream": True, "return_tokens": True, "cache_prompt": self.cache_prompt,
                 "n_predict": sampling.max_tokens, "ignore_eos": sampling.ignore_eos, **sampling.knobs(RENAMED, set_only=())}
         if sampling.logprobs is not None:
             body["n_probs"] = max(sampling.logprobs, 1)       # the sampled token's own needs one

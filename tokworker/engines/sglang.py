@@ -16,9 +16,11 @@ Abort closes the request's connection and POSTs /abort_request with the rid.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import msgspec
 
-from tokworker.engines.base import EngineError, SamplingParams
+from tokworker.engines.base import EngineError, SamplingParams, id_list
 from tokworker.engines.http import DONE, STATUS_CODES, HttpEngine, guide_pattern
 from tokworker.protocol.messages import ErrorCode
 
@@ -46,7 +48,7 @@ class SglangEngine(HttpEngine):
     name = "sglang"
     route = "/generate"
 
-    def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
+    def body(self, request_id: str, prompt_ids: Sequence[int], sampling: SamplingParams) -> dict:
         """The GenerateReqInput for these ids and this sampling (SGLang's sampling names)."""
         params = {"max_new_tokens": sampling.max_tokens, **sampling.knobs(RENAMED)}
         guide = sampling.guide
@@ -55,7 +57,7 @@ class SglangEngine(HttpEngine):
                 params["json_schema"] = msgspec.json.encode(guide.json_schema).decode()
             else:
                 params["regex"] = guide_pattern(guide, self.name)
-        body = {"rid": request_id, "input_ids": prompt_ids, "sampling_params": params, "stream": True}
+        body = {"rid": request_id, "input_ids": id_list(prompt_ids), "sampling_params": params, "stream": True}
         if sampling.logprobs is not None:
             body.update(return_logprob=True, top_logprobs_num=sampling.logprobs)
         return body

@@ -14,9 +14,11 @@ its own to ours).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import msgspec
 
-from tokworker.engines.base import EngineError, SamplingParams
+from tokworker.engines.base import EngineError, SamplingParams, id_list
 from tokworker.engines.http import DONE, HttpEngine, guide_pattern
 from tokworker.protocol.messages import ErrorCode
 
@@ -59,7 +61,7 @@ class VllmEngine(HttpEngine):
     name = "vllm"
     route = "/inference/v1/generate"
 
-    def body(self, request_id: str, prompt_ids: list[int], sampling: SamplingParams) -> dict:
+    def body(self, request_id: str, prompt_ids: Sequence[int], sampling: SamplingParams) -> dict:
         """The GenerateRequest for these ids and this sampling (vLLM's SamplingParams names)."""
         params = {"max_tokens": sampling.max_tokens, "detokenize": False, **sampling.knobs()}
         if sampling.logprobs is not None:
@@ -68,7 +70,7 @@ class VllmEngine(HttpEngine):
         if guide is not None:
             params["structured_outputs"] = {"json": guide.json_schema} if guide.json_schema is not None else \
                 {"regex": guide_pattern(guide, self.name)}
-        return {"request_id": request_id, "token_ids": prompt_ids, "sampling_params": params, "stream": True}
+        return {"request_id": request_id, "token_ids": id_list(prompt_ids), "sampling_params": params, "stream": True}
 
     def read(self, request_id: str, payload: bytes, sampling: SamplingParams) -> bool:
         if payload == DONE:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import msgspec
 
-from tokworker.protocol.messages import (CodedError, Decode, DecodeReply, Encode, EncodeReply, EncodeRun, ErrorCode,
-                                         Render, RenderReply, nesting_depth)
+from tokworker.protocol.messages import (PACKS_IDS, CodedError, Decode, DecodeReply, Encode, EncodeReply, EncodeRun,
+                                         ErrorCode, Render, RenderReply, nesting_depth, packed_ids)
 from tokworker.worker.options import WorkerOptions
 
 # A prompt shorter than this is encoded where it is rendered: below it, cutting it and the trips to the other
@@ -46,6 +46,8 @@ class Handlers:
             raise CodedError(ErrorCode.INVALID, f"parts is 1 to {MAX_PARTS}, not {msg.parts}")
         runs: list = []
         text, ids = render_chat_prompt(self.tokenizer, msg.messages, encode=self._encoder(msg.parts, runs), **options)
+        if msg.packed and PACKS_IDS and not any(o.chunks is not None and o.chunks.token_ids for o in msg.open):
+            ids = packed_ids(ids)       # its streams read it as ids too; none writes them into JSON
         # the streams it opens read the text (where generation starts); the server drops it after
         return RenderReply(ids=ids, text=text if msg.return_text or msg.open else None,
                            runs=[msgspec.Raw(encode_run(run)) for run in runs])

@@ -1,4 +1,4 @@
-"""Response bodies a worker writes itself (direct streaming): once a streamed response's headers are out, the
+"""Response bodies a worker writes itself (direct streaming): once a streamed response is ready to begin, the
 API process hands the client's socket to the response's worker (SCM_RIGHTS over a Unix socket beside the
 worker's endpoint), and the worker writes each step's server-sent events to it as HTTP/1.1 chunks. The
 engine's process then neither receives those bytes nor writes them: per token it only sends ids.
@@ -13,6 +13,9 @@ engine's process then neither receives those bytes nor writes them: per token it
 One sink per response: the streams of its choices (all on this worker) share it, their events interleaved
 as the steps make them, and the sink knows how many there are (ChunkFormat.n), so the last one's end writes
 the response's tail (the n > 1 usage chunk, [DONE]) and the chunked body's end.
+
+A streamed response's status line and headers may come with its socket (the API process then wrote nothing
+of the response): they go out before its first event.
 
 A whole response (ChunkFormat.whole) is handed over before anything of it is written: with its socket come
 the headers the API process would have sent (its Content-Type, Server-Timing), and once its last choice
@@ -160,9 +163,19 @@ class Sink:
             self._send(LAST_CHUNK)
 
     def attach(self, fd: int, head: bytes = b"") -> None:
-        """The client's socket is here (with a whole response's headers): what waits goes out."""
+        """The client's socket is here: what waits goes out. `head`: a whole response's headers (its status
+        line and length are the sink's to write), or a streamed response's status line and headers as the API
+        process would have written them (none: it wrote them), which go out first."""
         self.fd = fd
-        self.head = head
+        if self.bodies is not None:
+            self.head = head
+        elif head:
+            pending = self.pending
+            if pending:                          # one write for the head and the events that waited for it
+                pending[0] = head + pending[0]
+            else:
+                pending.append(head)
+            self.pending_bytes += len(head)
         if self.response is not None:
             self._respond()
         else:
