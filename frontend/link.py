@@ -371,9 +371,9 @@ class WorkerLink(Recovery):
 
     def hand_over(self, stream_id: str, fd: int, head: bytes = b"") -> bool:
         """Give this link's worker the client socket of `stream_id` (direct streaming; see frontend/sinks.py;
-        `head`: a whole response's headers, for the worker to write), without waiting: False (counted in
-        `handover_fallbacks`) when the worker cannot take it now, or cannot be reached. A worker restarted
-        since keeps no old connection: a failed send connects again once."""
+        `head`: the response's status line and headers, for the worker to write before its body), without
+        waiting: False (counted in `handover_fallbacks`) when the worker cannot take it now, or cannot be
+        reached. A worker restarted since keeps no old connection: a failed send connects again once."""
         for attempt in (0, 1):
             try:
                 if self._sinks is None:
