@@ -9,8 +9,13 @@ when the other side has sat idle meanwhile (what every pipelined step pays for i
 same for a one-byte write to a pipe that wakes a process idle on another core (the operating system's part
 of it: on a virtual machine, waking an idle virtual CPU can cost far more than the write).
 
-`python -m bench.zmq_floor` prints the rows; `round_trip_cpu_us(rounds)` and `send_cpu_us(work_s)` return
-them.
+An engine step at one stream: a thread wakes the event loop every 20 ms (as an engine thread hands over its
+step), and the loop sends one step's message to another process, idle in between: the process's CPU per
+step (every thread but the waking one) with no message ("none"), one write to a Unix stream socket ("unix",
+the request socket's way) and one ZeroMQ send ("zmq", whose I/O thread each send wakes).
+
+`python -m bench.zmq_floor` prints the rows; `round_trip_cpu_us(rounds)`, `send_cpu_us(work_s)` and
+`woken_step_cpu_us(steps)` return them.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
+import socket
 import tempfile
+import threading
 import time
 
 import zmq
@@ -142,6 +149,88 @@ def send_cpu_us(work_s: float = 0.002, rounds: int = 300) -> dict:
     return {kind: round(sorted(values)[len(values) // 2] * 1e6, 2) for kind, values in sends.items()}
 
 
+def _unix_sink(path: str) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    peer, _ = listener.accept()
+    while peer.recv(1 << 16):
+        pass
+
+
+def _zmq_sink(endpoint: str) -> None:
+    sock = zmq.Context().socket(zmq.ROUTER)
+    sock.bind(endpoint)
+    while True:
+        sock.recv_multipart()
+
+
+def _process_cpu_ns(but: int) -> int:
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        if int(task) != but:
+            with open(f"/proc/self/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+    return total
+
+
+async def _woken_steps(send, steps: int, interval: float) -> float:
+    loop = asyncio.get_running_loop()
+    done, count, waker = loop.create_future(), [0], {}
+
+    def on_step() -> None:
+        send(BODY)
+        count[0] += 1
+        if count[0] == steps:
+            done.set_result(None)
+
+    def engine() -> None:
+        waker["id"] = threading.get_native_id()
+        for _ in range(steps):
+            time.sleep(interval)
+            loop.call_soon_threadsafe(on_step)
+
+    thread = threading.Thread(target=engine)
+    thread.start()
+    await asyncio.sleep(interval / 2)
+    before = _process_cpu_ns(waker["id"])
+    await done
+    spent = _process_cpu_ns(waker["id"]) - before
+    thread.join()
+    return spent / steps / 1e3
+
+
+def woken_step_cpu_us(steps: int = 250, interval: float = 0.02) -> dict:
+    """The process's CPU per woken step, in microseconds: "none", "unix" and "zmq" (see the docstring)."""
+    import uvloop
+
+    spawn = multiprocessing.get_context("spawn")
+    run_dir = tempfile.mkdtemp(prefix="tokworker-floor-")
+    path, endpoint = os.path.join(run_dir, "unix"), f"ipc://{run_dir}/zmq"
+    sinks = [spawn.Process(target=_unix_sink, args=(path,), daemon=True),
+             spawn.Process(target=_zmq_sink, args=(endpoint,), daemon=True)]
+    for sink in sinks:
+        sink.start()
+    context = zmq.Context()
+    try:
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.connect(path)
+        dealer = context.socket(zmq.DEALER)
+        dealer.connect(endpoint)
+        sends = {"none": lambda body: None, "unix": unix.send, "zmq": dealer.send}
+        return {kind: round(uvloop.run(_woken_steps(send, steps, interval)), 1) for kind, send in sends.items()}
+    finally:
+        context.destroy(linger=0)
+        for sink in sinks:
+            sink.kill()
+            sink.join()
+        for name in os.listdir(run_dir):
+            os.unlink(os.path.join(run_dir, name))
+        os.rmdir(run_dir)
+
+
 def main() -> None:
     try:
         import uvloop
@@ -152,6 +241,9 @@ def main() -> None:
     sends = send_cpu_us()
     print({"case": "one send between 2 ms of engine work", "zmq_send_us": sends["zmq"],
            "pipe_write_us": sends["pipe"]})
+    woken = woken_step_cpu_us()
+    print({"case": "a step woken every 20 ms, sent to another process", "none_us": woken["none"],
+           "unix_us": woken["unix"], "zmq_us": woken["zmq"]})
 
 
 if __name__ == "__main__":
