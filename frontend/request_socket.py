@@ -48,7 +48,8 @@ class RequestSocket:
         self.framing = Framing(max_reply)
         self._sendmsg = sock.sendmsg
         self.send(f"{session}\0{epoch}".encode())
-        loop.add_reader(self.fd, self.read)
+        if not self.broken:
+            loop.add_reader(self.fd, self.read)
 
     def read(self) -> None:
         """Every reply the socket holds now, to on_reply."""
