@@ -24,7 +24,8 @@ import asyncio
 import msgspec
 
 from tokworker.protocol.deltas import room
-from tokworker.protocol.messages import CloseStreams, EncodeRun, OpenStream, Render, RenderReply, unpacked_ids
+from tokworker.protocol.messages import CloseStreams, EncodeRun, OpenStream, Render, RenderReply
+from tokworker.protocol.packed_ids import unpacked_ids
 from tokworker.frontend.errors import ShuttingDown
 from tokworker.frontend.link import encode_request
 from tokworker.frontend.recovery import quiet

@@ -10,20 +10,17 @@ PROTOCOL.md describes the same contract for implementers in other languages.
 from __future__ import annotations
 
 import struct
-import sys
-from array import array
 from typing import Any, Union
 
 import msgspec
 
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
+from tokworker.protocol.packed_ids import ids_as_list
 
 # 6: a step reply's empty updates are nil; stats count dropped messages (see PROTOCOL.md for the others)
 PROTOCOL_VERSION = 10
 ID_FRAME = struct.Struct("<Q")          # a request id frame: 8 bytes, little-endian
 # packed ids (RenderReply.ids with Render.packed): unsigned 32-bit, little-endian; only such a host packs them
-PACKED_TYPE = next((code for code in "IL" if array(code).itemsize == 4), None)
-PACKS_IDS = PACKED_TYPE is not None and sys.byteorder == "little"
 
 
 class ErrorCode:
@@ -382,42 +379,9 @@ Reply = Union[HelloReply, StatsReply, RenderReply, EncodeReply, DecodeReply, Com
               OpenReply, StepReply, ForwardReply, CloseReply, Draining, ErrorReply]
 
 
-def _ids_as_list(value):
-    """Prompt ids held as an array('I') (a packed render's, in the API process) go out as a list (a stream's
-    replay on another worker, a decode): what a message's `list[int]` field takes."""
-    if type(value) is array:
-        return value.tolist()
-    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
-
-
-encode_message = msgspec.msgpack.Encoder(enc_hook=_ids_as_list).encode
+encode_message = msgspec.msgpack.Encoder(enc_hook=ids_as_list).encode
 decode_request = msgspec.msgpack.Decoder(Request).decode
 decode_reply = msgspec.msgpack.Decoder(Reply).decode
-
-
-def unpacked_ids(ids: list[int] | bytes) -> list[int] | array:
-    """A render reply's ids as sent: a list as it is, packed bytes as an array('I') (one copy, no int built).
-
-    >>> unpacked_ids(bytes([1, 0, 0, 0, 0, 1, 0, 0])).tolist(), unpacked_ids([7])
-    ([1, 256], [7])
-    """
-    if type(ids) is not bytes:
-        return ids
-    unpacked = array(PACKED_TYPE)
-    unpacked.frombytes(ids)
-    if sys.byteorder != "little":
-        unpacked.byteswap()
-    return unpacked
-
-
-def packed_ids(ids: list[int]) -> memoryview:
-    """Ids (each below 2**32) as a render reply packs them: a memoryview of an array('I'), whose msgpack is
-    its bytes (4 an id, little-endian on the hosts that pack, PACKS_IDS) and which reads as a sequence of ints.
-
-    >>> view = packed_ids([1, 256]); (len(view), view[1], bytes(view))
-    (2, 256, b'\\x01\\x00\\x00\\x00\\x00\\x01\\x00\\x00')
-    """
-    return memoryview(array(PACKED_TYPE, ids))
 
 
 def pack_id(request_id: int) -> bytes:

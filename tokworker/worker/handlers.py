@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import msgspec
 
-from tokworker.protocol.messages import (PACKS_IDS, CodedError, Decode, DecodeReply, Encode, EncodeReply, EncodeRun,
-                                         ErrorCode, Render, RenderReply, nesting_depth, packed_ids)
+from tokworker.protocol.messages import (CodedError, Decode, DecodeReply, Encode, EncodeReply, EncodeRun, ErrorCode,
+                                         Render, RenderReply, nesting_depth)
+from tokworker.protocol.packed_ids import PACKS_IDS, packed_ids
 from tokworker.worker.options import WorkerOptions
 
 # A prompt shorter than this is encoded where it is rendered: below it, cutting it and the trips to the other
