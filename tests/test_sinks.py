@@ -52,6 +52,18 @@ def pair():
     server.close()
 
 
+@pytest.fixture
+def connected(tmp_path):
+    """A worker's sink table and an API process's sender, connected to it."""
+    path = sinks_path(f"ipc://{tmp_path}/worker")
+    table = SinkTable(path, max_bytes=1 << 20)
+    sender = SinkSender(path)
+    table.on_readable(table.listener.fileno())           # the connection
+    yield table, sender
+    sender.close()
+    table.close_all()
+
+
 def test_events_arrive_as_chunks_and_end_closes(pair):
     server, client = pair
     sink = Sink(max_bytes=1 << 20, waiting={})
@@ -68,30 +80,23 @@ HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encodin
 
 
 @pytest.mark.parametrize("early", [b"", b"data: one\n\n"])
-def test_a_streamed_responses_head_handed_over_with_its_socket_goes_out_first(tmp_path, pair, early):
+def test_a_streamed_responses_head_handed_over_with_its_socket_goes_out_first(connected, pair, early):
     """The API process sends a streamed response's status line and headers with its socket: the client reads
     them first, then the events that waited for the socket (if any) and those after, chunked."""
     server, client = pair
-    path = sinks_path(f"ipc://{tmp_path}/worker")
-    table = SinkTable(path, max_bytes=1 << 20)
-    sender = SinkSender(path)
-    try:
-        table.on_readable(table.listener.fileno())
-        sink = table.open(session_key(process_peer(os.getpid()), "s"), "req-1")
-        if early:
-            sink.write(early)
-        assert sender.hand("s", "req-1", server.fileno(), HEAD)
-        for fd in table.readable()[1:]:
-            table.on_readable(fd)
-        sink.write(b"data: two\n\n")
-        sink.end(b"data: [DONE]\n\n")
-        received = read_all(client)
-        assert received.startswith(HEAD) and sink.head == b""
-        assert chunks(received[len(HEAD):]) == [*([early] if early else []), b"data: two\n\n", b"data: [DONE]\n\n",
-                                                b""]
-    finally:
-        sender.close()
-        table.close_all()
+    table, sender = connected
+    sink = table.open(session_key(process_peer(os.getpid()), "s"), "req-1")
+    if early:
+        sink.write(early)
+    assert sender.hand("s", "req-1", server.fileno(), HEAD)
+    for fd in table.readable()[1:]:
+        table.on_readable(fd)
+    sink.write(b"data: two\n\n")
+    sink.end(b"data: [DONE]\n\n")
+    received = read_all(client)
+    assert received.startswith(HEAD) and sink.head == b""
+    assert chunks(received[len(HEAD):]) == [*([early] if early else []), b"data: two\n\n", b"data: [DONE]\n\n",
+                                            b""]
 
 
 def test_a_full_socket_holds_the_rest_until_it_drains_and_cuts_past_the_bound(pair):
@@ -186,48 +191,41 @@ def test_a_writable_socket_flushes_its_own_sink_only(tmp_path):
             client.close()
 
 
-def test_the_choices_of_one_response_share_its_sink_and_the_last_end_writes_the_tail(tmp_path, pair):
+def test_the_choices_of_one_response_share_its_sink_and_the_last_end_writes_the_tail(connected, pair):
     """Three choices' streams write to one socket (handed over under the first's name); the tail, made from
     the three usages, follows the last choice's end, then the body's end; the table lets the sink go once
     every stream is released. A fourth choice, or one beside a stream that is not open, is refused."""
     server, client = pair
-    path = sinks_path(f"ipc://{tmp_path}/worker")
-    table = SinkTable(path, max_bytes=1 << 20)
-    sender = SinkSender(path)
-    try:
-        table.on_readable(table.listener.fileno())
-        session = session_key(process_peer(os.getpid()), "session-a")
-        sink = table.open(session, "c-0", choices=3, tail=lambda usages: b"data: %d usages\n\n" % len(usages))
-        assert table.join(session, "c-1", "c-0") is sink and table.join(session, "c-2", "c-0") is sink
-        with pytest.raises(CodedError, match="has its 3 choices already"):
-            table.join(session, "c-3", "c-0")
-        with pytest.raises(CodedError, match="no open direct stream 'nobody'"):
-            table.join(session, "c-4", "nobody")
-        sink.write(b"data: 0a\n\n")
-        table.flush_step()                                # a step's end
-        sender.hand("session-a", "c-0", server.fileno())
-        for fd in table.readable()[1:]:
-            table.on_readable(fd)
-        sink.write(b"data: 1a\n\n")                      # the next step: two choices' events, one write
-        sink.finished(None)                               # choice 1 ends
-        table.release(session, "c-1")
-        sink.write(b"data: 0b\n\n")
-        sink.finished(None)
-        table.release(session, "c-0")
-        assert read_all(client) == b"a\r\ndata: 0a\n\n\r\n"    # the rest waits for the step's end
-        table.flush_step()
-        table.evict(time.monotonic())                     # one choice still streams: nothing goes
-        assert not sink.ending and len(table.sinks) == 3
-        sink.write(b"data: 2a\n\n")
-        sink.finished(None)                               # the last end: its event, the tail, the body's end
-        table.release(session, "c-2")
-        assert chunks(read_all(client)) == [b"data: 1a\n\ndata: 0b\n\n", b"data: 2a\n\n", b"data: 3 usages\n\n",
-                                            b""]
-        table.evict(time.monotonic())
-        assert table.sinks == {} and not table.waiting
-    finally:
-        sender.close()
-        table.close_all()
+    table, sender = connected
+    session = session_key(process_peer(os.getpid()), "session-a")
+    sink = table.open(session, "c-0", choices=3, tail=lambda usages: b"data: %d usages\n\n" % len(usages))
+    assert table.join(session, "c-1", "c-0") is sink and table.join(session, "c-2", "c-0") is sink
+    with pytest.raises(CodedError, match="has its 3 choices already"):
+        table.join(session, "c-3", "c-0")
+    with pytest.raises(CodedError, match="no open direct stream 'nobody'"):
+        table.join(session, "c-4", "nobody")
+    sink.write(b"data: 0a\n\n")
+    table.flush_step()                                # a step's end
+    sender.hand("session-a", "c-0", server.fileno())
+    for fd in table.readable()[1:]:
+        table.on_readable(fd)
+    sink.write(b"data: 1a\n\n")                      # the next step: two choices' events, one write
+    sink.finished(None)                               # choice 1 ends
+    table.release(session, "c-1")
+    sink.write(b"data: 0b\n\n")
+    sink.finished(None)
+    table.release(session, "c-0")
+    assert read_all(client) == b"a\r\ndata: 0a\n\n\r\n"    # the rest waits for the step's end
+    table.flush_step()
+    table.evict(time.monotonic())                     # one choice still streams: nothing goes
+    assert not sink.ending and len(table.sinks) == 3
+    sink.write(b"data: 2a\n\n")
+    sink.finished(None)                               # the last end: its event, the tail, the body's end
+    table.release(session, "c-2")
+    assert chunks(read_all(client)) == [b"data: 1a\n\ndata: 0b\n\n", b"data: 2a\n\n", b"data: 3 usages\n\n",
+                                        b""]
+    table.evict(time.monotonic())
+    assert table.sinks == {} and not table.waiting
 
 
 def test_a_response_forwarded_instead_lets_its_sink_go_with_its_last_stream(tmp_path):
