@@ -32,6 +32,7 @@ _unpack_id = ID_FRAME.unpack_from
 _SLACK_S = 0.001                          # the sweep wakes this late, so what falls due then is past due
 _STATS = encode_message(Stats())
 ASK_EVERY_S = 1.0                         # news-only steps go out for this long after an answered request
+REFUSED_AFTER_S = 0.5                     # a request socket closed unanswered while ZeroMQ's stays up: refused
 
 
 def encode_request(msg) -> bytes:
@@ -85,6 +86,7 @@ class WorkerLink(Recovery):
         self._ids = itertools.count(1)
         self._connection = None                 # this epoch's Connection (recovery.py)
         self._requests: RequestSocket | None = None   # where this epoch's requests go, if not over ZeroMQ
+        self.requests_refused = False           # the worker closed a request socket unanswered: ZeroMQ from now on
         self._sweeping = None                   # the one timer: the sweep, due at _sweep_at
         self._sweep_at = 0.0
         self._hello: asyncio.Future | None = None
@@ -208,7 +210,7 @@ class WorkerLink(Recovery):
         the epoch is sent, so its requests keep one order): its requests go there, and their replies come back
         there."""
         path = requests_path(self.endpoint) if "request_socket" in self.info.capabilities else None
-        if path is None:
+        if path is None or self.requests_refused:
             return
         try:
             self._requests = RequestSocket(path, self.session, self.epoch, self.loop, self._reply_read,
@@ -222,9 +224,24 @@ class WorkerLink(Recovery):
         self._deliver(message)
 
     def _requests_broke(self) -> None:
+        """The worker closed this epoch's request socket: what went there may be lost, so a new epoch
+        re-sends it. Closed before any reply came, it is a refusal if the ZeroMQ connection outlives it by
+        REFUSED_AFTER_S (a dead worker's drops at once, and its recovery starts a new epoch): the worker did
+        not know the greeting, or had no room for another connection, and the link's requests go over ZeroMQ
+        from then on."""
         requests = self._requests
-        if requests is not None and requests.broken and self.ready:
+        if requests is None or not requests.broken or not self.ready:
+            return
+        if requests.answered:
             log.warning("the worker at %s closed its request socket; reconnecting", self.endpoint)
+            self._start_recovery()
+        else:
+            self.loop.call_later(REFUSED_AFTER_S, self._requests_refused, self.epoch)
+
+    def _requests_refused(self, epoch: int) -> None:
+        if self.epoch == epoch and self.ready and not self.closed:
+            log.warning("the worker at %s refused a request socket; its requests go over ZeroMQ", self.endpoint)
+            self.requests_refused = True
             self._start_recovery()
 
     def _arm(self, due: float) -> None:

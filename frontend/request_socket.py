@@ -32,7 +32,8 @@ class RequestSocket:
     `on_reply(message)` gets each reply (`max_reply` bytes at most); `on_broken()` runs once when the worker
     closes its end."""
 
-    __slots__ = ("sock", "loop", "fd", "waiting", "broken", "on_broken", "on_reply", "framing", "_sendmsg")
+    __slots__ = ("sock", "loop", "fd", "waiting", "broken", "answered", "on_broken", "on_reply", "framing",
+                 "_sendmsg")
 
     def __init__(self, path: str, session: str, epoch: int, loop, on_reply, on_broken, max_reply: int):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
@@ -44,6 +45,7 @@ class RequestSocket:
         self.sock, self.loop, self.fd = sock, loop, sock.fileno()
         self.waiting = bytearray()
         self.broken = False                 # the worker went away: the link's recovery re-sends what waits
+        self.answered = False               # a reply came here
         self.on_broken, self.on_reply = on_broken, on_reply
         self.framing = Framing(max_reply)
         self._sendmsg = sock.sendmsg
@@ -66,6 +68,8 @@ class RequestSocket:
             if replies is None:
                 self._break()
                 return
+            if replies:
+                self.answered = True
             for reply in replies:
                 self.on_reply(reply)
                 if self.broken:                      # the reply's handler closed the link

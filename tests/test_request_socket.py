@@ -4,8 +4,8 @@ of a handshaken epoch there, in order, and their replies come back there. Real w
 client shows the binding (a request on the socket is served as the ZeroMQ connection's that greeted the
 session, and that connection's replies all come over the socket) and what is refused (an unknown session or
 epoch, a frame over the bound, a hello); a pool shows a request larger than the socket's buffer going out in
-pieces, in order, and a killed worker's replacement getting a socket of its own. The framing is a property
-over every cut of the byte stream."""
+pieces, in order, and a killed worker's replacement getting a socket of its own, and a worker with no room for
+another socket reached over ZeroMQ instead. The framing is a property over every cut of the byte stream."""
 
 from __future__ import annotations
 
@@ -186,3 +186,31 @@ def test_a_killed_workers_replacement_gets_a_request_socket_of_its_own():
             assert await pool.decode(await pool.encode("after the kill")) == "after the kill"
 
     asyncio.run(main())
+
+
+def test_a_worker_with_no_room_for_another_request_socket_is_reached_over_zeromq(worker):
+    """Other local processes hold every connection the worker takes (MAX_CONNECTIONS): a pool's request
+    socket is closed unanswered, and its link reconnects once and sends everything over ZeroMQ from then on."""
+    from tokworker.worker.request_socket import MAX_CONNECTIONS
+
+    held = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(requests_path(worker))
+            held.append(sock)
+        probe = RawClient(worker, "raw-d")            # the worker has taken every one of them once this
+        probe.greet(b"raw-d\x001", frame(3, encode_message(Stats())))     # is closed unanswered
+        assert probe.closed_by_worker()
+        probe.close()
+
+        async def main():
+            async with await TokenizerPool.connect(worker, discover=False) as pool:
+                link = pool.links[0]
+                assert await pool.decode(await pool.encode("over ZeroMQ")) == "over ZeroMQ"
+                assert link.requests_refused and link._requests is None and link.recoveries == 1
+
+        asyncio.run(main())
+    finally:
+        for sock in held:
+            sock.close()
