@@ -23,9 +23,10 @@ def tokworker(*args, env=ENV, **kwargs) -> subprocess.Popen:
 
 
 def wait_held(proc: subprocess.Popen, bind: str, timeout: float = 60) -> int:
-    """The pid holding `bind` once `proc` (a starting daemon) took it; fails if `proc` exits first."""
+    """The pid holding `bind` once `proc` (a starting daemon) took it and wrote its pid (it locks the file
+    first: 0 in between); fails if `proc` exits first."""
     deadline = time.monotonic() + timeout
-    while (pid := holder(bind)) is None:
+    while not (pid := holder(bind)):
         assert proc.poll() is None, f"the daemon exited with {proc.returncode}"
         assert time.monotonic() < deadline, f"{bind} not taken in {timeout} s"
         time.sleep(0.02)
