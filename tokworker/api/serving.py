@@ -191,8 +191,8 @@ class Serving:
     def _answer(self, step: dict, sent: asyncio.Future) -> None:
         if sent.cancelled():
             self._step_failed(step, PoolError(ErrorCode.CLOSED, "the pool closed before the step was answered"))
-        elif sent.exception() is not None:
-            self._step_failed(step, sent.exception())
+        elif (error := sent.exception()) is not None:
+            self._step_failed(step, error)
         else:
             self._deliver_each(sent.result())
 

@@ -192,8 +192,8 @@ class Lane:
         self._wake_write.send(b"\0")
 
     def _serve_plain(self, sinks, requests, ready: dict, polled: dict[int, int]) -> None:
-        """The plain sockets that are ready: requests first (in the order each connection sent them), then
-        sockets handed over, then client sockets that take more bytes."""
+        """The plain sockets that are ready: request connections (each one's requests served in the order it
+        sent them, its replies' rest flushed), sockets handed over, and client sockets that take more bytes."""
         writable = []
         for fd, flags in ready.items():
             if not isinstance(fd, int):
