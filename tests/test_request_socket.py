@@ -4,7 +4,8 @@ of a handshaken epoch there, in order, and their replies come back there. Real w
 client shows the binding (a request on the socket is served as the ZeroMQ connection's that greeted the
 session, and that connection's replies all come over the socket) and what is refused (an unknown session or
 epoch, a frame over the bound, a hello); a pool shows a request larger than the socket's buffer going out in
-pieces, in order, and a killed worker's replacement getting a socket of its own, and a worker with no room for
+pieces, in order (the reply held behind it not logged as a client that stopped reading, where one that never
+reads is), and a killed worker's replacement getting a socket of its own, and a worker with no room for
 another socket reached over ZeroMQ instead. The framing is a property over every cut of the byte stream."""
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from hypothesis import given, strategies as st
 from tokworker.frontend import TokenizerPool
 from tokworker.frontend.request_socket import RequestSocket
 from tokworker.protocol.endpoints import requests_path
-from tokworker.protocol.messages import (PROTOCOL_VERSION, ErrorCode, ErrorReply, Hello, HelloReply, Stats,
-                                         StatsReply, decode_reply, encode_message, frame)
+from tokworker.protocol.messages import (PROTOCOL_VERSION, Encode, ErrorCode, ErrorReply, Hello, HelloReply,
+                                         Stats, StatsReply, decode_reply, encode_message, frame)
 from tokworker.worker.request_socket import Framing
 from tests.test_pool_streams import MODEL
 
@@ -153,7 +154,9 @@ def test_a_frame_over_the_workers_bound_closes_the_connection(worker):
 
 
 @pytest.mark.slow
-def test_a_pool_sends_a_request_larger_than_the_socket_takes_in_pieces_and_in_order():
+def test_a_pool_sends_a_request_larger_than_the_socket_takes_in_pieces_and_in_order(capfd):
+    """...and the reply larger than the socket takes holds the next one back for a moment, which the worker
+    does not log as a client that stopped reading."""
     async def main():
         async with await TokenizerPool.spawn(MODEL, workers=1) as pool:
             link = pool.links[0]
@@ -169,6 +172,33 @@ def test_a_pool_sends_a_request_larger_than_the_socket_takes_in_pieces_and_in_or
             assert held > 0 and link._requests.waiting == bytearray() and not link._requests.broken
 
     asyncio.run(main())
+    assert "stopped reading" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_client_that_stops_reading_its_replies_is_named_in_the_workers_log(tmp_path, capfd):
+    """The other side of the test above: replies that wait because nothing reads them (here a socket that
+    greeted and never reads) are said once in the log."""
+    from tokworker.worker.launcher import Launcher
+    from tokworker.worker.options import WorkerOptions
+
+    os.chmod(tmp_path, 0o700)
+    bind = f"ipc://{tmp_path}/w"
+    launcher = Launcher([WorkerOptions(model_dir=str(MODEL), bind=bind, log_level="WARNING")]).start()
+    try:
+        assert launcher.wait_ready(60)
+        client = RawClient(bind, "deaf")
+        try:
+            text = " ".join(f"w{k}" for k in range(20_000))       # a reply of about 120 kB each
+            client.greet(b"deaf\x001", *(frame(k, encode_message(Encode(texts=[text]))) for k in range(40)))
+            deadline = time.monotonic() + 20
+            while "stopped reading" not in (err := capfd.readouterr().err) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert "a client stopped reading its replies" in err
+        finally:
+            client.close()
+    finally:
+        launcher.stop()
 
 
 @pytest.mark.slow

@@ -45,6 +45,7 @@ PARKED_BYTES = 16 << 20            # requests parked unserved from such a client
 QUEUED_BYTES = 64 << 20            # stateless requests handed to the main thread and not yet answered
 SMALL_STEP = 16 << 10              # bytes of a step message below which its reply is not counted (the hot path)
 HOUSEKEEPING_S = 1.0
+STOPPED_S = 0.1                    # retries taking nothing this far apart: its client stopped reading (said)
 BLOCKED_LOG_S = 10.0               # at most one line a client that stopped reading writes in the log, per this
 NO_ID = bytes(8)                   # the request id of an error reply to a message without one, and of a notice
 DRAINING = encode_message(Draining())
@@ -346,7 +347,6 @@ class Lane:
         if blocked is None:
             if self._try(reply):
                 return
-            self._say_blocked()
             blocked = self.blocked[identity] = _Blocked()
         size = sum(map(len, reply))
         if blocked.held + size > HELD_BYTES:
@@ -356,8 +356,10 @@ class Lane:
         blocked.held += size
 
     def _say_blocked(self) -> None:
-        """A client stopped reading: said at most once per BLOCKED_LOG_S (a busy client that keeps catching up
-        and falling behind again wrote this line dozens of times a second)."""
+        """A client stopped reading (its held replies' retries, STOPPED_S and more apart, sent nothing): said
+        at most once per BLOCKED_LOG_S (a busy client that keeps catching up and falling behind again wrote
+        this line dozens of times a second). A reply held until a socket takes the rest of the one before is
+        flow control, not worth a line: a request socket is there after any reply larger than its buffer."""
         now = time.monotonic()
         if now - self.blocked_said < BLOCKED_LOG_S:
             self.blocked_unsaid += 1
@@ -393,6 +395,8 @@ class Lane:
             while replies and self._try(replies[0]):
                 blocked.held -= sum(map(len, replies.popleft()))
             if replies:
+                if len(replies) == held and blocked.wait >= STOPPED_S:
+                    self._say_blocked()
                 blocked.wait = RETRY_S if len(replies) < held else min(blocked.wait * 2, RETRY_MAX_S)
                 blocked.retry_at = now + blocked.wait
                 continue
