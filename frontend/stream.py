@@ -54,8 +54,8 @@ def failure_update(error: PoolError) -> StreamFailure:
 
 def merge_updates(updates) -> StreamUpdate:
     """Several consecutive updates of one stream as one: deltas (and sse bytes, logprob entries) in order,
-    the last finish and the last usage win."""
-    deltas, sse, finish, reason, abort, usage, body = [], [], None, None, False, None, b""
+    the last finish and the last usage win, and any `behind` stays."""
+    deltas, sse, finish, reason, abort, usage, body, behind = [], [], None, None, False, None, b"", False
     for update in updates:
         deltas.extend(update.deltas)
         sse.append(update.sse)
@@ -64,8 +64,9 @@ def merge_updates(updates) -> StreamUpdate:
         abort = abort or update.abort
         usage = update.usage or usage
         body = update.body or body
+        behind = behind or update.behind
     return StreamUpdate(deltas=deltas, finish_reason=finish, stop_reason=reason, abort=abort, sse=b"".join(sse),
-                        logprobs=joined_logprobs(updates), usage=usage, body=body)
+                        logprobs=joined_logprobs(updates), usage=usage, body=body, behind=behind)
 
 
 class StreamHandle:

@@ -131,7 +131,9 @@ class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     sse is set only for a stream opened with a ChunkFormat: this update's chunks as server-sent events,
     `data: {json}\n\n` each, ready for the HTTP response; `deltas` is then empty (the API process decodes
     one bytes field instead of nested Structs, and encodes nothing). body: the last update of a stream
-    opened with a `whole` ChunkFormat carries the choice's finished JSON.
+    opened with a `whole` ChunkFormat carries the choice's finished JSON. behind: a direct stream's worker
+    holds bytes its client's socket has not taken (said once per response, with one of its streams): a
+    death of that worker now leaves the body mid-chunk, so no one else may end it with an error event.
 
     logprobs (streams with StreamParams.logprobs set): the entries of the tokens this update's text came
     from, `logprobs[i]` with `deltas[i]`; a token whose text is held back (partial UTF-8, a possible stop
@@ -147,6 +149,7 @@ class StreamUpdate(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     logprobs: list[list[TokenLogprob]] = []
     body: bytes = b""
     usage: Usage | None = None
+    behind: bool = False
 
 
 EMPTY = StreamUpdate()   # the one update of a step that changed nothing (updates are read-only: share it)

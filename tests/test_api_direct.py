@@ -1,11 +1,12 @@
 """Direct streaming (`--direct-streaming`) where it differs from forwarded bodies: the worker holds the client's
 socket, so a client that stops reading is cut by the worker (past --sink-bytes) and its engine request is
-aborted; a worker killed mid-stream ends its direct stream (the client sees the body cut short, no [DONE])
-and the next request is served by its replacement, while another worker's responses go on; the choices of
+aborted; a worker killed mid-stream ends its direct streams with the format's error event (each SDK reads
+the API's error), and the next request is served by its replacement, while another worker's responses go
+on; the choices of
 an n > 1 response share one worker, which writes their events and the tail to the one socket; a whole
 response's worker writes the whole HTTP response, and when it dies first the response is replayed and
 forwarded.
-The SDK suite (test_api_sdk.py) runs every route in both modes."""
+The SDK suite (test_api_sdk.py) runs every route in both modes. (Covers tokworker.api.sent_bytes.)"""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ import socket
 import threading
 import time
 
+import anthropic
 import openai
 import pytest
 import requests
 from aiohttp.http import SERVER_SOFTWARE
 
-from api_server import TOOLS, running
+from api_server import TOOLS, running, script
+from tokworker.engines.replay import ReplayEngine
 from tokworker.protocol.endpoints import sinks_path
 from tokworker.api.options import ApiOptions
 
@@ -78,20 +81,115 @@ def test_a_client_that_stops_reading_is_cut_by_the_worker():
         assert reply["usage"]["completion_tokens"] == 3
 
 
-def test_a_killed_worker_ends_its_direct_stream_and_the_next_request_is_served():
-    with running(step_interval=0.02, options=options(), workers=1) as server:
-        with requests.post(server.url + "/v1/chat/completions", stream=True, timeout=30, json={
-                "model": MODEL, "stream": True, "messages": LONG}) as response:
-            assert response.headers["Connection"] == "close"
-            lines = response.iter_lines()
-            for _ in range(4):
-                next(lines)
+def test_a_killed_worker_that_held_bytes_back_leaves_its_body_cut():
+    """A client that reads nothing: its worker holds what its socket does not take, and says so
+    (StreamUpdate.behind), so when that worker dies the body on the wire may stop mid-chunk, and the API
+    process writes no error event after it: the client reads the body cut short, then the connection's end."""
+    with running(step_interval=0.001, options=options(), workers=1) as server:
+        body = json.dumps({"model": MODEL, "stream": True, "max_tokens": 4000, "ignore_eos": True,
+                           "messages": LONG}).encode()
+        with socket.create_connection(("127.0.0.1", server.port)) as stalled:
+            stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            deadline = time.monotonic() + 30
+            while not (exchanges := [c.exchange for c in list(server.api.serving.choices.values())
+                                     if c.exchange.transport is not None]):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            fd = exchanges[0].transport.get_extra_info("socket").fileno()
+            with socket.socket(fileno=os.dup(fd)) as shared:  # the worker's copy: the same socket
+                shared.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            while not exchanges[0].behind:
+                assert time.monotonic() < deadline, "the worker never said it held bytes back"
+                time.sleep(0.01)
             os.kill(server.pool.links[0].info.pid, signal.SIGKILL)
-            rest = []
-            with pytest.raises(requests.exceptions.ChunkedEncodingError):
-                for line in lines:
-                    rest.append(line)
-            assert b"data: [DONE]" not in rest
+            stalled.settimeout(30)
+            received = b""
+            while data := stalled.recv(1 << 16):
+                received += data
+        assert received.startswith(b"HTTP/1.1 200 OK") and b"data: {" in received
+        assert b"worker_lost" not in received and not received.endswith(b"0\r\n\r\n")
+
+
+class StoppingEngine(ReplayEngine):
+    """The replay engine, stopping (SIGSTOP) process `victim` once the next request is in it: that request's
+    socket then goes to a worker that never takes it."""
+
+    victim: int | None = None
+
+    async def add(self, *args, **kwargs) -> None:
+        await super().add(*args, **kwargs)        # (the replay engine asks the pool for the prompt's text)
+        if self.victim is not None:
+            os.kill(self.victim, signal.SIGSTOP)
+            self.victim = None
+
+
+def test_a_worker_killed_before_it_wrote_anything_leaves_the_answer_to_the_api_process():
+    """Its worker stopped as the request enters the engine, then killed: none of the response reached the
+    socket, so the API process answers with its own status and error body (503 worker_lost), as for a
+    request that failed before its response began, where a closed connection was all the client had."""
+    engine = StoppingEngine(script, step_interval=0.02, max_model_len=4096)
+    with running(engine=engine, options=options(), workers=1) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        list(client.chat.completions.create(model=MODEL, stream=True, max_tokens=2, messages=[    # the hand-over's
+            {"role": "user", "content": "hi"}]))                                                  # connection
+        pid = engine.victim = server.pool.links[0].info.pid
+
+        def kill_once_stopped():
+            deadline = time.monotonic() + 30
+            while engine.victim is not None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)                               # the socket is on its way to the stopped worker
+            os.kill(pid, signal.SIGKILL)
+        killer = threading.Thread(target=kill_once_stopped)
+        killer.start()
+        try:
+            with pytest.raises(openai.InternalServerError) as failed:
+                list(client.chat.completions.create(model=MODEL, stream=True, messages=LONG))
+        finally:
+            killer.join()
+        assert failed.value.status_code == 503 and failed.value.body["code"] == "worker_lost", failed.value.body
+        server.settled(30)
+
+
+def _killed_mid_stream(server, api: str) -> list:
+    """A long streamed reply in `api`'s format read by its SDK; its worker killed after a few events: what the
+    SDK made of the rest (its events, then the exception it raised, if any)."""
+    seen = []
+    if api == "anthropic":
+        claude = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+        events = claude.messages.create(model=MODEL, max_tokens=400, messages=LONG, stream=True)
+    else:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        events = client.chat.completions.create(model=MODEL, stream=True, messages=LONG) if api == "chat" else \
+            client.responses.create(model=MODEL, stream=True, input="scenario:long", max_output_tokens=400)
+    try:
+        for event in events:
+            seen.append(event)
+            if len(seen) == 4:
+                os.kill(server.pool.links[0].info.pid, signal.SIGKILL)
+    except (openai.APIError, anthropic.APIError) as error:
+        seen.append(error)
+    return seen
+
+
+@pytest.mark.parametrize("api", ["chat", "anthropic", "responses"])
+def test_a_killed_worker_ends_its_direct_stream_with_the_formats_error_event(api):
+    """The API process still holds the client's socket: the worker's bytes ended at an event's end, so it
+    writes the format's error event and the body's end, which each SDK reads as the API's error (not a
+    broken connection); the next request is served by the replacement."""
+    with running(step_interval=0.02, options=options(), workers=1) as server:
+        seen = _killed_mid_stream(server, api)
+        assert len(seen) > 4
+        last = seen[-1]
+        if api == "responses":                              # the SDK yields the failure as an event
+            assert last.type == "response.failed" and last.response.status == "failed", last
+            message = last.response.error.message
+        else:
+            assert isinstance(last, openai.APIError if api == "chat" else anthropic.APIStatusError), last
+            message = str(last)
+        assert "is gone" in message and not isinstance(last, (openai.APIConnectionError, anthropic.APIConnectionError))
         server.settled(30)
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
         deadline = time.monotonic() + 60
@@ -228,8 +326,8 @@ def test_a_worker_that_cannot_take_the_socket_gets_its_response_forwarded():
 
 
 def test_a_killed_worker_ends_only_its_own_responses():
-    """Two n = 3 responses written by two workers: killing one worker cuts its response short (no [DONE]);
-    the other's worker writes the rest of its own, tail and all."""
+    """Two n = 3 responses written by two workers: killing one worker ends its response with the error event
+    (written by the API process); the other's worker writes the rest of its own, tail and all."""
     with running(step_interval=0.005, options=options(), workers=2) as server:
         ask = {"model": MODEL, "stream": True, "n": 3, "messages": LONG, "max_tokens": 300}
         with requests.post(server.url + "/v1/chat/completions", stream=True, timeout=30, json=ask) as doomed, \
@@ -240,11 +338,8 @@ def test_a_killed_worker_ends_only_its_own_responses():
             link = server.pool.streams[f"{first['id']}-0"].link
             assert link.open_streams == 3 and sorted(k.open_streams for k in server.pool.links) == [3, 3]
             os.kill(link.info.pid, signal.SIGKILL)
-            rest = []
-            with pytest.raises(requests.exceptions.ChunkedEncodingError):
-                for line in doomed_lines:
-                    rest.append(line)
-            assert b"data: [DONE]" not in rest
+            rest = [line for line in doomed_lines if line.startswith(b"data: ")]
+            assert b'"code":"worker_lost"' in rest[-2] and rest[-1] == b"data: [DONE]", rest[-3:]
             events = [line for line in spared_lines if line.startswith(b"data: ")]
         assert events[-1] == b"data: [DONE]"
         assert sum(b'"finish_reason":"length"' in e for e in events) == 3

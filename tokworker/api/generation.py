@@ -20,12 +20,13 @@ from aiohttp.web_response import rfc822_formatted_time
 
 from tokworker.api.errors import CONTEXT_LENGTH, ApiError, check_vocabulary
 from tokworker.api.plan import Plan
+from tokworker.api.sent_bytes import sent_bytes
 from tokworker.api.serving import Choice, Exchange
 from tokworker.frontend.errors import PoolError
 from tokworker.protocol.deltas import room
 from tokworker.protocol.messages import ErrorCode, OpenStream
 from tokworker.wire import home
-from tokworker.wire.common import header_lines
+from tokworker.wire.common import LAST_CHUNK, header_lines, http_chunk
 
 EXCHANGE = web.RequestKey("tokworker.exchange", Exchange)
 PROMPTS_PER_WORKER = 64      # requests in their prompt phase at once, per worker (the pool bounds its in-flight)
@@ -182,9 +183,11 @@ class Generations:
         (a streamed one's headers written here first). True when the socket is on its way to the worker; False
         when this process keeps it: forwarded, or the hand-over failed (the exchange is ended)."""
         first, *others = exchange.choices
+        fd = transport.get_extra_info("socket").fileno()
+        if exchange.plan.stream:                # what was on the wire before its worker wrote (Generations._lost)
+            exchange.handed_at = (sent_bytes(fd), len(head))
         try:
-            exchange.direct = self.pool.hand_over(first.name, transport.get_extra_info("socket").fileno(),
-                                                  [c.name for c in others], head)
+            exchange.direct = self.pool.hand_over(first.name, fd, [c.name for c in others], head)
         except (OSError, PoolError) as error:
             self.serving.end(exchange, f"its worker cannot take the client's socket: {error}")
             return False
@@ -202,6 +205,8 @@ class Generations:
                 self.serving.end(exchange, "the client disconnected")
             raise
         if type(response) is WrittenByWorker:
+            if self._lost(exchange):            # its worker died having written nothing: answered here
+                raise exchange.error
             exchange.transport.close()          # the worker holds its own copy until its bytes are out
             return response
         if response is None:
@@ -222,6 +227,26 @@ class Generations:
             await response.write(self._tail(exchange))
             await response.write_eof()
         return response
+
+    def _lost(self, exchange: Exchange) -> bool:
+        """A direct stream whose worker died (worker_lost) ends as well as the bytes on its socket allow:
+        True when none of its worker's reached it (the API's own status and error body answer it, as for a
+        request that failed before its response began); else, when its head is out and its worker never said
+        it held bytes back (StreamUpdate.behind: the body stops at an event's end), the format's error event
+        and the body's end are written here; otherwise (mid-chunk, or a socket without TCP's counts) the
+        body stays cut, and the connection's close ends it."""
+        error = exchange.error
+        if error is None or error.code != ErrorCode.WORKER_LOST or exchange.handed_at is None:
+            return False
+        before, head = exchange.handed_at
+        now = sent_bytes(exchange.transport.get_extra_info("socket").fileno())
+        if before is None or now is None:
+            return False
+        if now == before:
+            return True
+        if now - before >= head and not exchange.behind:
+            exchange.transport.write(http_chunk(exchange.error_event(error)) + LAST_CHUNK)
+        return False
 
     def _written_by_worker(self, exchange: Exchange) -> bool:
         """A direct whole response is its worker's to write, unless that worker died before its end (it wrote

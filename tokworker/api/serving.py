@@ -54,7 +54,7 @@ class Exchange:
 
     __slots__ = ("plan", "id", "created", "choices", "transport", "backlog", "done", "closed", "started_at",
                  "first_at", "tokens", "open", "error", "gone", "prompt_tokens", "prompt_ids", "timing",
-                 "direct", "bytes_out", "home", "format", "events", "numbered")
+                 "direct", "bytes_out", "home", "format", "events", "numbered", "behind", "handed_at")
 
     def __init__(self, plan, created: int, id: str):
         self.plan = plan
@@ -82,11 +82,13 @@ class Exchange:
         self.timing = ""                   # the Server-Timing header: the prompt phase's parts
         self.direct = False                # its worker writes the body to the client (direct streaming)
         self.bytes_out = 0                 # body bytes written here (the access log's)
+        self.behind = False                # direct: its worker said it holds bytes its client has not taken
+        self.handed_at: tuple | None = None   # direct, streamed: (bytes its socket had sent, head's length)
 
     def write(self, data: bytes, limit: int) -> bool:
         """Write one HTTP/1.1 chunk; False when the client is gone or more than `limit` bytes behind. A
-        directly streamed body is its worker's to write: nothing is written here (an error ends it by
-        closing the connection, since the worker may have been cut off mid-chunk)."""
+        directly streamed body is its worker's to write: nothing is written here (its worker's death is ended
+        by the handler: Generations._lost)."""
         if self.direct:
             return True
         transport = self.transport
@@ -245,6 +247,8 @@ class Serving:
                 exchange.events += sse.count(b"\n\n")
         finish_reason = update.finish_reason
         if finish_reason is None:
+            if update.behind:
+                exchange.behind = True
             return
         if finish_reason == "error":
             self.fail(exchange, ApiError(getattr(update, "code", ErrorCode.INTERNAL),

@@ -61,7 +61,7 @@ class Sink:
 
     __slots__ = ("fd", "pending", "pending_bytes", "max_bytes", "failed", "ending", "closed", "released",
                  "waiting", "choices", "usages", "tail", "live", "bodies", "head", "response", "gathered",
-                 "gathering")
+                 "gathering", "told_behind")
 
     def __init__(self, max_bytes: int, waiting: dict, choices: int = 1, tail=None, whole: bool = False,
                  gathering: list | None = None):
@@ -84,6 +84,7 @@ class Sink:
         # several streamed choices: this step's events, written at its end as one chunk (SinkTable.flush_step)
         self.gathered: list[bytes] | None = [] if choices > 1 and not whole and gathering is not None else None
         self.gathering = gathering
+        self.told_behind = False             # its API process heard that bytes of it wait (StreamUpdate.behind)
 
     def write(self, data: bytes) -> None:
         """One event (or several) as one HTTP chunk; the events a step makes for several choices as one
