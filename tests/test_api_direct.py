@@ -66,14 +66,20 @@ def test_a_killed_worker_leaves_its_whole_responses_to_its_replacement():
         server.settled(30)
 
 
+def _stalled(server) -> socket.socket:
+    """A client that asks for a long streamed reply and reads none of it (a small receive buffer)."""
+    body = json.dumps({"model": MODEL, "stream": True, "max_tokens": 4000, "ignore_eos": True,
+                       "messages": LONG}).encode()
+    stalled = socket.create_connection(("127.0.0.1", server.port))
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    return stalled
+
+
 def test_a_client_that_stops_reading_is_cut_by_the_worker():
     with running(step_interval=0.001, options=options(), workers=1, sink_bytes=16384) as server:
-        body = json.dumps({"model": MODEL, "stream": True, "max_tokens": 4000, "ignore_eos": True,
-                           "messages": LONG}).encode()
-        with socket.create_connection(("127.0.0.1", server.port)) as stalled:
-            stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        with _stalled(server):
             server.settled(30)                   # it never reads: the worker gives up on it
             assert server.api.serving.exchanges == 0
         reply = requests.post(server.url + "/v1/chat/completions", json={
@@ -86,12 +92,7 @@ def test_a_killed_worker_that_held_bytes_back_leaves_its_body_cut():
     (StreamUpdate.behind), so when that worker dies the body on the wire may stop mid-chunk, and the API
     process writes no error event after it: the client reads the body cut short, then the connection's end."""
     with running(step_interval=0.001, options=options(), workers=1) as server:
-        body = json.dumps({"model": MODEL, "stream": True, "max_tokens": 4000, "ignore_eos": True,
-                           "messages": LONG}).encode()
-        with socket.create_connection(("127.0.0.1", server.port)) as stalled:
-            stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        with _stalled(server) as stalled:
             deadline = time.monotonic() + 30
             while not (exchanges := [c.exchange for c in list(server.api.serving.choices.values())
                                      if c.exchange.transport is not None]):
