@@ -235,17 +235,18 @@ class Generations:
         it held bytes back (StreamUpdate.behind: the body stops at an event's end), the format's error event
         and the body's end are written here; otherwise (mid-chunk, or a socket without TCP's counts) the
         body stays cut, and the connection's close ends it."""
-        error = exchange.error
-        if error is None or error.code != ErrorCode.WORKER_LOST or exchange.handed_at is None:
+        error, transport = exchange.error, exchange.transport
+        if error is None or error.code != ErrorCode.WORKER_LOST or exchange.handed_at is None or \
+                transport.is_closing():
             return False
         before, head = exchange.handed_at
-        now = sent_bytes(exchange.transport.get_extra_info("socket").fileno())
+        now = sent_bytes(transport.get_extra_info("socket").fileno())
         if before is None or now is None:
             return False
         if now == before:
             return True
         if now - before >= head and not exchange.behind:
-            exchange.transport.write(http_chunk(exchange.error_event(error)) + LAST_CHUNK)
+            transport.write(http_chunk(exchange.error_event(error)) + LAST_CHUNK)
         return False
 
     def _written_by_worker(self, exchange: Exchange) -> bool:

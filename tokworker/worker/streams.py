@@ -433,7 +433,8 @@ class StreamTable:
 def _tell_behind(waiting, stepped: dict, updates: list) -> None:
     """Say `behind` once per response whose sink holds bytes its client has not taken, in the update of one
     of its streams this step names (else at a later step): were this worker to die now, the body on the
-    wire could stop mid-chunk, and its API process must not write an error event after it.
+    wire could stop mid-chunk, and its API process must not write an error event after it. (A death between
+    a write the socket took in part and this step's reply goes unsaid: that client reads a garbled last event.)
 
     >>> from tokworker.worker.sinks import Sink
     >>> sink = Sink(1 << 20, {}); sink.live.add("b")
