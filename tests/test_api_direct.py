@@ -10,6 +10,7 @@ The SDK suite (test_api_sdk.py) runs every route in both modes. (Covers tokworke
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -122,7 +123,12 @@ class StoppingEngine(ReplayEngine):
     async def add(self, *args, **kwargs) -> None:
         await super().add(*args, **kwargs)        # (the replay engine asks the pool for the prompt's text)
         if self.victim is not None:
-            os.kill(self.victim, signal.SIGSTOP)
+            os.kill(self.victim, signal.SIGSTOP)  # delivered a moment later: every thread is seen stopped first
+            tasks, deadline = f"/proc/{self.victim}/task", time.monotonic() + 5
+            while any(open(f"{tasks}/{task}/stat").read().rsplit(")", 1)[1].split()[0] not in "tT"
+                      for task in os.listdir(tasks)):
+                assert time.monotonic() < deadline, "the worker did not stop"
+                await asyncio.sleep(0.001)
             self.victim = None
 
 
