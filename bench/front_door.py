@@ -53,17 +53,22 @@ ONE_STREAM_TOKENS = 250           # 5 s of steps: what one stream costs per toke
 
 
 def _serve(step_interval: float, direct: bool, workers: int = 1, reply: str | None = TEXT,
-           parsers: bool = False, counter: str | None = None) -> None:
+           parsers: bool = False, counter: str | None = None, mute: bool = False) -> None:
     """The server process: `tokworker api` on a long scripted reply (`reply`; None: the replay engine's own
     REPLY, encoded once for every request, where a script's text is encoded per request), its port on
     stdout. `parsers`: hermes and qwen3 named (what the default template implies anyway). `counter`: a file
-    of 8 bytes where the engine keeps the number of ids it has played (bench/vllm_served.py reads it)."""
+    of 8 bytes where the engine keeps the number of ids it has played (bench/vllm_served.py reads it).
+    `mute`: the step loop takes each engine step's outputs and sends nothing (bench/zmq_floor.py's floor of
+    a step in this server: its streams never get a token)."""
     import uvloop
 
     from tokworker.api.run import serve_http
     from tokworker.api.options import ApiOptions
     from tokworker.engines.replay import ReplayEngine
 
+    if mute:
+        from tokworker.api.serving import Serving
+        Serving._step = lambda serving: serving.engine.take_outputs()
     engine_class = ReplayEngine if counter is None else _counting(ReplayEngine, counter)
     engine = engine_class(None if reply is None else lambda prompt, sampling: reply, step_interval=step_interval,
                           max_model_len=65536)
@@ -386,11 +391,12 @@ def run(quick: bool = False, model_dirs=()) -> list[dict]:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         # serve STEP_S [--direct] [--workers N] [--reply FILE | --reply none] [--parsers] [--counter FILE]
+        # [--mute-steps]
         given = dict(zip(sys.argv[3:], sys.argv[4:]))      # each flag with the word after it
         reply = given.get("--reply")
         _serve(float(sys.argv[2]), "--direct" in sys.argv, int(given.get("--workers", 1)),
                TEXT if reply is None else None if reply == "none" else Path(reply).read_text(),
-               "--parsers" in sys.argv, given.get("--counter"))
+               "--parsers" in sys.argv, given.get("--counter"), "--mute-steps" in sys.argv)
     elif sys.argv[1:2] == ["serve-floor"]:
         _serve_floor(float(sys.argv[2]))
     else:

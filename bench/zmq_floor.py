@@ -14,8 +14,13 @@ step), and the loop sends one step's message to another process, idle in between
 step (every thread but the waking one) with no message ("none"), one write to a Unix stream socket ("unix",
 the request socket's way) and one ZeroMQ send ("zmq", whose I/O thread each send wakes).
 
-`python -m bench.zmq_floor` prints the rows; `round_trip_cpu_us(rounds)`, `send_cpu_us(work_s)` and
-`woken_step_cpu_us(steps)` return them.
+The same step in tokworker's own server (bench/front_door.py's, direct streaming, one stream of a long
+reply at a 20 ms step): the API process's CPU per engine step (the replay engine's thread left out) with
+the step loop muted (it takes each step's outputs and sends nothing: the wake and the engine's hand-over in
+this process, "muted") and as it is ("served"), interleaved round by round, each's best of the rounds.
+
+`python -m bench.zmq_floor` prints the rows; `round_trip_cpu_us(rounds)`, `send_cpu_us(work_s)`,
+`woken_step_cpu_us(steps)` and `served_step_cpu_us(rounds)` return them.
 """
 
 from __future__ import annotations
@@ -231,6 +236,46 @@ def woken_step_cpu_us(steps: int = 250, interval: float = 0.02) -> dict:
         os.rmdir(run_dir)
 
 
+def served_step_cpu_us(rounds: int = 4, seconds: float = 5.0) -> dict:
+    """The API process's CPU per engine step at one stream, in microseconds: "muted" and "served" (see the
+    docstring)."""
+    from bench.front_door import STEP_S, _server
+
+    servers = {"muted": _server("serve", "--direct", "--mute-steps"), "served": _server("serve", "--direct")}
+    try:
+        found: dict[str, list[float]] = {name: [] for name in servers}
+        for _ in range(rounds):
+            for name, (process, url, engine) in servers.items():
+                found[name].append(asyncio.run(_one_stream_step_us(url, process.pid, engine, seconds, STEP_S)))
+        return {name: round(min(figures), 1) for name, figures in found.items()}
+    finally:
+        for process, _, _ in servers.values():
+            process.terminate()
+            process.wait(30)
+
+
+async def _one_stream_step_us(url: str, pid: int, engine: int, seconds: float, interval: float) -> float:
+    """One long streamed reply under way: the process's CPU (the engine's thread aside) over `seconds`, per
+    engine step."""
+    import aiohttp
+
+    from bench.front_door import _cpu
+
+    body = {"model": "bench", "stream": True, "max_tokens": 4000, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + "/v1/chat/completions", json=body) as response:
+            async def read():
+                async for _ in response.content:
+                    pass
+            reading = asyncio.ensure_future(read())
+            await asyncio.sleep(1.0)                     # under way: its setup is not counted
+            before, began = _cpu(pid, engine), time.monotonic()
+            await asyncio.sleep(seconds)
+            spent, elapsed = _cpu(pid, engine) - before, time.monotonic() - began
+            reading.cancel()
+    return spent / (elapsed / interval) * 1e6
+
+
 def main() -> None:
     try:
         import uvloop
@@ -244,6 +289,9 @@ def main() -> None:
     woken = woken_step_cpu_us()
     print({"case": "a step woken every 20 ms, sent to another process", "none_us": woken["none"],
            "unix_us": woken["unix"], "zmq_us": woken["zmq"]})
+    served = served_step_cpu_us()
+    print({"case": "one stream's step in tokworker's server", "muted_us": served["muted"],
+           "served_us": served["served"]})
 
 
 if __name__ == "__main__":
