@@ -19,7 +19,7 @@ MODULES = ["tokworker.tokenizer.tokenizer", "tokworker.stream.state", "tokworker
            "tokworker.worker.sessions", "tokworker.worker.sinks", "tokworker.worker.request_socket", "tokworker.api.errors",
            "tokworker.api.bodies",
            "tokworker.api.plan",
-           "tokworker.api.fanout", "tokworker.api.sent_bytes", "tokworker.worker.streams",
+           "tokworker.api.fanout", "tokworker.api.sent_bytes",
            "tokworker.api.errorlog", "tokworker.api.workers_at", "tokworker.api.access", "tokworker.api.metrics",
            "tokworker.engines.base", "tokworker.api.limits", "tokworker.engines.http",
            "tokworker.engines.options", "tokworker.api.options", "tokworker.cli"]

@@ -43,6 +43,9 @@ import socket
 import time
 from collections import deque
 
+import msgspec
+
+from tokworker.protocol.deltas import StreamUpdate
 from tokworker.protocol.messages import CodedError, ErrorCode
 from tokworker.wire.common import LAST_CHUNK, http_chunk
 from tokworker.worker.local_socket import accept_own, close_listener, listen
@@ -317,6 +320,29 @@ class SinkTable:
         for sink in gathering:
             sink.flush_step()
         gathering.clear()
+
+    def tell_behind(self, stepped: dict, updates: list) -> None:
+        """Say `behind` once per response whose sink holds bytes its client has not taken, in the update of
+        one of its streams the step `stepped` names (else at a later step): were this worker to die now, the
+        body on the wire could stop mid-chunk, and its API process must not write an error event after it.
+        (A death between a write the socket took in part and this step's reply goes unsaid: that client
+        reads a garbled last event.)
+
+        >>> table = SinkTable.__new__(SinkTable); sink = Sink(1 << 20, {}); sink.live.add("b")
+        >>> table.waiting = {7: sink}; updates = [None, None]
+        >>> table.tell_behind({"a": [1], "b": [2]}, updates); updates[1].behind, updates[0], sink.told_behind
+        (True, None, True)
+        """
+        for sink in self.waiting.values():
+            if sink.told_behind:
+                continue
+            for place, stream_id in enumerate(stepped):
+                if stream_id in sink.live:
+                    update = updates[place]
+                    updates[place] = StreamUpdate(behind=True) if update is None else \
+                        msgspec.structs.replace(update, behind=True)
+                    sink.told_behind = True
+                    break
 
     def readable(self) -> list[int]:
         """The descriptors to poll for input: the listener and the connected API processes."""

@@ -383,7 +383,7 @@ class StreamTable:
             if sinks.gathering:                          # several choices' events of one response: one write
                 sinks.flush_step()
             if sinks.waiting:                            # some client's socket did not take all its bytes
-                _tell_behind(sinks.waiting.values(), stepped, updates)
+                sinks.tell_behind(stepped, updates)
         return StepReply(updates=updates, errors=errors, finished=finished)
 
     # ------------------------------------------------------------ helpers
@@ -428,28 +428,3 @@ class StreamTable:
         if tool == params.tool_parser and reasoning == params.reasoning_parser:
             return params
         return msgspec.structs.replace(params, tool_parser=tool, reasoning_parser=reasoning)
-
-
-def _tell_behind(waiting, stepped: dict, updates: list) -> None:
-    """Say `behind` once per response whose sink holds bytes its client has not taken, in the update of one
-    of its streams this step names (else at a later step): were this worker to die now, the body on the
-    wire could stop mid-chunk, and its API process must not write an error event after it. (A death between
-    a write the socket took in part and this step's reply goes unsaid: that client reads a garbled last event.)
-
-    >>> from tokworker.worker.sinks import Sink
-    >>> sink = Sink(1 << 20, {}); sink.live.add("b")
-    >>> updates = [None, None]
-    >>> _tell_behind([sink], {"a": [1], "b": [2]}, updates); updates, sink.told_behind
-    ([None, StreamUpdate(deltas=[], finish_reason=None, stop_reason=None, abort=False, sse=b'', logprobs=[], \
-body=b'', usage=None, behind=True)], True)
-    """
-    for sink in waiting:
-        if sink.told_behind:
-            continue
-        for place, stream_id in enumerate(stepped):
-            if stream_id in sink.live:
-                update = updates[place]
-                updates[place] = StreamUpdate(behind=True) if update is None else \
-                    msgspec.structs.replace(update, behind=True)
-                sink.told_behind = True
-                break
