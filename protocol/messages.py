@@ -17,10 +17,8 @@ import msgspec
 from tokworker.protocol.deltas import ChunkFormat, StreamParams, StreamUpdate
 from tokworker.protocol.packed_ids import ids_as_list
 
-# 6: a step reply's empty updates are nil; stats count dropped messages (see PROTOCOL.md for the others)
-PROTOCOL_VERSION = 11
+PROTOCOL_VERSION = 11                   # what each version changed: PROTOCOL.md
 ID_FRAME = struct.Struct("<Q")          # a request id frame: 8 bytes, little-endian
-# packed ids (RenderReply.ids with Render.packed): unsigned 32-bit, little-endian; only such a host packs them
 
 
 class ErrorCode:
